@@ -1,0 +1,90 @@
+//! HTTP: the server (a zero-copy HTTP/1.1 fast path for simple GET/HEAD, hyper for everything else)
+//! and the semantics of serving a representation (ranges, validators, conditional requests).
+//!
+//! Handlers are framework-free: they take an `http::Request<Bytes>` and return an
+//! `http::Response<Body>`, so the same code answers on either path.
+
+pub mod range;
+pub mod respond;
+pub mod server;
+
+use bytes::Bytes;
+
+use crate::plan::Plan;
+
+/// A response body.
+#[derive(Clone, Debug, Default)]
+pub enum Body {
+    #[default]
+    Empty,
+    Bytes(Bytes),
+    /// Streamed by walking the plan (zero-copy for file segments on the fast path).
+    Plan(Plan),
+}
+
+impl Body {
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Empty => 0,
+            Body::Bytes(b) => b.len() as u64,
+            Body::Plan(p) => p.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Response extension naming the route that answered, for metrics labels (bounded cardinality).
+#[derive(Clone, Copy, Debug)]
+pub struct RouteLabel(pub &'static str);
+
+/// What the server reports once a response has been written (or abandoned).
+#[derive(Debug)]
+pub struct Completion {
+    pub route: &'static str,
+    pub method: http::Method,
+    pub status: http::StatusCode,
+    /// Body bytes actually written.
+    pub body_bytes: u64,
+    /// Whether the whole response was written.
+    pub complete: bool,
+    pub elapsed: std::time::Duration,
+}
+
+/// The application behind the server.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(
+        self: std::sync::Arc<Self>,
+        req: http::Request<Bytes>,
+    ) -> impl Future<Output = http::Response<Body>> + Send;
+
+    /// Called once per request after the response was written or the connection failed.
+    fn completed(&self, _completion: Completion) {}
+}
+
+/// Builds a plain-text response (errors and small answers).
+pub fn text(status: http::StatusCode, body: impl Into<String>) -> http::Response<Body> {
+    let mut body: String = body.into();
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .body(Body::Bytes(Bytes::from(body)))
+        .expect("valid response")
+}
+
+/// Builds a JSON response.
+pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Response<Body> {
+    let mut body = serde_json::to_vec_pretty(value).expect("serializable");
+    body.push(b'\n');
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .body(Body::Bytes(Bytes::from(body)))
+        .expect("valid response")
+}

@@ -1,0 +1,548 @@
+//! The HTTP/1.1 server.
+//!
+//! Downloads are the hot path: thousands of BMCs and PXE clients pulling 1 GiB images. Simple GET and
+//! HEAD requests (no body, no upgrade) are answered by our own small HTTP/1.1 writer, which hands the
+//! base-image spans of a plan to `sendfile(2)` so that image bytes never pass through user space
+//! (see `../shared/docs/perf-notes.md` for why hyper's body model cannot do this). Any other request —
+//! one with a body, `Expect`, `Upgrade` or anything our parser does not take — hands the connection,
+//! with the bytes already read, to hyper for the rest of its life. Both paths call the same [`Handler`].
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use super::{Body, Completion, Handler, RouteLabel};
+use crate::plan::{BaseFile, Segment, ZEROS};
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Time allowed to receive a complete request head once it started (slowloris guard).
+    pub header_timeout: Duration,
+    /// Time an idle keep-alive connection is kept open.
+    pub idle_timeout: Duration,
+    /// Time allowed for a single write to make progress.
+    pub write_timeout: Duration,
+    /// Open connections at most; past it, accepting waits.
+    pub max_connections: usize,
+    /// Largest request body accepted (API documents).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+            write_timeout: Duration::from_secs(60),
+            max_connections: 16_384,
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+/// One sendfile call at most (as nginx's sendfile_max_chunk): keeps one fast client from starving others.
+const SENDFILE_CHUNK: usize = 2 << 20;
+/// In-memory parts are written in pieces of at most this size, each under the write timeout.
+const WRITE_CHUNK: usize = 256 * 1024;
+
+/// Accepts connections until `shutdown` resolves.
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    let limit = Arc::new(Semaphore::new(config.max_connections));
+    let config = Arc::new(config);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => return,
+            p = limit.clone().acquire_owned() => p.expect("semaphore never closed"),
+        };
+        let (stream, _peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let handler = handler.clone();
+        let config = config.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = serve_connection(stream, handler, &config).await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// Serves one connection on the fast path until it closes or needs hyper.
+async fn serve_connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>, config: &ServerConfig) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut first = true;
+    loop {
+        let head = match read_head(&mut stream, &mut buf, config, first).await? {
+            HeadRead::Closed => return Ok(()),
+            HeadRead::TooLarge => {
+                let resp = super::text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large");
+                let _ = write_response(&mut stream, resp, false, false, config).await;
+                return Ok(());
+            }
+            HeadRead::Invalid => {
+                // Not something our parser takes (HTTP/2 preface, odd syntax): let hyper answer it.
+                return hand_to_hyper(stream, buf.freeze(), handler, config).await;
+            }
+            HeadRead::Head(head) => head,
+        };
+        first = false;
+        if !head.fast_path {
+            return hand_to_hyper(stream, buf.freeze(), handler, config).await;
+        }
+        let _ = buf.split_to(head.len);
+        let keep_alive = head.keep_alive;
+        let head_only = head.request.method() == Method::HEAD;
+        let method = head.request.method().clone();
+        let started = Instant::now();
+        let resp = handler.clone().handle(head.request).await;
+        let route = resp.extensions().get::<RouteLabel>().map(|r| r.0).unwrap_or("other");
+        let status = resp.status();
+        let result = write_response(&mut stream, resp, head_only, keep_alive, config).await;
+        let (body_bytes, complete) = match &result {
+            Ok(n) => (*n, true),
+            Err(e) => (e.written, false),
+        };
+        handler.completed(Completion { route, method, status, body_bytes, complete, elapsed: started.elapsed() });
+        if let Err(e) = result {
+            return Err(e.error);
+        }
+        if !keep_alive {
+            let _ = stream.shutdown().await;
+            return Ok(());
+        }
+    }
+}
+
+struct Head {
+    request: Request<Bytes>,
+    /// Bytes of the head in the buffer.
+    len: usize,
+    keep_alive: bool,
+    /// Whether our writer may answer it (GET/HEAD, no body, no upgrade, no Expect).
+    fast_path: bool,
+}
+
+enum HeadRead {
+    Head(Box<Head>),
+    Closed,
+    TooLarge,
+    Invalid,
+}
+
+async fn read_head(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    config: &ServerConfig,
+    first: bool,
+) -> io::Result<HeadRead> {
+    use tokio::io::AsyncReadExt;
+    let mut deadline = None;
+    loop {
+        if !buf.is_empty() {
+            match parse_head(buf) {
+                Ok(Some(head)) => return Ok(HeadRead::Head(Box::new(head))),
+                Ok(None) if buf.len() >= MAX_HEAD_BYTES => return Ok(HeadRead::TooLarge),
+                Ok(None) => {}
+                Err(()) => return Ok(HeadRead::Invalid),
+            }
+        }
+        // Waiting for a new request on an idle connection gets the idle timeout; once a request has
+        // started (or for the very first one) the head must arrive within the header timeout.
+        let wait = if buf.is_empty() && !first { config.idle_timeout } else { config.header_timeout };
+        let deadline = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+            Err(_) => return Ok(HeadRead::Closed),
+            Ok(Ok(0)) => return Ok(HeadRead::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+        }
+    }
+}
+
+/// Parses a request head from the start of `buf`. `Ok(None)` = incomplete.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(()),
+    };
+    let version = if req.version == Some(1) { Version::HTTP_11 } else { Version::HTTP_10 };
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes()).map_err(|_| ())?;
+    let mut builder = Request::builder().method(method.clone()).uri(req.path.unwrap_or("/")).version(version);
+    let mut connection_close = version == Version::HTTP_10;
+    let mut has_body = false;
+    let mut special = false;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("connection") {
+            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
+            if v.split(',').any(|t| t.trim() == "close") {
+                connection_close = true;
+            }
+            if v.split(',').any(|t| t.trim() == "keep-alive") && version == Version::HTTP_10 {
+                connection_close = false;
+            }
+            if v.contains("upgrade") {
+                special = true;
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            if h.value != b"0" {
+                has_body = true;
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+        {
+            special = true;
+        }
+        builder = builder.header(name, HeaderValue::from_bytes(h.value).map_err(|_| ())?);
+    }
+    let request = builder.body(Bytes::new()).map_err(|_| ())?;
+    let fast_path = (method == Method::GET || method == Method::HEAD) && !has_body && !special;
+    Ok(Some(Head { request, len, keep_alive: !connection_close, fast_path }))
+}
+
+struct WriteError {
+    error: io::Error,
+    written: u64,
+}
+
+/// Writes a response; returns the body bytes written.
+async fn write_response(
+    stream: &mut TcpStream,
+    resp: Response<Body>,
+    head_only: bool,
+    keep_alive: bool,
+    config: &ServerConfig,
+) -> Result<u64, WriteError> {
+    let (parts, body) = resp.into_parts();
+    let no_body = head_only
+        || parts.status == StatusCode::NOT_MODIFIED
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status.is_informational();
+    let mut head = Vec::with_capacity(512);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(parts.status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in parts.headers.iter() {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::CONTENT_LENGTH)
+        && parts.status != StatusCode::NOT_MODIFIED
+        && parts.status != StatusCode::NO_CONTENT
+    {
+        head.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        head.extend_from_slice(b"date: ");
+        head.extend_from_slice(httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if !keep_alive {
+        head.extend_from_slice(b"connection: close\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+
+    let mut written = 0u64;
+    let fail = |error: io::Error, written: u64| WriteError { error, written };
+    if !no_body
+        && let Body::Bytes(b) = &body
+        && b.len() <= WRITE_CHUNK
+    {
+        // Small bodies go out with the head in one write.
+        head.extend_from_slice(b);
+        write_all_timed(stream, &head, config).await.map_err(|e| fail(e, 0))?;
+        return Ok(b.len() as u64);
+    }
+    write_all_timed(stream, &head, config).await.map_err(|e| fail(e, 0))?;
+    if no_body {
+        return Ok(0);
+    }
+    match body {
+        Body::Empty => {}
+        Body::Bytes(b) => {
+            for chunk in b.chunks(WRITE_CHUNK) {
+                write_all_timed(stream, chunk, config).await.map_err(|e| fail(e, written))?;
+                written += chunk.len() as u64;
+            }
+        }
+        Body::Plan(plan) => {
+            for seg in plan.segments() {
+                match seg {
+                    Segment::File { file, offset, len } => {
+                        send_file(stream, file, *offset, *len, config, &mut written)
+                            .await
+                            .map_err(|e| fail(e, written))?;
+                    }
+                    Segment::Part { .. } => {
+                        let bytes = seg.part_bytes().expect("part segment");
+                        for chunk in bytes.chunks(WRITE_CHUNK) {
+                            write_all_timed(stream, chunk, config).await.map_err(|e| fail(e, written))?;
+                            written += chunk.len() as u64;
+                        }
+                    }
+                    Segment::Zeros(n) => {
+                        let mut left = *n;
+                        while left > 0 {
+                            let k = left.min(ZEROS.len() as u64) as usize;
+                            write_all_timed(stream, &ZEROS[..k], config).await.map_err(|e| fail(e, written))?;
+                            written += k as u64;
+                            left -= k as u64;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(written)
+}
+
+async fn write_all_timed(stream: &mut TcpStream, data: &[u8], config: &ServerConfig) -> io::Result<()> {
+    match tokio::time::timeout(config.write_timeout, stream.write_all(data)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")),
+    }
+}
+
+/// Copies `len` bytes of `file` at `offset` to the socket with `sendfile(2)`: page cache to socket,
+/// no user-space copy. A short file (truncated on disk under us) aborts the response rather than
+/// sending fewer bytes than Content-Length promised.
+async fn send_file(
+    stream: &TcpStream,
+    file: &BaseFile,
+    mut offset: u64,
+    len: u64,
+    config: &ServerConfig,
+    written: &mut u64,
+) -> io::Result<()> {
+    let sock = stream.as_raw_fd();
+    let fd = file.file.as_raw_fd();
+    let end = offset + len;
+    let mut since_yield = 0usize;
+    while offset < end {
+        let want = ((end - offset) as usize).min(SENDFILE_CHUNK);
+        match tokio::time::timeout(config.write_timeout, stream.writable()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")),
+        }
+        let res = stream.try_io(Interest::WRITABLE, || {
+            let mut off = offset as libc::off_t;
+            // SAFETY: both descriptors are open for the duration of the call; `off` is a valid pointer.
+            let n = unsafe { libc::sendfile(sock, fd, &mut off, want) };
+            if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+        });
+        match res {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{} ended at byte {offset}: base image changed on disk", file.path.display()),
+                ));
+            }
+            Ok(n) => {
+                offset += n as u64;
+                *written += n as u64;
+                since_yield += n;
+                if since_yield >= 4 * SENDFILE_CHUNK {
+                    since_yield = 0;
+                    tokio::task::yield_now().await;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Serves the rest of a connection with hyper, replaying the bytes already read.
+async fn hand_to_hyper<H: Handler>(
+    stream: TcpStream,
+    prefix: Bytes,
+    handler: Arc<H>,
+    config: &ServerConfig,
+) -> io::Result<()> {
+    let io = hyper_util::rt::TokioIo::new(Rewind { prefix, inner: stream });
+    let max_body = config.max_body_bytes;
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let handler = handler.clone();
+        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, max_body).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(config.header_timeout);
+    builder.serve_connection(io, service).await.map_err(io::Error::other)
+}
+
+type HyperBody = http_body_util::combinators::BoxBody<Bytes, io::Error>;
+
+async fn hyper_request<H: Handler>(
+    handler: Arc<H>,
+    req: Request<hyper::body::Incoming>,
+    max_body: usize,
+) -> Response<HyperBody> {
+    let started = Instant::now();
+    let (parts, body) = req.into_parts();
+    let method = parts.method.clone();
+    let collected = http_body_util::Limited::new(body, max_body).collect().await;
+    let resp = match collected {
+        Ok(c) => handler.clone().handle(Request::from_parts(parts, c.to_bytes())).await,
+        Err(e) => {
+            let status = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            super::text(status, format!("request body: {e}"))
+        }
+    };
+    let route = resp.extensions().get::<RouteLabel>().map(|r| r.0).unwrap_or("other");
+    handler.completed(Completion {
+        route,
+        method: method.clone(),
+        status: resp.status(),
+        body_bytes: if method == Method::HEAD { 0 } else { resp.body().len() },
+        complete: true,
+        elapsed: started.elapsed(),
+    });
+    let (parts, body) = resp.into_parts();
+    let body: HyperBody = match body {
+        Body::Empty => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
+        Body::Bytes(b) => http_body_util::Full::new(b).map_err(|never| match never {}).boxed(),
+        Body::Plan(plan) if method != Method::HEAD => plan_body(plan),
+        Body::Plan(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
+    };
+    Response::from_parts(parts, body)
+}
+
+/// A plan as a hyper body for connections hyper serves: file spans are read in 256 KiB pieces on the
+/// blocking pool. (The fast path, which serves downloads, never comes here.)
+fn plan_body(plan: crate::plan::Plan) -> HyperBody {
+    let segments: Vec<Segment> = plan.segments().to_vec();
+    let stream = futures_util::stream::unfold((segments, 0usize, 0u64), |(segments, i, done)| async move {
+        let seg = segments.get(i)?.clone();
+        let seg_len = seg.len();
+        let take = match &seg {
+            Segment::File { .. } => (seg_len - done).min(WRITE_CHUNK as u64),
+            _ => seg_len - done,
+        };
+        let piece = match &seg {
+            Segment::File { file, offset, .. } => {
+                let file = file.clone();
+                let at = offset + done;
+                tokio::task::spawn_blocking(move || {
+                    let mut out = Vec::with_capacity(take as usize);
+                    crate::plan::read_segment(&Segment::File { file, offset: at, len: take }, &mut out)
+                        .map(|_| Bytes::from(out))
+                })
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e)))
+            }
+            Segment::Part { .. } => Ok(seg.part_bytes().expect("part").slice(done as usize..(done + take) as usize)),
+            Segment::Zeros(_) => Ok(Bytes::from(vec![0u8; take as usize])),
+        };
+        let next = if done + take >= seg_len { (segments, i + 1, 0) } else { (segments, i, done + take) };
+        Some((piece.map(hyper::body::Frame::data), next))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
+}
+
+/// A stream that first yields bytes already read from it.
+struct Rewind {
+    prefix: Bytes,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Rewind {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_heads() {
+        let h = parse_head(b"GET /x?y=1 HTTP/1.1\r\nHost: a\r\n\r\nrest").unwrap().unwrap();
+        assert_eq!(h.request.uri(), "/x?y=1");
+        assert!(h.keep_alive && h.fast_path);
+        assert_eq!(h.len, 32);
+        assert!(parse_head(b"GET /x HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        let h = parse_head(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!h.keep_alive);
+        let h = parse_head(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+        assert!(!h.keep_alive);
+        let h = parse_head(b"PUT / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc").unwrap().unwrap();
+        assert!(!h.fast_path);
+        let h = parse_head(b"GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n").unwrap().unwrap();
+        assert!(!h.fast_path);
+        assert!(parse_head(b"\x16\x03\x01 garbage\r\n\r\n").is_err());
+    }
+}

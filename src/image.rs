@@ -1,0 +1,469 @@
+//! What each artifact of an InfraEnv is, as a plan over a base image.
+//!
+//! An InfraEnv's *discovery content* (its Ignition config, packed as an initramfs archive, and its
+//! kernel-argument edits) does not depend on the base image; it is built once per change of the
+//! InfraEnv or its pull secret and shared. Each artifact is then a plan:
+//! - full ISO: the base ISO with the Ignition embed area replaced by the archive and zero fill, and the
+//!   karg embed areas rewritten when the InfraEnv edits kernel arguments;
+//! - PXE initrd: the base initrd followed by the archive (spec-images §5.3);
+//! - kernel, rootfs: byte ranges of the base ISO as they are.
+//!
+//! The controller and the download handlers call the same functions, so an image the status calls
+//! created is exactly the image served, and an error in one is the error in the other.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Secret;
+use sha2::{Digest, Sha256};
+
+use crate::catalog::{BaseImage, Catalog, LookupError};
+use crate::http::respond::Representation;
+use crate::kargs::KargOp;
+use crate::plan::{Part, Plan, PlanBuilder, Segment, overlay_plan};
+use crate::resources::{
+    DOCKER_CONFIG_JSON_KEY, ImageType, InfraEnv, IpxeScriptType, KernelArgumentOperation, secret_value,
+};
+use crate::store::{Store, StoreError};
+
+/// Settings of the service that shape images and URLs.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// Where hosts and BMCs reach bootstream (image and agent API); no trailing slash.
+    pub base_url: String,
+    /// Container image of the discovery agent started by the discovery Ignition.
+    pub agent_image: String,
+}
+
+/// Why an InfraEnv has no image. The controller turns these into the `ImageCreated` condition; the
+/// download handlers into an HTTP status with the same message.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("InfraEnv {0} not found")]
+    UnknownInfraEnv(String),
+    /// `clusterRef` names a ClusterDeployment that does not exist.
+    #[error("ClusterDeployment is missing: {0}")]
+    MissingClusterDeployment(String),
+    /// Something about the InfraEnv or its inputs that the user must fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// No base image for the requested version or architecture.
+    #[error("{0}")]
+    OsImage(#[from] LookupError),
+    /// The base image changed on disk; not served until reloaded.
+    #[error("{0}")]
+    BaseChanged(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ImageError {
+    pub fn http_status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            ImageError::UnknownInfraEnv(_) => S::NOT_FOUND,
+            ImageError::MissingClusterDeployment(_) | ImageError::Invalid(_) => S::CONFLICT,
+            ImageError::OsImage(e) => e.http_status(),
+            ImageError::BaseChanged(_) => S::SERVICE_UNAVAILABLE,
+            ImageError::Internal(_) => S::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<StoreError> for ImageError {
+    fn from(e: StoreError) -> Self {
+        ImageError::Internal(e.to_string())
+    }
+}
+
+/// The base-independent customization of one InfraEnv.
+#[derive(Debug)]
+pub struct DiscoveryContent {
+    /// The discovery Ignition config, as served and embedded.
+    pub ignition: Arc<str>,
+    /// `config.ign` as a gzip newc archive, padded to 4 bytes; shared by content hash.
+    pub archive: Arc<Part>,
+    pub karg_ops: Vec<KargOp>,
+    /// Kernel arguments the InfraEnv appends (the iPXE script and PPI extra params carry these).
+    pub karg_appends: Vec<String>,
+    /// Digest of everything above.
+    pub digest: [u8; 32],
+    /// Resource versions this was built from.
+    key: (String, String),
+}
+
+/// Builds and caches discovery content; resolves artifacts for download and status.
+pub struct Images<S: Store> {
+    pub store: S,
+    pub catalog: Arc<Catalog>,
+    pub config: Arc<ServiceConfig>,
+    contents: Mutex<HashMap<String, Arc<DiscoveryContent>>>,
+    parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
+}
+
+/// One of the files served under `/boot-artifacts/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootArtifact {
+    Kernel,
+    Rootfs,
+}
+
+/// Fixed kernel arguments of the iPXE boot script (spec-controllers §8.1).
+const IPXE_KARGS: &str = "random.trust_cpu=on rd.luks.options=discard ignition.firstboot ignition.platform.id=metal console=tty1 console=ttyS1,115200n8 coreos.inst.persistent-kargs=\"console=tty1 console=ttyS1,115200n8\"";
+
+impl<S: Store> Images<S> {
+    pub fn new(store: S, catalog: Arc<Catalog>, config: Arc<ServiceConfig>) -> Arc<Images<S>> {
+        Arc::new(Images {
+            store,
+            catalog,
+            config,
+            contents: Mutex::new(HashMap::new()),
+            parts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub async fn infraenv_by_id(&self, id: &str) -> Result<InfraEnv, ImageError> {
+        self.store.get_by_uid::<InfraEnv>(id).await?.ok_or_else(|| ImageError::UnknownInfraEnv(id.to_string()))
+    }
+
+    /// The base image an InfraEnv's own URLs point at: its `osImageVersion`, else the latest for its
+    /// architecture.
+    pub fn selected_base(&self, ie: &InfraEnv) -> Result<Arc<BaseImage>, ImageError> {
+        let version = ie.spec.os_image_version.as_deref().unwrap_or("");
+        Ok(self.catalog.lookup(version, &ie.cpu_architecture())?)
+    }
+
+    /// The discovery content of `ie`, built or taken from the cache.
+    pub async fn content(&self, ie: &InfraEnv) -> Result<Arc<DiscoveryContent>, ImageError> {
+        let uid = ie.metadata.uid.clone().unwrap_or_default();
+        let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
+        self.check_unsupported(ie)?;
+        if let Some(cd) = &ie.spec.cluster_ref {
+            // ClusterDeployments are not part of the embedded store yet, so a clusterRef cannot resolve.
+            return Err(ImageError::MissingClusterDeployment(format!(
+                "clusterdeployments.hive.openshift.io \"{}\" not found",
+                cd.name
+            )));
+        }
+        let secret_name = &ie.spec.pull_secret_ref.name;
+        let secret: Option<Secret> = self.store.get(ns, secret_name).await?;
+        let secret = secret.ok_or_else(|| {
+            ImageError::Invalid(format!(
+                "failed to find secret {secret_name}: {}",
+                StoreError::not_found::<Secret>(secret_name)
+            ))
+        })?;
+        let key = (
+            ie.metadata.resource_version.clone().unwrap_or_default(),
+            secret.metadata.resource_version.clone().unwrap_or_default(),
+        );
+        if let Some(c) = self.contents.lock().unwrap().get(&uid)
+            && c.key == key
+        {
+            return Ok(c.clone());
+        }
+        let pull_secret = secret_value(&secret, DOCKER_CONFIG_JSON_KEY).ok_or_else(|| {
+            ImageError::Invalid(format!("secret {secret_name} did not contain key {DOCKER_CONFIG_JSON_KEY}"))
+        })?;
+        validate_pull_secret(&pull_secret)
+            .map_err(|e| ImageError::Invalid(format!("invalid pull secret data in secret {secret_name}: {e}")))?;
+
+        let input = crate::ignition::DiscoveryInput {
+            infra_env_id: uid.clone(),
+            service_base_url: self.config.base_url.clone(),
+            pull_secret,
+            ssh_authorized_key: ie.spec.ssh_authorized_key.clone().filter(|k| !k.trim().is_empty()),
+            proxy: ie.spec.proxy.as_ref().and_then(|p| {
+                let proxy = crate::ignition::Proxy {
+                    http_proxy: non_empty(&p.http_proxy),
+                    https_proxy: non_empty(&p.https_proxy),
+                    no_proxy: non_empty(&p.no_proxy),
+                };
+                (proxy.http_proxy.is_some() || proxy.https_proxy.is_some()).then_some(proxy)
+            }),
+            additional_trust_bundle: ie
+                .spec
+                .additional_trust_bundle
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            ignition_config_override: ie.spec.ignition_config_override.clone().filter(|s| !s.trim().is_empty()),
+            internal_ignition_override: None,
+            agent_image: self.config.agent_image.clone(),
+            agent_token: None,
+            insecure_skip_verify: false,
+            ca_cert_pem: None,
+        };
+        let ignition = crate::ignition::render_discovery_ignition(&input)
+            .map_err(|e| ImageError::Invalid(format!("discovery ignition: {e}")))?;
+        let archive = self.shared_part(crate::initrd::ignition_archive(ignition.as_bytes()));
+        let mut karg_ops = Vec::new();
+        let mut karg_appends = Vec::new();
+        for k in &ie.spec.kernel_arguments {
+            karg_ops.push(match k.operation {
+                KernelArgumentOperation::Append => {
+                    karg_appends.push(k.value.clone());
+                    KargOp::Append(k.value.clone())
+                }
+                KernelArgumentOperation::Replace => KargOp::Replace(k.value.clone()),
+                KernelArgumentOperation::Delete => KargOp::Delete(k.value.clone()),
+            });
+        }
+        let mut h = Sha256::new();
+        h.update(archive.sha256);
+        for op in &karg_ops {
+            h.update(format!("{op:?}\n").as_bytes());
+        }
+        let content = Arc::new(DiscoveryContent {
+            ignition: ignition.into(),
+            archive,
+            karg_ops,
+            karg_appends,
+            digest: h.finalize().into(),
+            key,
+        });
+        self.contents.lock().unwrap().insert(uid, content.clone());
+        Ok(content)
+    }
+
+    /// Rejects InfraEnv settings bootstream does not build into images yet, rather than serving an image
+    /// that silently lacks them.
+    fn check_unsupported(&self, ie: &InfraEnv) -> Result<(), ImageError> {
+        let s = &ie.spec;
+        let unsupported = [
+            (s.mirror_registry_ref.is_some(), "spec.mirrorRegistryRef"),
+            (!s.ntp_sources.is_empty(), "spec.ntpSources"),
+            (!s.additional_ntp_sources.is_empty(), "spec.additionalNTPSources"),
+            (s.image_type == Some(ImageType::MinimalIso), "spec.imageType: minimal-iso"),
+        ];
+        match unsupported.iter().find(|(set, _)| *set) {
+            Some((_, what)) => Err(ImageError::Invalid(format!("{what} is not supported by this bootstream version"))),
+            None => Ok(()),
+        }
+    }
+
+    /// One copy of each distinct part in memory, however many InfraEnvs share it.
+    fn shared_part(&self, bytes: Vec<u8>) -> Arc<Part> {
+        let sha: [u8; 32] = Sha256::digest(&bytes).into();
+        let mut parts = self.parts.lock().unwrap();
+        if let Some(p) = parts.get(&sha).and_then(Weak::upgrade) {
+            return p;
+        }
+        if parts.len() > 1024 {
+            parts.retain(|_, w| w.strong_count() > 0);
+        }
+        let part = Arc::new(Part { bytes: bytes.into(), sha256: sha });
+        parts.insert(sha, Arc::downgrade(&part));
+        part
+    }
+
+    /// The digest the InfraEnv status records (`imageDigest`): the discovery content and the base image.
+    pub fn image_digest(content: &DiscoveryContent, base: &BaseImage) -> String {
+        let mut h = Sha256::new();
+        h.update(content.digest);
+        h.update(base.file.sha256);
+        hex::encode(&h.finalize()[..16])
+    }
+
+    /// When the content of `ie`'s images last changed: `createdTime` if the status describes this very
+    /// content, else now (the controller has not caught up; a later Last-Modified is the safe answer).
+    fn content_modified(ie: &InfraEnv, content: &DiscoveryContent, base: &BaseImage) -> SystemTime {
+        let status = ie.status.as_ref();
+        match status.and_then(|s| s.created_time.as_ref()) {
+            Some(t) if status.map(|s| s.image_digest.as_str()) == Some(Self::image_digest(content, base).as_str()) => {
+                SystemTime::from(t.0).max(base.modified)
+            }
+            _ => SystemTime::now(),
+        }
+    }
+
+    /// The full discovery ISO of `ie` over `base`.
+    pub fn full_iso(
+        &self,
+        ie: &InfraEnv,
+        base: &BaseImage,
+        content: &DiscoveryContent,
+    ) -> Result<Representation, ImageError> {
+        base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        let live = &base.live;
+        let area = live.ignition_area;
+        crate::ignition::check_archive_size(content.archive.bytes.len(), area.len)
+            .map_err(|e| ImageError::Invalid(e.to_string()))?;
+        let mut overlays: Vec<(u64, Vec<Segment>)> = vec![(
+            area.offset,
+            vec![
+                Segment::Part { part: content.archive.clone(), offset: 0, len: content.archive.bytes.len() },
+                Segment::Zeros(area.len - content.archive.bytes.len() as u64),
+            ],
+        )];
+        if !content.karg_ops.is_empty() {
+            let Some(kargs) = &live.kargs else {
+                return Err(ImageError::Invalid(format!(
+                    "OS image {} ({}) has no kernel argument embed areas, so spec.kernelArguments cannot be applied",
+                    base.version, base.arch
+                )));
+            };
+            let new = crate::kargs::apply_ops(&kargs.current, &content.karg_ops)
+                .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
+            for a in &kargs.areas {
+                let bytes = crate::kargs::render_area(&new, kargs.size, a.end, a.pad)
+                    .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
+                let part = self.shared_part(bytes);
+                let len = part.bytes.len();
+                overlays.push((a.offset, vec![Segment::Part { part, offset: 0, len }]));
+            }
+        }
+        let plan = overlay_plan(&base.file, &mut overlays).map_err(ImageError::Internal)?;
+        Ok(Representation {
+            etag: hex::encode(plan.digest()),
+            plan,
+            last_modified: Self::content_modified(ie, content, base),
+            content_type: "application/x-iso9660-image",
+            filename: Some(format!("{}-discovery.iso", ie.metadata.uid.as_deref().unwrap_or("infraenv"))),
+        })
+    }
+
+    /// The PXE initrd: the base initrd with the Ignition archive appended.
+    pub fn pxe_initrd(
+        &self,
+        ie: &InfraEnv,
+        base: &BaseImage,
+        content: &DiscoveryContent,
+    ) -> Result<Representation, ImageError> {
+        base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        let initrd = base.live.initrd;
+        let mut b = PlanBuilder::default();
+        b.file(&base.file, initrd.offset, initrd.len);
+        b.part(content.archive.clone());
+        let plan = b.build();
+        Ok(Representation {
+            etag: hex::encode(plan.digest()),
+            plan,
+            last_modified: Self::content_modified(ie, content, base),
+            content_type: "application/octet-stream",
+            filename: Some(format!("{}-initrd.img", ie.metadata.uid.as_deref().unwrap_or("infraenv"))),
+        })
+    }
+
+    /// Kernel or rootfs of a base image, as they are.
+    pub fn boot_artifact(&self, base: &BaseImage, which: BootArtifact) -> Result<Representation, ImageError> {
+        base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        let (area, name) = match which {
+            BootArtifact::Kernel => (base.live.kernel, "vmlinuz"),
+            BootArtifact::Rootfs => (base.live.rootfs, "rootfs.img"),
+        };
+        let mut b = PlanBuilder::default();
+        b.file(&base.file, area.offset, area.len);
+        let plan = b.build();
+        Ok(Representation {
+            etag: hex::encode(plan.digest()),
+            plan,
+            last_modified: base.modified,
+            content_type: "application/octet-stream",
+            filename: Some(name.to_string()),
+        })
+    }
+
+    /// The discovery Ignition config as a download.
+    pub fn discovery_ignition(&self, ie: &InfraEnv, content: &DiscoveryContent) -> Representation {
+        let part = Arc::new(Part::new(content.ignition.as_bytes().to_vec()));
+        let plan = Plan::from_part(part);
+        Representation {
+            etag: hex::encode(plan.digest()),
+            plan,
+            last_modified: ie
+                .status
+                .as_ref()
+                .and_then(|s| s.created_time.as_ref())
+                .map(|t| SystemTime::from(t.0))
+                .unwrap_or_else(SystemTime::now),
+            content_type: "application/vnd.coreos.ignition+json",
+            filename: Some("discovery.ign".to_string()),
+        }
+    }
+
+    /// The iPXE boot script (spec-controllers §8.1): initrd, kernel with the fixed arguments and the
+    /// InfraEnv's edits, boot.
+    pub fn ipxe_script(
+        &self,
+        ie: &InfraEnv,
+        base: &BaseImage,
+        content: &DiscoveryContent,
+    ) -> Result<String, ImageError> {
+        let urls = self.urls(ie, base);
+        let mut kargs = format!("initrd=initrd coreos.live.rootfs_url={} {IPXE_KARGS}", urls.rootfs);
+        if !content.karg_ops.is_empty() {
+            kargs = crate::kargs::apply_ops(&kargs, &content.karg_ops)
+                .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
+        }
+        let mut env = minijinja::Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        let tmpl = env
+            .template_from_str(include_str!("../templates/ipxe/boot.ipxe"))
+            .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
+        let mut script = tmpl
+            .render(minijinja::context! { initrd_url => urls.initrd, kernel_url => urls.kernel, kargs => kargs })
+            .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
+        // The template engine drops the file's final newline; iPXE wants complete lines.
+        script.push('\n');
+        Ok(script)
+    }
+
+    /// The URLs of an InfraEnv's artifacts over `base` (spec-controllers §3.8, `byid` form).
+    pub fn urls(&self, ie: &InfraEnv, base: &BaseImage) -> ArtifactUrls {
+        let b = &self.config.base_url;
+        let id = ie.metadata.uid.as_deref().unwrap_or_default();
+        let q = format!("arch={}&version={}", enc(&base.arch), enc(&base.version));
+        let files = format!("{b}/api/assisted-install/v2/infra-envs/{id}/downloads/files");
+        let ipxe_type = if ie.spec.ipxe_script_type == Some(IpxeScriptType::BootOrderControl) {
+            "&ipxe_script_type=boot-order-control"
+        } else {
+            ""
+        };
+        ArtifactUrls {
+            iso: format!("{b}/byid/{id}/{}/{}/full.iso", enc(&base.version), enc(&base.arch)),
+            kernel: format!("{b}/boot-artifacts/kernel?{q}"),
+            rootfs: format!("{b}/boot-artifacts/rootfs?{q}"),
+            initrd: format!("{b}/images/{id}/pxe-initrd?{q}"),
+            ipxe_script: format!("{files}?file_name=ipxe-script{ipxe_type}"),
+            discovery_ignition: format!("{files}?file_name=discovery.ign"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactUrls {
+    pub iso: String,
+    pub kernel: String,
+    pub rootfs: String,
+    pub initrd: String,
+    pub ipxe_script: String,
+    pub discovery_ignition: String,
+}
+
+/// RFC 3986 unreserved characters stay as they are (`4.18`, `x86_64`); everything else is escaped.
+const URL_COMPONENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+fn enc(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, URL_COMPONENT).to_string()
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// A pull secret must be a Docker config JSON with an `auths` map (assisted-service checks the same).
+fn validate_pull_secret(text: &str) -> Result<(), String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let auths = v.get("auths").and_then(|a| a.as_object()).ok_or("no \"auths\" object")?;
+    for (registry, entry) in auths {
+        if entry.get("auth").and_then(|a| a.as_str()).is_none() {
+            return Err(format!("auths.{registry}: no \"auth\" string"));
+        }
+    }
+    Ok(())
+}
