@@ -1,0 +1,431 @@
+//! The HTTP API: routes compatible with assisted-image-service (spec-images §7) and with the
+//! assisted-service downloads a host uses (spec-controllers §8.1), plus a Kubernetes-style REST API for
+//! the resources of the embedded store (what `bootstream apply/get/delete` talk to).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::catalog::Catalog;
+use crate::controllers::infraenv;
+use crate::http::respond::{Representation, respond};
+use crate::http::{Body, Completion, Handler, RouteLabel, text};
+use crate::image::{BootArtifact, ImageError, Images};
+use crate::metrics::Metrics;
+use crate::resources::{InfraEnv, Kind, validate_document};
+use crate::store::StoreError;
+use crate::store::sqlite::SqliteStore;
+
+pub struct App {
+    pub images: Arc<Images<SqliteStore>>,
+    pub store: SqliteStore,
+    pub catalog: Arc<Catalog>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Handler for App {
+    async fn handle(self: Arc<Self>, req: Request<Bytes>) -> Response<Body> {
+        let route = route_label(req.uri().path());
+        self.metrics.started(route);
+        let mut resp = self.route(req).await;
+        resp.extensions_mut().insert(RouteLabel(route));
+        resp
+    }
+
+    fn completed(&self, c: Completion) {
+        if !c.complete {
+            tracing::info!(route = c.route, status = %c.status, sent = c.body_bytes, "response not completed");
+        }
+        self.metrics.completed(&c);
+    }
+}
+
+/// Bounded route names for metrics (never the raw path: ids would explode label cardinality).
+fn route_label(path: &str) -> &'static str {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["health"] => "/health",
+        ["live"] => "/live",
+        ["ready"] => "/ready",
+        ["metrics"] => "/metrics",
+        ["images", _] => "/images/:imageID",
+        ["images", _, "pxe-initrd"] => "/images/:imageID/pxe-initrd",
+        ["byid", ..] => "/byid/:token",
+        ["boot-artifacts", "kernel"] => "/boot-artifacts/kernel",
+        ["boot-artifacts", "rootfs"] => "/boot-artifacts/rootfs",
+        ["api", "assisted-install", "v2", "infra-envs", _, "downloads", "files"] => {
+            "/v2/infra-envs/:id/downloads/files"
+        }
+        ["apis", ..] | ["api", "v1", ..] => "/apis",
+        _ => "other",
+    }
+}
+
+fn query_map(req: &Request<Bytes>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                    (decode(k), decode(v))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
+}
+
+fn not_found() -> Response<Body> {
+    text(StatusCode::NOT_FOUND, "404 page not found")
+}
+
+fn image_error(e: &ImageError) -> Response<Body> {
+    text(e.http_status(), e.to_string())
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        })
+}
+
+impl App {
+    async fn route(&self, req: Request<Bytes>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let image_route = matches!(segs.first(), Some(&("images" | "byid" | "boot-artifacts")))
+            || segs.starts_with(&["api", "assisted-install"]);
+        if image_route && req.method() != Method::GET && req.method() != Method::HEAD {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed", req.method()));
+            r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+            return r;
+        }
+        match segs.as_slice() {
+            ["live"] => text(StatusCode::OK, "ok"),
+            ["health"] | ["ready"] => {
+                if self.catalog.is_settled() {
+                    text(StatusCode::OK, "ok")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "OS images are still loading")
+                }
+            }
+            ["metrics"] => {
+                let body = self.metrics.render(&self.catalog);
+                let mut r = text(StatusCode::OK, body);
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                );
+                r
+            }
+            ["images", id] => {
+                let q = query_map(&req);
+                let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
+                    return text(StatusCode::BAD_REQUEST, "'version' parameter required");
+                };
+                let arch = q.get("arch").filter(|a| !a.is_empty()).map(String::as_str).unwrap_or("x86_64");
+                match q.get("type").map(String::as_str) {
+                    Some("full-iso") => self.full_iso(&req, id, version, arch).await,
+                    Some(t @ ("minimal-iso" | "disconnected-iso")) => text(
+                        StatusCode::BAD_REQUEST,
+                        format!("type '{t}' is not supported by this bootstream version (supported: full-iso)"),
+                    ),
+                    Some(t) => text(StatusCode::BAD_REQUEST, format!("invalid value '{t}' for parameter 'type'")),
+                    None => text(StatusCode::BAD_REQUEST, "'type' parameter required"),
+                }
+            }
+            ["byid", id, version, arch, file] => match *file {
+                "full.iso" => self.full_iso(&req, id, version, arch).await,
+                "minimal.iso" | "disconnected.iso" => text(
+                    StatusCode::NOT_FOUND,
+                    format!("{file} is not supported by this bootstream version (supported: full.iso)"),
+                ),
+                other => text(StatusCode::NOT_FOUND, format!("unrecognized file name {other}")),
+            },
+            ["images", id, "pxe-initrd"] => {
+                let q = query_map(&req);
+                let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
+                    return text(StatusCode::BAD_REQUEST, "'version' parameter required for initrd download");
+                };
+                let arch = q.get("arch").filter(|a| !a.is_empty()).map(String::as_str).unwrap_or("x86_64");
+                self.pxe_initrd(&req, id, version, arch).await
+            }
+            ["boot-artifacts", artifact] => {
+                let which = match *artifact {
+                    "kernel" => BootArtifact::Kernel,
+                    "rootfs" => BootArtifact::Rootfs,
+                    other => {
+                        return text(
+                            StatusCode::NOT_FOUND,
+                            format!("Failed to parse artifact: unknown artifact {other:?} (kernel, rootfs)"),
+                        );
+                    }
+                };
+                let q = query_map(&req);
+                let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
+                    return text(StatusCode::BAD_REQUEST, "Failed to parse query parameters: 'version' is required");
+                };
+                let arch = q.get("arch").filter(|a| !a.is_empty()).map(String::as_str).unwrap_or("x86_64");
+                let base = match self.catalog.lookup(version, arch) {
+                    Ok(b) => b,
+                    Err(e) => return text(e.http_status(), e.to_string()),
+                };
+                match self.images.boot_artifact(&base, which) {
+                    Ok(rep) => respond(req.method(), req.headers(), &rep),
+                    Err(e) => image_error(&e),
+                }
+            }
+            ["api", "assisted-install", "v2", "infra-envs", id, "downloads", "files"] => {
+                self.infraenv_file(&req, id).await
+            }
+            _ => self.resource_api(&req, &segs).await,
+        }
+    }
+
+    async fn infraenv(&self, id: &str) -> Result<(InfraEnv, Arc<crate::image::DiscoveryContent>), ImageError> {
+        if !is_uuid(id) {
+            return Err(ImageError::UnknownInfraEnv(id.to_string()));
+        }
+        let ie = self.images.infraenv_by_id(id).await?;
+        let content = self.images.content(&ie).await?;
+        Ok((ie, content))
+    }
+
+    async fn full_iso(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str) -> Response<Body> {
+        let result = async {
+            let (ie, content) = self.infraenv(id).await?;
+            let base = self.catalog.lookup(version, arch)?;
+            self.images.full_iso(&ie, &base, &content)
+        }
+        .await;
+        self.represent(req, result)
+    }
+
+    async fn pxe_initrd(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str) -> Response<Body> {
+        let result = async {
+            let (ie, content) = self.infraenv(id).await?;
+            let base = self.catalog.lookup(version, arch).map_err(|e| match e {
+                crate::catalog::LookupError::Loading { .. } => ImageError::OsImage(e),
+                other => ImageError::Invalid(format!("version for {version} {arch}, not found: {other}")),
+            })?;
+            self.images.pxe_initrd(&ie, &base, &content)
+        }
+        .await;
+        match result {
+            Err(ImageError::Invalid(msg)) if msg.starts_with("version for") => text(StatusCode::BAD_REQUEST, msg),
+            other => self.represent(req, other),
+        }
+    }
+
+    fn represent(&self, req: &Request<Bytes>, result: Result<Representation, ImageError>) -> Response<Body> {
+        match result {
+            Ok(rep) => respond(req.method(), req.headers(), &rep),
+            Err(e) => image_error(&e),
+        }
+    }
+
+    /// `GET /api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=...`
+    async fn infraenv_file(&self, req: &Request<Bytes>, id: &str) -> Response<Body> {
+        let q = query_map(req);
+        let file_name = q.get("file_name").map(String::as_str).unwrap_or("");
+        let script_type = q.get("ipxe_script_type").map(String::as_str);
+        if script_type.is_some() && file_name != "ipxe-script" {
+            return text(StatusCode::BAD_REQUEST, "ipxe_script_type is only valid with file_name=ipxe-script");
+        }
+        let (ie, content) = match self.infraenv(id).await {
+            Ok(x) => x,
+            Err(e) => return image_error(&e),
+        };
+        match file_name {
+            "discovery.ign" => respond(req.method(), req.headers(), &self.images.discovery_ignition(&ie, &content)),
+            "ipxe-script" => {
+                let order_control = match script_type {
+                    None | Some("discovery-image-always") => false,
+                    Some("boot-order-control") => true,
+                    Some(other) => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            format!("invalid value '{other}' for parameter 'ipxe_script_type'"),
+                        );
+                    }
+                };
+                let mac = q.get("mac").filter(|m| !m.is_empty());
+                let script = if order_control && mac.is_none() {
+                    // Redirect script: iPXE fills in the MAC; the answer for that MAC decides whether the
+                    // host boots discovery or falls through to its disk (hosts registry: a later issue).
+                    Ok(format!(
+                        "#!ipxe\nchain {}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=ipxe-script&mac=${{net0/mac}}\n",
+                        self.images.config.base_url
+                    ))
+                } else {
+                    match self.images.selected_base(&ie) {
+                        Ok(base) => self.images.ipxe_script(&ie, &base, &content),
+                        Err(e) => Err(e),
+                    }
+                };
+                match script {
+                    Ok(s) => {
+                        let plan = crate::plan::Plan::from_part(Arc::new(crate::plan::Part::new(s.into_bytes())));
+                        let rep = Representation {
+                            etag: hex::encode(plan.digest()),
+                            plan,
+                            last_modified: std::time::SystemTime::now(),
+                            content_type: "text/plain; charset=utf-8",
+                            filename: Some(format!("{id}-ipxe-script")),
+                        };
+                        respond(req.method(), req.headers(), &rep)
+                    }
+                    Err(e) => image_error(&e),
+                }
+            }
+            "" => text(StatusCode::BAD_REQUEST, "'file_name' parameter required"),
+            other => text(
+                StatusCode::BAD_REQUEST,
+                format!("invalid value '{other}' for parameter 'file_name' (discovery.ign, ipxe-script)"),
+            ),
+        }
+    }
+
+    /// Kubernetes-style REST for the embedded store:
+    /// `/apis/agent-install.openshift.io/v1beta1[/namespaces/NS]/infraenvs[/NAME]`, `/api/v1[...]/secrets[/NAME]`.
+    async fn resource_api(&self, req: &Request<Bytes>, segs: &[&str]) -> Response<Body> {
+        let (api_prefix, rest) = match segs {
+            ["apis", "agent-install.openshift.io", "v1beta1", rest @ ..] => {
+                ("/apis/agent-install.openshift.io/v1beta1", rest)
+            }
+            ["api", "v1", rest @ ..] => ("/api/v1", rest),
+            _ => return not_found(),
+        };
+        let (namespace, plural, name) = match rest {
+            [plural] => (None, *plural, None),
+            ["namespaces", ns, plural] => (Some(*ns), *plural, None),
+            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
+            _ => return not_found(),
+        };
+        let Some(kind) = Kind::from_plural(plural).filter(|k| k.api_prefix() == api_prefix) else {
+            return status_error(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("the server could not find the requested resource ({plural})"),
+            );
+        };
+        let result = match (req.method().clone(), namespace, name) {
+            (Method::GET, ns, None) => self.store.list_documents(kind, ns).await.map(|items| {
+                crate::http::json(
+                    StatusCode::OK,
+                    &json!({
+                        "apiVersion": kind.api_version(), "kind": format!("{}List", kind.name()), "items": items
+                    }),
+                )
+            }),
+            (Method::GET, Some(ns), Some(name)) => match self.store.get_document(kind, ns, name).await {
+                Ok(Some(doc)) => Ok(crate::http::json(StatusCode::OK, &doc)),
+                Ok(None) => Err(not_found_error(kind, name)),
+                Err(e) => Err(e),
+            },
+            (Method::PUT, Some(ns), Some(name)) => self.apply(kind, req.body(), Some((ns, name))).await,
+            (Method::POST, Some(ns), None) => self.apply(kind, req.body(), Some((ns, ""))).await,
+            (Method::DELETE, Some(ns), Some(name)) => match self.store.delete_document(kind, ns, name).await {
+                Ok(Some(doc)) => Ok(crate::http::json(StatusCode::OK, &doc)),
+                Ok(None) => Err(not_found_error(kind, name)),
+                Err(e) => Err(e),
+            },
+            (m, _, _) => {
+                return status_error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "MethodNotAllowed",
+                    &format!("method {m} not allowed here"),
+                );
+            }
+        };
+        match result {
+            Ok(r) => r,
+            Err(e) => store_error(&e),
+        }
+    }
+
+    /// Creates or updates an object from a JSON document, then reconciles what it affects so that the
+    /// status a client reads next reflects the change.
+    async fn apply(
+        &self,
+        kind: Kind,
+        body: &Bytes,
+        target: Option<(&str, &str)>,
+    ) -> Result<Response<Body>, StoreError> {
+        let doc: Value =
+            serde_json::from_slice(body).map_err(|e| StoreError::Invalid(format!("request body is not JSON: {e}")))?;
+        let (doc_kind, mut doc) = validate_document(&doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if doc_kind != kind {
+            return Err(StoreError::Invalid(format!(
+                "a {} cannot be written to the {} collection",
+                doc_kind.name(),
+                kind.plural()
+            )));
+        }
+        if let Some((ns, name)) = target {
+            let doc_ns = doc["metadata"]["namespace"].as_str().unwrap_or(ns).to_string();
+            if doc_ns != ns {
+                return Err(StoreError::Invalid(format!(
+                    "metadata.namespace {doc_ns:?} does not match the namespace of the URL ({ns:?})"
+                )));
+            }
+            doc["metadata"]["namespace"] = Value::String(ns.to_string());
+            if !name.is_empty() && doc["metadata"]["name"].as_str() != Some(name) {
+                return Err(StoreError::Invalid(format!(
+                    "metadata.name does not match the name of the URL ({name:?})"
+                )));
+            }
+        }
+        let (stored, created) = self.store.apply_document(kind, doc).await?;
+        let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+        let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match kind {
+            Kind::InfraEnv => {
+                let _ = infraenv::reconcile(&self.images, &ns, &name).await;
+            }
+            Kind::Secret => {
+                let users: Vec<InfraEnv> = crate::store::Store::list(&self.store, Some(&ns)).await.unwrap_or_default();
+                for ie in users.into_iter().filter(|ie| ie.spec.pull_secret_ref.name == name) {
+                    let _ =
+                        infraenv::reconcile(&self.images, &ns, ie.metadata.name.as_deref().unwrap_or_default()).await;
+                }
+            }
+        }
+        let current = self.store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
+        Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
+    }
+}
+
+fn not_found_error(kind: Kind, name: &str) -> StoreError {
+    match kind {
+        Kind::InfraEnv => StoreError::not_found::<InfraEnv>(name),
+        Kind::Secret => StoreError::not_found::<k8s_openapi::api::core::v1::Secret>(name),
+    }
+}
+
+fn store_error(e: &StoreError) -> Response<Body> {
+    match e {
+        StoreError::NotFound { .. } => status_error(StatusCode::NOT_FOUND, "NotFound", &e.to_string()),
+        StoreError::Conflict(_) => status_error(StatusCode::CONFLICT, "Conflict", &e.to_string()),
+        StoreError::Invalid(_) => status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &e.to_string()),
+        StoreError::Backend(_) => status_error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e.to_string()),
+    }
+}
+
+/// A Kubernetes `Status` object, as the API server answers errors.
+fn status_error(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    crate::http::json(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code.as_u16()}),
+    )
+}

@@ -1,0 +1,367 @@
+//! The `bootstream` command line: `serve` runs everything in one process; `apply`, `get` and `delete`
+//! talk to a running server's REST API with the same YAML users apply to Kubernetes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::catalog::{Catalog, DigestCache, ImageSource, OsImageSpec};
+use crate::resources::Kind;
+
+const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+const DEFAULT_AGENT_IMAGE: &str = "quay.io/edge-infrastructure/assisted-installer-agent:latest";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bootstream",
+    version,
+    about = "Discovery-image server and late-binding host pool for bare-metal fleets"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the image server, REST API and controllers in one process, with state in the data directory.
+    Serve(ServeArgs),
+    /// Create or update resources from YAML files (multi-document; `-` reads standard input).
+    Apply {
+        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
+        server: String,
+        /// File(s) to apply.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Show resources.
+    Get {
+        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
+        server: String,
+        /// Kind: infraenv, secret (singular, plural or Kind name).
+        kind: String,
+        name: Option<String>,
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// List across all namespaces.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<Output>,
+    },
+    /// Delete a resource.
+    Delete {
+        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
+        server: String,
+        kind: String,
+        name: String,
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Output {
+    Json,
+    Yaml,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = concat!(
+    "With no --os-image, serve generates a small sample live ISO (not bootable; it has the real RHCOS layout) ",
+    "and serves it as OpenShift version ", "4.20", ", architecture x86_64, so everything works offline."
+))]
+struct ServeArgs {
+    /// Directory for state (SQLite), downloaded OS images and the sample image.
+    #[arg(long, env = "BOOTSTREAM_DATA_DIR", default_value = "./bootstream-data")]
+    data_dir: PathBuf,
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "BOOTSTREAM_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// URL hosts and BMCs use to reach this server; every URL in a status or iPXE script is built on it.
+    /// Defaults to http://LISTEN-ADDRESS.
+    #[arg(long, env = "BOOTSTREAM_BASE_URL")]
+    base_url: Option<String>,
+    /// Base live ISO: VERSION:ARCH:PATH, or VERSION:ARCH:URL:SHA256 to download it (repeatable).
+    #[arg(long = "os-image", value_name = "VERSION:ARCH:PATH_OR_URL[:SHA256]")]
+    os_images: Vec<OsImageSpec>,
+    /// Container image of the discovery agent the discovery Ignition starts.
+    #[arg(long, env = "AGENT_DOCKER_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
+    agent_image: String,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Serve(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(serve(args))
+        }
+        other => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(client_command(other))
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    let store = crate::store::sqlite::SqliteStore::open(&data_dir.join("state.db"))?;
+
+    let specs = if args.os_images.is_empty() {
+        let path = ensure_sample_image(&data_dir)?;
+        vec![OsImageSpec {
+            version: crate::sample::SAMPLE_VERSION.to_string(),
+            arch: crate::sample::SAMPLE_ARCH.to_string(),
+            source: ImageSource::Path(path),
+        }]
+    } else {
+        args.os_images.clone()
+    };
+    let catalog = Catalog::new(specs);
+    let digests = Arc::new(DigestCache::open(data_dir.join("image-digests.json")));
+
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let base_url = args.base_url.clone().unwrap_or_else(|| format!("http://{addr}"));
+    let base_url = base_url.trim_end_matches('/').to_string();
+    let config =
+        Arc::new(crate::image::ServiceConfig { base_url: base_url.clone(), agent_image: args.agent_image.clone() });
+    let images = crate::image::Images::new(store.clone(), catalog.clone(), config);
+    let metrics = crate::metrics::Metrics::new();
+    let app = Arc::new(crate::api::App { images: images.clone(), store, catalog: catalog.clone(), metrics });
+
+    tokio::spawn(crate::catalog::load_all(catalog.clone(), data_dir.join("os-images"), digests));
+    tokio::spawn(crate::controllers::run_infraenv_controller(images));
+
+    // Scripts and tests read this line to learn the address (useful with --listen ...:0).
+    println!("bootstream listening on http://{addr} (base URL {base_url}, data dir {})", data_dir.display());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    crate::http::server::serve(listener, app, Default::default(), shutdown_signal()).await;
+    tracing::info!("shutting down");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Writes the sample image into the data directory unless an identical one is there (rewriting an
+/// unchanged file would only invalidate its cached checksum).
+fn ensure_sample_image(data_dir: &Path) -> anyhow::Result<PathBuf> {
+    let dir = data_dir.join("sample");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("rhcos-sample-{}-{}.iso", crate::sample::SAMPLE_VERSION, crate::sample::SAMPLE_ARCH));
+    let fresh = dir.join(".sample.iso.new");
+    crate::sample::write_sample_iso(&fresh)?;
+    let same = std::fs::read(&path).ok() == Some(std::fs::read(&fresh)?);
+    if same {
+        std::fs::remove_file(&fresh)?;
+    } else {
+        std::fs::rename(&fresh, &path)?;
+        tracing::info!(path = %path.display(), "generated the sample OS image");
+    }
+    Ok(path)
+}
+
+async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
+    let client = reqwest::Client::new();
+    match cmd {
+        Command::Apply { server, files } => apply(&client, &server, &files).await,
+        Command::Get { server, kind, name, namespace, all_namespaces, output } => {
+            let kind = parse_kind(&kind)?;
+            let url = match (&name, all_namespaces) {
+                (Some(name), _) => object_url(&server, kind, &namespace, name),
+                (None, true) => format!("{}{}/{}", server.trim_end_matches('/'), kind.api_prefix(), kind.plural()),
+                (None, false) => format!("{}/{}", namespace_url(&server, kind, &namespace), kind.plural()),
+            };
+            let v = call(client.get(&url)).await?;
+            match output {
+                Some(Output::Json) => println!("{}", serde_json::to_string_pretty(&v)?),
+                Some(Output::Yaml) => print!("{}", yaml_serde::to_string(&v)?),
+                None => print_table(kind, &v, name.is_some()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Delete { server, kind, name, namespace } => {
+            let kind = parse_kind(&kind)?;
+            call(client.delete(object_url(&server, kind, &namespace, &name))).await?;
+            println!("{} \"{name}\" deleted", display_kind(kind));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve(_) => unreachable!("serve runs on its own runtime"),
+    }
+}
+
+fn parse_kind(name: &str) -> anyhow::Result<Kind> {
+    Kind::from_cli(name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "unknown kind {name:?}; known: {}",
+            Kind::ALL.iter().map(|k| k.name().to_ascii_lowercase()).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+fn display_kind(kind: Kind) -> String {
+    match kind.api_version().split_once('/') {
+        Some((group, _)) => format!("{}.{group}", kind.name().to_ascii_lowercase()),
+        None => kind.name().to_ascii_lowercase(),
+    }
+}
+
+fn namespace_url(server: &str, kind: Kind, namespace: &str) -> String {
+    format!("{}{}/namespaces/{namespace}", server.trim_end_matches('/'), kind.api_prefix())
+}
+
+fn object_url(server: &str, kind: Kind, namespace: &str, name: &str) -> String {
+    format!("{}/{}/{name}", namespace_url(server, kind, namespace), kind.plural())
+}
+
+/// Sends a request and returns its JSON body, or the server's error message.
+async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    let resp = req.send().await.map_err(|e| anyhow::anyhow!("cannot reach the bootstream server: {e}"))?;
+    let status = resp.status();
+    let body = resp.bytes().await?;
+    let value: Value =
+        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+    if status.is_success() {
+        Ok(value)
+    } else {
+        let msg = value.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| value.to_string());
+        anyhow::bail!("{msg}")
+    }
+}
+
+async fn apply(client: &reqwest::Client, server: &str, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for file in files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin())?
+        } else {
+            std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+        };
+        let docs = match parse_documents(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("error: {}: {e}", file.display());
+                failed = true;
+                continue;
+            }
+        };
+        for (i, doc) in docs.into_iter().enumerate() {
+            let label = format!("{} (document {})", file.display(), i + 1);
+            match apply_one(client, server, &doc).await {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    eprintln!("error: {label}: {e}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// Splits multi-document YAML; empty documents are skipped, as kubectl does.
+fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for de in yaml_serde::Deserializer::from_str(text) {
+        let v = Value::deserialize(de)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+async fn apply_one(client: &reqwest::Client, server: &str, doc: &Value) -> anyhow::Result<String> {
+    let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind_name = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let kind = Kind::from_type_meta(api_version, kind_name)?;
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow::anyhow!("metadata.name is required"))?;
+    let namespace = doc.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let before =
+        client.get(object_url(server, kind, namespace, name)).send().await.ok().filter(|r| r.status().is_success());
+    let before_rv = match before {
+        Some(r) => r.json::<Value>().await.ok().and_then(|v| v.pointer("/metadata/resourceVersion").cloned()),
+        None => None,
+    };
+    let stored = call(client.put(object_url(server, kind, namespace, name)).json(doc)).await?;
+    let verb = match before_rv {
+        None => "created",
+        Some(rv) if Some(&rv) == stored.pointer("/metadata/resourceVersion") => "unchanged",
+        Some(_) => "configured",
+    };
+    Ok(format!("{}/{name} {verb}", display_kind(kind)))
+}
+
+fn print_table(kind: Kind, v: &Value, single: bool) {
+    let items: Vec<&Value> =
+        if single { vec![v] } else { v["items"].as_array().map(|a| a.iter().collect()).unwrap_or_default() };
+    if items.is_empty() {
+        println!("No resources found.");
+        return;
+    }
+    match kind {
+        Kind::InfraEnv => {
+            println!("{:<24} {:<24} {:<22} IMAGE", "NAMESPACE", "NAME", "ISO CREATED AT");
+            for it in items {
+                let cond = it["status"]["conditions"]
+                    .as_array()
+                    .and_then(|cs| cs.iter().find(|c| c["type"] == "ImageCreated"))
+                    .map(|c| format!("{} {}", c["status"].as_str().unwrap_or(""), c["reason"].as_str().unwrap_or("")))
+                    .unwrap_or_else(|| "-".into());
+                println!(
+                    "{:<24} {:<24} {:<22} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    it["status"]["createdTime"].as_str().unwrap_or("-"),
+                    cond
+                );
+            }
+        }
+        Kind::Secret => {
+            println!("{:<24} {:<24} {:<36} DATA", "NAMESPACE", "NAME", "TYPE");
+            for it in items {
+                println!(
+                    "{:<24} {:<24} {:<36} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    it["type"].as_str().unwrap_or("Opaque"),
+                    it["data"].as_object().map(|d| d.len()).unwrap_or(0)
+                );
+            }
+        }
+    }
+}

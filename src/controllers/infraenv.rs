@@ -1,0 +1,132 @@
+//! The InfraEnv controller (spec-controllers §3): computes an InfraEnv's status — download URLs, boot
+//! artifact URLs, the `ImageCreated` condition — from the InfraEnv and the world (pull secret, OS
+//! images), by building the same image the download handlers serve.
+
+use std::time::Duration;
+
+use crate::image::{ImageError, Images};
+use crate::resources::{
+    BootArtifacts, Condition, IMAGE_CREATED_CONDITION, INFRAENV_NAME_LABEL, InfraEnv, LabelSelector,
+    MESSAGE_FAILED_TO_CREATE, MESSAGE_IMAGE_AVAILABLE, REASON_IMAGE_CREATION_ERROR, REASON_INFRAENV_AVAILABLE,
+    REASON_MISSING_CLUSTER_DEPLOYMENT, Time, set_condition,
+};
+use crate::store::{Store, StoreError};
+
+/// Retry delay for errors that may resolve by themselves (`defaultRequeueAfterPerRecoverableError`).
+pub const RECOVERABLE_REQUEUE: Duration = Duration::from_secs(20);
+
+/// What the runtime should do next with this key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    Done,
+    RequeueAfter(Duration),
+}
+
+/// The status `ie` should have, given the world as `images` sees it. Pure apart from reading the store
+/// and the catalog; `now` is the time to stamp on changes.
+pub async fn desired_status<S: Store>(
+    images: &Images<S>,
+    ie: &InfraEnv,
+    now: Time,
+) -> (crate::resources::InfraEnvStatus, Action) {
+    let mut status = ie.status.clone().unwrap_or_default();
+    let name = ie.metadata.name.clone().unwrap_or_default();
+    status.agent_label_selector = Some(LabelSelector {
+        match_labels: [(INFRAENV_NAME_LABEL.to_string(), name)].into_iter().collect(),
+        match_expressions: vec![],
+    });
+    let condition = |status: &str, reason: &str, message: String| Condition {
+        type_: IMAGE_CREATED_CONDITION.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: None,
+        last_heartbeat_time: None,
+    };
+    match build(images, ie).await {
+        Ok(built) => {
+            if status.image_digest != built.digest || status.iso_download_url != built.urls.iso {
+                status.created_time = Some(now.clone());
+                status.image_digest = built.digest;
+            }
+            status.iso_download_url = built.urls.iso;
+            status.boot_artifacts = BootArtifacts {
+                discovery_ignition_url: built.urls.discovery_ignition,
+                initrd: built.urls.initrd,
+                ipxe_script: built.urls.ipxe_script,
+                kernel: built.urls.kernel,
+                rootfs: built.urls.rootfs,
+            };
+            set_condition(
+                &mut status.conditions,
+                condition("True", REASON_INFRAENV_AVAILABLE, MESSAGE_IMAGE_AVAILABLE.to_string()),
+                now,
+            );
+            (status, Action::Done)
+        }
+        Err(err) => {
+            let (cond, action) = match &err {
+                ImageError::MissingClusterDeployment(_) => {
+                    (condition("Unknown", REASON_MISSING_CLUSTER_DEPLOYMENT, err.to_string()), Action::Done)
+                }
+                ImageError::Internal(_)
+                | ImageError::BaseChanged(_)
+                | ImageError::OsImage(crate::catalog::LookupError::Loading { .. }) => (
+                    condition(
+                        "False",
+                        REASON_IMAGE_CREATION_ERROR,
+                        format!("{MESSAGE_FAILED_TO_CREATE} due to an internal error: {err}"),
+                    ),
+                    Action::RequeueAfter(RECOVERABLE_REQUEUE),
+                ),
+                _ => (
+                    condition("False", REASON_IMAGE_CREATION_ERROR, format!("{MESSAGE_FAILED_TO_CREATE}: {err}")),
+                    Action::Done,
+                ),
+            };
+            // No image: advertise no URLs (assisted-service clears them on ImageCreationError).
+            status.iso_download_url.clear();
+            status.created_time = None;
+            status.image_digest.clear();
+            status.boot_artifacts = BootArtifacts::default();
+            set_condition(&mut status.conditions, cond, now);
+            (status, action)
+        }
+    }
+}
+
+struct Built {
+    urls: crate::image::ArtifactUrls,
+    digest: String,
+}
+
+/// Builds every artifact once (checking sizes and kernel arguments), without serving anything.
+async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, ImageError> {
+    let content = images.content(ie).await?;
+    let base = images.selected_base(ie)?;
+    images.full_iso(ie, &base, &content)?;
+    images.pxe_initrd(ie, &base, &content)?;
+    images.ipxe_script(ie, &base, &content)?;
+    Ok(Built { urls: images.urls(ie, &base), digest: Images::<S>::image_digest(&content, &base) })
+}
+
+/// Reconciles one InfraEnv: fetches it, computes its status, writes it if it changed.
+pub async fn reconcile<S: Store>(images: &Images<S>, namespace: &str, name: &str) -> Result<Action, StoreError> {
+    let Some(ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
+        return Ok(Action::Done);
+    };
+    let now = Time(jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_else(|_| jiff::Timestamp::now()));
+    let (status, action) = desired_status(images, &ie, now).await;
+    if ie.status.as_ref() != Some(&status) {
+        let mut updated = ie.clone();
+        updated.status = Some(status);
+        match images.store.update_status(&updated).await {
+            Ok(_) => {}
+            // Someone changed it meanwhile; the change event brings us back with the new version.
+            Err(StoreError::Conflict(_)) => return Ok(Action::RequeueAfter(Duration::ZERO)),
+            Err(e) if e.is_not_found() => return Ok(Action::Done),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(action)
+}

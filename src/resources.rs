@@ -1,0 +1,586 @@
+//! The resource model: the same YAML users apply to Kubernetes (assisted-service's CRDs), as Rust types.
+//!
+//! Spec types reject unknown fields, so that a typo in a user's YAML is an error that names the field
+//! instead of a setting that silently does nothing. Field names and JSON spellings follow the CRDs in
+//! `../shared/fixtures/assisted/crds/` exactly.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+/// Label put on Agents (and BMHs, PPIs) naming their InfraEnv.
+pub const INFRAENV_NAME_LABEL: &str = "infraenvs.agent-install.openshift.io";
+/// The one condition an InfraEnv carries.
+pub const IMAGE_CREATED_CONDITION: &str = "ImageCreated";
+pub const REASON_INFRAENV_AVAILABLE: &str = "InfraEnvAvailable";
+pub const REASON_IMAGE_CREATION_ERROR: &str = "ImageCreationError";
+pub const REASON_MISSING_CLUSTER_DEPLOYMENT: &str = "MissingClusterDeployment";
+pub const MESSAGE_IMAGE_AVAILABLE: &str = "InfraEnv is available: Image has been created";
+pub const MESSAGE_FAILED_TO_CREATE: &str = "Failed to create image";
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "agent-install.openshift.io",
+    version = "v1beta1",
+    kind = "InfraEnv",
+    plural = "infraenvs",
+    namespaced,
+    status = "InfraEnvStatus"
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InfraEnvSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<Proxy>,
+    #[serde(default, rename = "additionalNTPSources", skip_serializing_if = "Vec::is_empty")]
+    pub additional_ntp_sources: Vec<String>,
+    #[serde(default, rename = "ntpSources", skip_serializing_if = "Vec::is_empty")]
+    pub ntp_sources: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_authorized_key: Option<String>,
+    pub pull_secret_ref: LocalObjectReference,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nm_state_config_label_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ref: Option<ClusterReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignition_config_override: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_architecture: Option<String>,
+    #[serde(default, rename = "ipxeScriptType", skip_serializing_if = "Option::is_none")]
+    pub ipxe_script_type: Option<IpxeScriptType>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_arguments: Vec<KernelArgument>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_trust_bundle: Option<String>,
+    #[serde(default, rename = "osImageVersion", skip_serializing_if = "Option::is_none")]
+    pub os_image_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_registry_ref: Option<NamespacedReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_type: Option<ImageType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_approval: Option<AgentApproval>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_discovery_delay_seconds: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Proxy {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub http_proxy: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub https_proxy: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub no_proxy: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalObjectReference {
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterReference {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamespacedReference {
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentApproval {
+    #[serde(default)]
+    pub auto_approve: bool,
+}
+
+/// A Kubernetes label selector (`matchLabels` AND `matchExpressions`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum IpxeScriptType {
+    #[serde(rename = "")]
+    Unset,
+    DiscoveryImageAlways,
+    BootOrderControl,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ImageType {
+    #[serde(rename = "full-iso")]
+    FullIso,
+    #[serde(rename = "minimal-iso")]
+    MinimalIso,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KernelArgument {
+    pub operation: KernelArgumentOperation,
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelArgumentOperation {
+    Append,
+    Replace,
+    Delete,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraEnvStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_label_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "BootArtifacts::is_empty")]
+    pub boot_artifacts: BootArtifacts,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_info: Option<DebugInfo>,
+    #[serde(default, rename = "isoDownloadURL", skip_serializing_if = "String::is_empty")]
+    pub iso_download_url: String,
+    /// bootstream extension: the strong ETag of the discovery ISO the status describes. `createdTime`
+    /// moves when this changes, so a new image (new pull secret, new static network...) is visible even
+    /// where the download URL stays the same.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image_digest: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct BootArtifacts {
+    #[serde(default, rename = "discoveryIgnitionURL", skip_serializing_if = "String::is_empty")]
+    pub discovery_ignition_url: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub initrd: String,
+    #[serde(default, rename = "ipxeScript", skip_serializing_if = "String::is_empty")]
+    pub ipxe_script: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernel: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rootfs: String,
+}
+
+impl BootArtifacts {
+    pub fn is_empty(&self) -> bool {
+        *self == BootArtifacts::default()
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct DebugInfo {
+    #[serde(default, rename = "eventsURL", skip_serializing_if = "String::is_empty")]
+    pub events_url: String,
+    #[serde(default, rename = "staticNetworkDownloadURL", skip_serializing_if = "String::is_empty")]
+    pub static_network_download_url: String,
+}
+
+/// An OpenShift-style status condition (the shape assisted-service's CRDs use, with heartbeat time).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+}
+
+/// Sets a condition the way OpenShift's `SetStatusConditionNoHeartbeat` does: the transition time moves
+/// only when the status changes. Returns true if anything changed.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: Time) -> bool {
+    if let Some(old) = conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        if old.status == new.status && old.reason == new.reason && old.message == new.message {
+            return false;
+        }
+        new.last_transition_time = if old.status == new.status { old.last_transition_time.clone() } else { Some(now) };
+        new.last_heartbeat_time = old.last_heartbeat_time.clone();
+        *old = new;
+    } else {
+        new.last_transition_time = Some(now);
+        conditions.push(new);
+    }
+    true
+}
+
+pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+impl InfraEnv {
+    /// Architecture as assisted-service normalizes it (empty ⇒ x86_64, amd64 ⇒ x86_64, aarch64 ⇒ arm64).
+    pub fn cpu_architecture(&self) -> String {
+        normalize_arch(self.spec.cpu_architecture.as_deref().unwrap_or(""))
+    }
+}
+
+pub fn normalize_arch(arch: &str) -> String {
+    match arch {
+        "" | "amd64" | "x86-64" => "x86_64".to_string(),
+        "aarch64" => "arm64".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The `.dockerconfigjson` key of a pull secret.
+pub const DOCKER_CONFIG_JSON_KEY: &str = ".dockerconfigjson";
+
+/// Reads a string value from a Secret's `data` (or `stringData`, which the store folds into `data`).
+pub fn secret_value(secret: &Secret, key: &str) -> Option<String> {
+    if let Some(v) = secret.data.as_ref().and_then(|d| d.get(key)) {
+        return String::from_utf8(v.0.clone()).ok();
+    }
+    secret.string_data.as_ref().and_then(|d| d.get(key)).cloned()
+}
+
+/// Errors in a user's resource document, with the path of the offending field.
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("kind {kind} (apiVersion {api_version}) is not supported; supported kinds: {supported}")]
+    UnsupportedKind { kind: String, api_version: String, supported: String },
+}
+
+/// Kinds the embedded store accepts, with their API coordinates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    InfraEnv,
+    Secret,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::InfraEnv, Kind::Secret];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::InfraEnv => "InfraEnv",
+            Kind::Secret => "Secret",
+        }
+    }
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::InfraEnv => "agent-install.openshift.io/v1beta1",
+            Kind::Secret => "v1",
+        }
+    }
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::InfraEnv => "infraenvs",
+            Kind::Secret => "secrets",
+        }
+    }
+    /// REST path prefix of the kind's collection, Kubernetes style (`/apis/<group>/<version>` or `/api/v1`).
+    pub fn api_prefix(self) -> &'static str {
+        match self {
+            Kind::InfraEnv => "/apis/agent-install.openshift.io/v1beta1",
+            Kind::Secret => "/api/v1",
+        }
+    }
+    /// Accepts the names users type on the command line: `infraenv`, `infraenvs`, `InfraEnv`, `secret`...
+    pub fn from_cli(name: &str) -> Option<Kind> {
+        let lower = name.to_ascii_lowercase();
+        Kind::ALL.into_iter().find(|k| {
+            let singular = k.name().to_ascii_lowercase();
+            lower == singular || lower == k.plural() || lower.split('.').next() == Some(k.plural())
+        })
+    }
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+    pub fn from_type_meta(api_version: &str, kind: &str) -> Result<Kind, DocumentError> {
+        Kind::ALL.into_iter().find(|k| k.name() == kind && k.api_version() == api_version).ok_or_else(|| {
+            DocumentError::UnsupportedKind {
+                kind: kind.to_string(),
+                api_version: api_version.to_string(),
+                supported: Kind::ALL
+                    .iter()
+                    .map(|k| format!("{} ({})", k.name(), k.api_version()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+        })
+    }
+}
+
+const TOP_LEVEL_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
+const SECRET_TOP_LEVEL_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"];
+const METADATA_FIELDS: &[&str] = &[
+    "name",
+    "namespace",
+    "labels",
+    "annotations",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "finalizers",
+    "ownerReferences",
+    "managedFields",
+    "generateName",
+    "selfLink",
+];
+
+/// Checks a user document (already parsed from YAML or JSON) and returns it normalized, as the typed
+/// value serializes it. Errors name the field: `spec.proxy.httpProxy: invalid type: integer...`.
+pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
+    let obj = doc.as_object().ok_or_else(|| DocumentError::Invalid("a resource must be a mapping".into()))?;
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind_name = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    if api_version.is_empty() || kind_name.is_empty() {
+        return Err(DocumentError::Invalid("apiVersion and kind are required".into()));
+    }
+    let kind = Kind::from_type_meta(api_version, kind_name)?;
+    let allowed = if kind == Kind::Secret { SECRET_TOP_LEVEL_FIELDS } else { TOP_LEVEL_FIELDS };
+    check_known_fields("", obj, allowed)?;
+    let metadata = obj
+        .get("metadata")
+        .and_then(Value::as_object)
+        .ok_or_else(|| DocumentError::Invalid("metadata: a mapping with at least a name is required".into()))?;
+    check_known_fields("metadata.", metadata, METADATA_FIELDS)?;
+    let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default();
+    check_dns_name("metadata.name", name)?;
+    if let Some(ns) = metadata.get("namespace") {
+        check_dns_name("metadata.namespace", ns.as_str().unwrap_or_default())?;
+    }
+    let normalized = match kind {
+        Kind::InfraEnv => {
+            let mut typed: InfraEnv = typed_from(doc)?;
+            typed.status = None;
+            validate_infraenv(&typed)?;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+        Kind::Secret => {
+            let mut typed: Secret = typed_from(doc)?;
+            fold_string_data(&mut typed);
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+    };
+    Ok((kind, normalized))
+}
+
+fn typed_from<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, DocumentError> {
+    serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." || path.is_empty() {
+            DocumentError::Invalid(e.into_inner().to_string())
+        } else {
+            DocumentError::Invalid(format!("{path}: {}", e.into_inner()))
+        }
+    })
+}
+
+fn check_known_fields(
+    prefix: &str,
+    obj: &serde_json::Map<String, Value>,
+    allowed: &[&str],
+) -> Result<(), DocumentError> {
+    for key in obj.keys() {
+        if !allowed.contains(&key.as_str()) {
+            return Err(DocumentError::Invalid(format!(
+                "{prefix}{key}: unknown field `{key}`, expected one of {}",
+                allowed.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Object names as Kubernetes accepts them (RFC 1123 subdomain), which also keeps them safe in URLs.
+fn check_dns_name(field: &str, name: &str) -> Result<(), DocumentError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(DocumentError::Invalid(format!(
+            "{field}: {name:?} is not a valid name (lower-case letters, digits, '-' and '.', starting and ending alphanumeric)"
+        )))
+    }
+}
+
+fn validate_infraenv(ie: &InfraEnv) -> Result<(), DocumentError> {
+    if ie.spec.pull_secret_ref.name.is_empty() {
+        return Err(DocumentError::Invalid("spec.pullSecretRef.name: a pull secret is required".into()));
+    }
+    for (i, karg) in ie.spec.kernel_arguments.iter().enumerate() {
+        if !valid_karg_value(&karg.value) {
+            return Err(DocumentError::Invalid(format!(
+                "spec.kernelArguments[{i}].value: {:?} is not a kernel argument (no spaces outside double quotes)",
+                karg.value
+            )));
+        }
+    }
+    if let Some(over) = ie.spec.ignition_config_override.as_deref().filter(|s| !s.trim().is_empty()) {
+        serde_json::from_str::<Value>(over)
+            .map_err(|e| DocumentError::Invalid(format!("spec.ignitionConfigOverride: not valid JSON: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The CRD's pattern `^(?:(?:[^ \t\n\r"]+)|(?:"[^"]*"))+$`, without a regex engine.
+fn valid_karg_value(v: &str) -> bool {
+    if v.is_empty() {
+        return false;
+    }
+    let mut in_quotes = false;
+    for c in v.chars() {
+        match c {
+            '"' => in_quotes = !in_quotes,
+            ' ' | '\t' | '\n' | '\r' if !in_quotes => return false,
+            _ => {}
+        }
+    }
+    !in_quotes
+}
+
+/// The API server turns `stringData` into base64 `data`; we do the same so reads are uniform.
+fn fold_string_data(secret: &mut Secret) {
+    if let Some(string_data) = secret.string_data.take() {
+        let data = secret.data.get_or_insert_with(BTreeMap::new);
+        for (k, v) in string_data {
+            data.insert(k, k8s_openapi::ByteString(v.into_bytes()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(s: &str) -> Value {
+        yaml_serde::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn accepts_the_assisted_examples_unchanged() {
+        for f in ["infraEnv.yaml", "infraEnvLateBinding.yaml", "pullsecret.yaml"] {
+            let text = std::fs::read_to_string(format!("../shared/fixtures/assisted/examples/{f}")).unwrap();
+            let (kind, _) = validate_document(&yaml(&text)).unwrap_or_else(|e| panic!("{f}: {e}"));
+            assert!(matches!(kind, Kind::InfraEnv | Kind::Secret));
+        }
+    }
+
+    #[test]
+    fn unknown_spec_field_is_named() {
+        let doc = yaml(
+            "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a, namespace: b}\nspec:\n  pullSecretRef: {name: ps}\n  sshAuthorisedKey: x\n",
+        );
+        let err = validate_document(&doc).unwrap_err().to_string();
+        assert!(err.contains("sshAuthorisedKey"), "{err}");
+        assert!(err.starts_with("spec"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_named_with_its_path() {
+        let doc = yaml(
+            "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a, namespace: b}\nspec:\n  pullSecretRef: {name: ps}\n  proxy: {httpProxy: [1]}\n",
+        );
+        let err = validate_document(&doc).unwrap_err().to_string();
+        assert!(err.starts_with("spec.proxy.httpProxy: invalid type"), "{err}");
+    }
+
+    #[test]
+    fn unknown_metadata_and_top_level_fields_are_errors() {
+        let doc = yaml(
+            "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a, lables: {}}\nspec: {pullSecretRef: {name: ps}}\n",
+        );
+        assert!(validate_document(&doc).unwrap_err().to_string().contains("metadata.lables"));
+        let doc =
+            yaml("apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a}\nspecs: {}\n");
+        assert!(validate_document(&doc).unwrap_err().to_string().contains("specs"));
+    }
+
+    #[test]
+    fn unsupported_kind_lists_supported_ones() {
+        let doc = yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n");
+        let err = validate_document(&doc).unwrap_err().to_string();
+        assert!(err.contains("ConfigMap") && err.contains("InfraEnv"), "{err}");
+    }
+
+    #[test]
+    fn secret_string_data_is_folded_into_data() {
+        let doc = yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: a, namespace: b}\nstringData: {k: v}\n");
+        let (_, v) = validate_document(&doc).unwrap();
+        assert_eq!(v["data"]["k"], "dg==");
+        assert!(v.get("stringData").is_none());
+    }
+
+    #[test]
+    fn karg_pattern() {
+        assert!(valid_karg_value("rd.net.timeout.carrier=60"));
+        assert!(valid_karg_value("a=\"b c\""));
+        assert!(!valid_karg_value("a b"));
+        assert!(!valid_karg_value(""));
+        assert!(!valid_karg_value("a=\"b"));
+    }
+
+    #[test]
+    fn conditions_keep_transition_time_when_status_is_unchanged() {
+        let t0 = Time(jiff::Timestamp::from_second(1).unwrap());
+        let t1 = Time(jiff::Timestamp::from_second(2).unwrap());
+        let mut cs = vec![];
+        let c = |status: &str, msg: &str| Condition {
+            type_: "ImageCreated".into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: msg.into(),
+            last_transition_time: None,
+            last_heartbeat_time: None,
+        };
+        assert!(set_condition(&mut cs, c("True", "a"), t0.clone()));
+        assert!(!set_condition(&mut cs, c("True", "a"), t1.clone()));
+        assert!(set_condition(&mut cs, c("True", "b"), t1.clone()));
+        assert_eq!(cs[0].last_transition_time, Some(t0));
+        assert!(set_condition(&mut cs, c("False", "b"), t1.clone()));
+        assert_eq!(cs[0].last_transition_time, Some(t1));
+    }
+}

@@ -1,0 +1,67 @@
+//! Where resources live. Controllers and the image server see the world only through [`Store`], which
+//! has an embedded SQLite implementation ([`sqlite::SqliteStore`]) and, for clusters, a Kubernetes one.
+
+pub mod sqlite;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+
+/// A resource type the store holds: any Kubernetes-shaped object.
+pub trait Object:
+    kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
+{
+}
+impl<T> Object for T where
+    T: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
+{
+}
+
+/// The resource name Kubernetes uses in messages: `infraenvs.agent-install.openshift.io`, `secrets`.
+pub fn resource_name<K: Object>() -> String {
+    let group = K::group(&());
+    let plural = K::plural(&());
+    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Worded as the Kubernetes API server words it: `secrets "pull-secret" not found`.
+    #[error("{resource} \"{name}\" not found")]
+    NotFound { resource: String, name: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("store: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    pub fn not_found<K: Object>(name: &str) -> StoreError {
+        StoreError::NotFound { resource: resource_name::<K>(), name: name.to_string() }
+    }
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::NotFound { .. })
+    }
+}
+
+/// A change to a stored object, for controllers to map to the keys they reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeEvent {
+    /// [`resource_name`] of the object's kind.
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+pub trait Store: Clone + Send + Sync + 'static {
+    fn get<K: Object>(&self, namespace: &str, name: &str)
+    -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
+    fn list<K: Object>(&self, namespace: Option<&str>) -> impl Future<Output = Result<Vec<K>, StoreError>> + Send;
+    /// The object with this `metadata.uid` (InfraEnvs are addressed by uid in image URLs).
+    fn get_by_uid<K: Object>(&self, uid: &str) -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
+    /// Replaces the object's status if its resourceVersion is still current; returns the stored object.
+    fn update_status<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send;
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
+}
