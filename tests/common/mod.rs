@@ -1,0 +1,285 @@
+//! Shared helpers for integration tests: the real `bootstream` binary on a loopback port, a raw HTTP/1.1
+//! client (so tests see exactly the bytes on the wire), fixtures and external tools.
+#![allow(dead_code)]
+
+pub mod qemu;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
+
+/// Repository root (tests run with the package root as working directory).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/...`, read-only.
+pub fn shared(rel: &str) -> PathBuf {
+    repo().join("..").join("shared").join(rel)
+}
+
+/// A running `bootstream serve`.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    pub addr: String,
+    pub data_dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts `bootstream serve` on a free loopback port with a fresh data directory.
+    pub fn start(extra: &[&str]) -> Server {
+        Self::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
+    }
+
+    pub fn start_in(data_dir: tempfile::TempDir, listen: &str, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .arg("--listen")
+            .arg(listen)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning bootstream serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("reading the listening line");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
+            .to_string();
+        let server = Server { child, url: format!("http://{addr}"), addr, data_dir };
+        server.wait_ready();
+        server
+    }
+
+    /// Waits until `/ready` answers 200 (all OS images settled).
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(r) = try_request(&self.addr, "GET", "/ready", &[], b"")
+                && r.status == 200
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "server at {} never became ready", self.addr);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `bootstream apply -f -` with `yaml` on standard input.
+    pub fn apply(&self, yaml: &str) -> std::process::Output {
+        cli(&["apply", "--server", &self.url, "-f", "-"], Some(yaml))
+    }
+
+    /// `apply` that must succeed.
+    pub fn apply_ok(&self, yaml: &str) -> String {
+        let out = self.apply(yaml);
+        assert!(out.status.success(), "apply failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `bootstream get KIND NAME -n NS -o json`.
+    pub fn get_json(&self, kind: &str, ns: &str, name: &str) -> Value {
+        let out = cli(&["get", "--server", &self.url, kind, name, "-n", ns, "-o", "json"], None);
+        assert!(out.status.success(), "get failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Waits until the InfraEnv's ImageCreated condition has `status`, and returns the InfraEnv.
+    pub fn wait_image_created(&self, ns: &str, name: &str, status: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ie = self.get_json("infraenv", ns, name);
+            if condition(&ie, "ImageCreated").map(|c| c["status"] == status).unwrap_or(false) {
+                return ie;
+            }
+            assert!(Instant::now() < deadline, "ImageCreated never became {status}: {ie:#}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        request(&self.addr, "GET", path, &[], b"")
+    }
+
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+        request(&self.addr, method, path, headers, b"")
+    }
+
+    /// Path and query of an absolute URL the server handed out (status URLs are built on the base URL).
+    pub fn path_of(&self, url: &str) -> String {
+        let rest = url.split("://").nth(1).expect("absolute URL");
+        format!("/{}", rest.split_once('/').map(|x| x.1).unwrap_or(""))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Runs the bootstream CLI.
+pub fn cli(args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+/// A response as read off the wire.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    try_request(addr, method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// One request on a fresh connection (`Connection: close`), body read to EOF and checked against
+/// Content-Length so a truncated response fails the test.
+pub fn try_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let mut hdrs = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut hdrs);
+    let n = match resp.parse(&raw) {
+        Ok(httparse::Status::Complete(n)) => n,
+        other => return Err(std::io::Error::other(format!("bad response head: {other:?}"))),
+    };
+    let headers: BTreeMap<String, String> = resp
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+        .collect();
+    let status = resp.code.unwrap();
+    let body = raw[n..].to_vec();
+    if method != "HEAD"
+        && let Some(len) = headers.get("content-length")
+    {
+        let len: usize = len.parse().unwrap();
+        if body.len() != len {
+            return Err(std::io::Error::other(format!("body is {} bytes, Content-Length says {len}", body.len())));
+        }
+    }
+    Ok(Response { status, headers, body })
+}
+
+/// Decompresses `../shared/fixtures/coreos-installer/iso/NAME.iso.xz` into `dir` and returns the path.
+pub fn fixture_iso(name: &str, dir: &Path) -> PathBuf {
+    let src = shared(&format!("fixtures/coreos-installer/iso/{name}.iso.xz"));
+    let out = dir.join(format!("{name}.iso"));
+    let data = Command::new("xz").arg("-dc").arg(&src).output().expect("running xz (install xz-utils)");
+    assert!(data.status.success(), "xz -dc {}", src.display());
+    std::fs::write(&out, data.stdout).unwrap();
+    out
+}
+
+/// Every ISO fixture except `synthetic`.
+pub fn fixture_iso_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(shared("fixtures/coreos-installer/iso"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".iso.xz").map(str::to_string)
+        })
+        .filter(|n| n != "synthetic")
+        .collect();
+    names.sort();
+    names
+}
+
+/// Path of an external tool, or a panic naming the setup script (tests never skip silently).
+pub fn tool(name: &str) -> PathBuf {
+    let home_bin = std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo/bin").join(name)).ok();
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(home_bin)
+        .find(|p| p.is_file());
+    found.unwrap_or_else(|| panic!("{name} is not installed; `bash .ci/test` installs the test prerequisites"))
+}
+
+/// Runs coreos-installer and returns stdout (panics with stderr on failure).
+pub fn coreos_installer(args: &[&str]) -> Vec<u8> {
+    let out = Command::new(tool("coreos-installer")).args(args).output().unwrap();
+    assert!(out.status.success(), "coreos-installer {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+/// The pull secret Secret YAML of the assisted examples.
+pub fn pull_secret_yaml(ns: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\nmetadata:\n  name: pull-secret\n  namespace: {ns}\nstringData:\n  .dockerconfigjson: '{{\"auths\":{{\"cloud.openshift.com\":{{\"auth\":\"dXNlcjpwYXNzd29yZAo=\",\"email\":\"r@rr.com\"}}}}}}'\n"
+    )
+}
+
+/// A minimal late-binding InfraEnv.
+pub fn infraenv_yaml(ns: &str, name: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  pullSecretRef:\n    name: pull-secret\n  sshAuthorizedKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOfake test@bootstream\n{extra_spec}"
+    )
+}

@@ -1,0 +1,110 @@
+//! Every real live-ISO fixture made by the CoreOS build tool, loaded as a base image and served as an
+//! InfraEnv's discovery ISO, read back with the real coreos-installer.
+
+mod common;
+
+use common::*;
+
+/// Serves all fixtures at once (version = fixture name) and checks each served ISO.
+#[test]
+fn served_full_isos_carry_the_discovery_ignition_and_nothing_else_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = fixture_iso_names();
+    assert!(names.len() >= 7, "expected the coreos-installer fixtures, found {names:?}");
+    let mut args = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let path = fixture_iso(name, dir.path());
+        args.push("--os-image".to_string());
+        args.push(format!("4.{}:x86_64:{}", 10 + i, path.display()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(&args);
+    server.apply_ok(&pull_secret_yaml("fleet"));
+    server.apply_ok(&infraenv_yaml("fleet", "pool", ""));
+    let ie = server.wait_image_created("fleet", "pool", "True");
+    let id = ie["metadata"]["uid"].as_str().unwrap();
+
+    let ignition =
+        server.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
+    assert_eq!(ignition.status, 200);
+    assert!(ignition.body.starts_with(b"{"), "discovery.ign: {}", ignition.text());
+
+    for (i, name) in names.iter().enumerate() {
+        let version = format!("4.{}", 10 + i);
+        let base_path = dir.path().join(format!("{name}.iso"));
+        let base = std::fs::read(&base_path).unwrap();
+        let resp = server.get(&format!("/byid/{id}/{version}/x86_64/full.iso"));
+        assert_eq!(resp.status, 200, "{name}: {}", resp.text());
+        assert_eq!(resp.body.len(), base.len(), "{name}: served ISO has the base ISO's length");
+        let served = dir.path().join(format!("{name}.served.iso"));
+        std::fs::write(&served, &resp.body).unwrap();
+
+        // coreos-installer reads back exactly the InfraEnv's discovery Ignition.
+        let shown = coreos_installer(&["iso", "ignition", "show", served.to_str().unwrap()]);
+        assert_eq!(shown, ignition.body, "{name}: iso ignition show");
+
+        // Every byte outside the Ignition area equals the base ISO.
+        let area: serde_json::Value = serde_json::from_slice(&coreos_installer(&[
+            "dev",
+            "show",
+            "iso",
+            "--ignition",
+            base_path.to_str().unwrap(),
+        ]))
+        .unwrap();
+        let (off, len) = (area["offset"].as_u64().unwrap() as usize, area["length"].as_u64().unwrap() as usize);
+        assert_eq!(&resp.body[..off], &base[..off], "{name}: bytes before the area");
+        assert_eq!(&resp.body[off + len..], &base[off + len..], "{name}: bytes after the area");
+
+        // Kernel arguments unchanged (where the image has karg areas at all).
+        let kargs = |p: &std::path::Path| {
+            std::process::Command::new(tool("coreos-installer"))
+                .args(["iso", "kargs", "show", p.to_str().unwrap()])
+                .output()
+                .unwrap()
+        };
+        let (before, after) = (kargs(&base_path), kargs(&served));
+        assert_eq!(before.status.success(), after.status.success(), "{name}");
+        assert_eq!(before.stdout, after.stdout, "{name}: kargs");
+
+        // The legacy long URL serves the same bytes.
+        let long = server.get(&format!("/images/{id}?type=full-iso&version={version}&arch=x86_64"));
+        assert_eq!(long.status, 200);
+        assert!(long.body == resp.body, "{name}: /images/ and /byid/ differ");
+    }
+}
+
+/// The PXE initrd starts with the base initrd and its appended part unwraps to the same Ignition.
+#[test]
+fn pxe_initrd_is_the_base_initrd_plus_the_ignition_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "embed-areas-2023-07.x86_64";
+    let base_path = fixture_iso(name, dir.path());
+    let server = Server::start(&["--os-image", &format!("4.19:x86_64:{}", base_path.display())]);
+    server.apply_ok(&pull_secret_yaml("fleet"));
+    server.apply_ok(&infraenv_yaml("fleet", "pool", ""));
+    let ie = server.wait_image_created("fleet", "pool", "True");
+    let id = ie["metadata"]["uid"].as_str().unwrap();
+    let initrd_url = ie["status"]["bootArtifacts"]["initrd"].as_str().unwrap();
+    let resp = server.get(&server.path_of(initrd_url));
+    assert_eq!(resp.status, 200, "{}", resp.text());
+
+    // The base initrd, as coreos-installer extracts it.
+    let out = dir.path().join("pxe");
+    std::fs::create_dir_all(&out).unwrap();
+    coreos_installer(&["iso", "extract", "pxe", "-o", out.to_str().unwrap(), base_path.to_str().unwrap()]);
+    let base_initrd = std::fs::read(out.join(format!("{name}-initrd.img"))).unwrap();
+    assert!(resp.body.starts_with(&base_initrd), "served initrd starts with the base initrd");
+
+    let appended = dir.path().join("appended.img");
+    std::fs::write(&appended, &resp.body[base_initrd.len()..]).unwrap();
+    let unwrapped = coreos_installer(&["pxe", "ignition", "unwrap", appended.to_str().unwrap()]);
+    let ignition =
+        server.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
+    assert_eq!(unwrapped, ignition.body);
+    // The kernel and rootfs boot artifacts are the ISO's files as they are.
+    let kernel = server.get(&server.path_of(ie["status"]["bootArtifacts"]["kernel"].as_str().unwrap()));
+    assert_eq!(kernel.body, std::fs::read(out.join(format!("{name}-vmlinuz"))).unwrap());
+    let rootfs = server.get(&server.path_of(ie["status"]["bootArtifacts"]["rootfs"].as_str().unwrap()));
+    assert_eq!(rootfs.body, std::fs::read(out.join(format!("{name}-rootfs.img"))).unwrap());
+}

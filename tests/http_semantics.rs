@@ -1,0 +1,219 @@
+//! HTTP semantics a BMC, iPXE, curl or a browser relies on, checked on the wire against the real server.
+
+mod common;
+
+use std::io::{Read, Write};
+
+use common::*;
+use proptest::prelude::*;
+
+struct Env {
+    server: Server,
+    id: String,
+    iso_path: String,
+    /// The whole served ISO.
+    whole: Vec<u8>,
+    /// Absolute offset of the Ignition embed area in the base ISO.
+    area: (usize, usize),
+    _dir: tempfile::TempDir,
+    base_path: std::path::PathBuf,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let base_path = fixture_iso("embed-areas-2023-07.x86_64", dir.path());
+    let server = Server::start(&["--os-image", &format!("4.19:x86_64:{}", base_path.display())]);
+    server.apply_ok(&pull_secret_yaml("n"));
+    server.apply_ok(&infraenv_yaml("n", "ie", ""));
+    let ie = server.wait_image_created("n", "ie", "True");
+    let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
+    let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
+    let whole = server.get(&iso_path).body;
+    // spec-images §8.1: 2023-07 x86_64 has its Ignition area at 139264, 262144 bytes.
+    Env { server, id, iso_path, whole, area: (139264, 262144), _dir: dir, base_path }
+}
+
+#[test]
+fn ranges_validators_and_head() {
+    let e = env();
+    let full = e.server.get(&e.iso_path);
+    assert_eq!(full.status, 200);
+    assert_eq!(full.header("content-length").unwrap(), e.whole.len().to_string());
+    assert_eq!(full.header("accept-ranges"), Some("bytes"));
+    assert_eq!(full.header("content-disposition").unwrap(), format!("attachment; filename={}-discovery.iso", e.id));
+    let etag = full.header("etag").unwrap().to_string();
+    assert!(etag.starts_with('"') && etag.len() == 66, "strong ETag from a SHA-256: {etag}");
+    let last_modified = full.header("last-modified").unwrap().to_string();
+    assert!(httpdate::parse_http_date(&last_modified).is_ok());
+
+    // HEAD: same headers, no body.
+    let head = e.server.request("HEAD", &e.iso_path, &[]);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    for h in ["content-length", "etag", "last-modified", "content-type", "content-disposition", "accept-ranges"] {
+        assert_eq!(head.header(h), full.header(h), "{h}");
+    }
+
+    // A single range across the start of the Ignition area.
+    let (a, _) = e.area;
+    let r = e.server.request("GET", &e.iso_path, &[("Range", &format!("bytes={}-{}", a - 10, a + 9))]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-range").unwrap(), format!("bytes {}-{}/{}", a - 10, a + 9, e.whole.len()));
+    assert_eq!(r.body, &e.whole[a - 10..a + 10]);
+
+    // Multiple ranges: multipart/byteranges.
+    let r = e.server.request("GET", &e.iso_path, &[("Range", "bytes=0-9,-5")]);
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap();
+    let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect(ct);
+    let n = e.whole.len();
+    let mut expected =
+        format!("--{boundary}\r\nContent-Type: application/x-iso9660-image\r\nContent-Range: bytes 0-9/{n}\r\n\r\n")
+            .into_bytes();
+    expected.extend_from_slice(&e.whole[..10]);
+    expected.extend_from_slice(
+        format!(
+            "\r\n--{boundary}\r\nContent-Type: application/x-iso9660-image\r\nContent-Range: bytes {}-{}/{n}\r\n\r\n",
+            n - 5,
+            n - 1
+        )
+        .as_bytes(),
+    );
+    expected.extend_from_slice(&e.whole[n - 5..]);
+    expected.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    assert_eq!(r.body, expected);
+
+    // Unsatisfiable and malformed ranges: 416 with the length.
+    for bad in [format!("bytes={n}-"), "bytes=9-1".to_string(), "bytes=x".to_string()] {
+        let r = e.server.request("GET", &e.iso_path, &[("Range", &bad)]);
+        assert_eq!(r.status, 416, "{bad}");
+        assert_eq!(r.header("content-range").unwrap(), format!("bytes */{n}"));
+    }
+
+    // If-Range: current validator → range; stale → whole.
+    let r = e.server.request("GET", &e.iso_path, &[("Range", "bytes=0-0"), ("If-Range", &etag)]);
+    assert_eq!(r.status, 206);
+    let r = e.server.request("GET", &e.iso_path, &[("Range", "bytes=0-0"), ("If-Range", "\"stale\"")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), n);
+
+    // Conditional GET.
+    assert_eq!(e.server.request("GET", &e.iso_path, &[("If-None-Match", &etag)]).status, 304);
+    assert_eq!(e.server.request("GET", &e.iso_path, &[("If-Match", "\"other\"")]).status, 412);
+    // ETag is stable across requests.
+    assert_eq!(e.server.get(&e.iso_path).header("etag").unwrap(), etag);
+}
+
+#[test]
+fn a_new_pull_secret_gives_a_new_image_and_etag() {
+    let e = env();
+    let etag = e.server.get(&e.iso_path).header("etag").unwrap().to_string();
+    let before = e.server.get_json("infraenv", "n", "ie");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    e.server.apply_ok(&pull_secret_yaml("n").replace("r@rr.com", "ops@example.com"));
+    let after = e.server.get_json("infraenv", "n", "ie");
+    assert_ne!(before["status"]["createdTime"], after["status"]["createdTime"]);
+    assert_ne!(before["status"]["imageDigest"], after["status"]["imageDigest"]);
+    let resp = e.server.get(&e.iso_path);
+    assert_ne!(resp.header("etag").unwrap(), etag);
+    let range = e.server.request("GET", &e.iso_path, &[("Range", "bytes=0-0"), ("If-Range", &etag)]);
+    assert_eq!(range.status, 200, "a stale If-Range gets the whole new image");
+}
+
+#[test]
+fn keep_alive_and_the_hyper_path_serve_the_same_bytes() {
+    let e = env();
+    // Two requests on one connection (the zero-copy path).
+    let mut s = std::net::TcpStream::connect(&e.server.addr).unwrap();
+    let req = format!("GET {} HTTP/1.1\r\nHost: x\r\nRange: bytes=0-99\r\n\r\n", e.iso_path);
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(
+        format!("GET {} HTTP/1.1\r\nHost: x\r\nRange: bytes=100-199\r\nConnection: close\r\n\r\n", e.iso_path)
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(text.matches("HTTP/1.1 206 Partial Content").count(), 2, "{text}");
+    let tail = &raw[raw.len() - 100..];
+    assert_eq!(tail, &e.whole[100..200]);
+
+    // `Expect: 100-continue` makes the connection go through hyper; same bytes.
+    let via_hyper = e.server.request("GET", &e.iso_path, &[("Expect", "100-continue")]);
+    assert_eq!(via_hyper.status, 200);
+    assert!(via_hyper.body == e.whole, "hyper path differs from the fast path");
+    let range = e.server.request("GET", &e.iso_path, &[("Expect", "100-continue"), ("Range", "bytes=139000-140000")]);
+    assert_eq!(range.body, &e.whole[139000..140001]);
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let e = env();
+    let missing = "0b0e0f7e-1111-4222-8333-944445555666";
+    let r = e.server.get(&format!("/byid/{missing}/4.19/x86_64/full.iso"));
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("not found"), "{}", r.text());
+    let r = e.server.get(&format!("/byid/{}/4.99/x86_64/full.iso", e.id));
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("4.99") && r.text().contains("available: 4.19 (x86_64)"), "{}", r.text());
+    let r = e.server.get(&format!("/byid/{}/4.19/s390x/full.iso", e.id));
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("s390x"), "{}", r.text());
+    let r = e.server.get(&format!("/images/{}?type=full-iso&arch=x86_64", e.id));
+    assert_eq!((r.status, r.text().trim()), (400, "'version' parameter required"));
+    let r = e.server.get(&format!("/images/{}?type=bogus&version=4.19", e.id));
+    assert_eq!(r.status, 400);
+    let r = e.server.get(&format!("/byid/{}/4.19/x86_64/other.iso", e.id));
+    assert_eq!((r.status, r.text().trim()), (404, "unrecognized file name other.iso"));
+    let r = e.server.get("/boot-artifacts/initramfs?version=4.19");
+    assert_eq!(r.status, 404);
+    let r = e.server.request("POST", &e.iso_path, &[]);
+    assert_eq!(r.status, 405);
+    assert_eq!(e.server.get("/nowhere").status, 404);
+    assert_eq!(e.server.get("/live").status, 200);
+    assert_eq!(e.server.get("/health").status, 200);
+    let metrics = e.server.get("/metrics").text();
+    assert!(metrics.contains("bootstream_http_request_duration_seconds"), "{metrics}");
+    assert!(metrics.contains("bootstream_os_images{version=\"4.19\",arch=\"x86_64\",state=\"ready\"} 1"), "{metrics}");
+}
+
+#[test]
+fn a_base_image_changed_or_gone_on_disk_is_503_never_wrong_bytes() {
+    let e = env();
+    // Replaced by rename with different content of the same size.
+    let mut other = e.whole.clone();
+    other[40000] ^= 0xff;
+    let tmp = e.base_path.with_extension("new");
+    std::fs::write(&tmp, &other).unwrap();
+    std::fs::rename(&tmp, &e.base_path).unwrap();
+    let r = e.server.get(&e.iso_path);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("changed on disk"), "{}", r.text());
+    assert_eq!(e.server.get("/boot-artifacts/kernel?version=4.19").status, 503);
+    // Gone.
+    std::fs::remove_file(&e.base_path).unwrap();
+    let r = e.server.get(&e.iso_path);
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("is gone"), "{}", r.text());
+}
+
+#[test]
+fn any_byte_range_equals_the_same_slice_of_the_whole_response() {
+    let e = env();
+    let n = e.whole.len() as u64;
+    let (a, len) = (e.area.0 as u64, e.area.1 as u64);
+    // Points of interest: segment boundaries (area start/end, end of the archive) and the file ends.
+    let edges = [0, a, a + 1, a + 200, a + len - 1, a + len, n - 1];
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 96, ..Default::default() });
+    runner
+        .run(&(0usize..edges.len(), -3000i64..3000, 0u64..70000), |(edge, delta, span)| {
+            let start = (edges[edge] as i64 + delta).clamp(0, n as i64 - 1) as u64;
+            let end = (start + span).min(n - 1);
+            let r = e.server.request("GET", &e.iso_path, &[("Range", &format!("bytes={start}-{end}"))]);
+            prop_assert_eq!(r.status, 206);
+            prop_assert!(r.body == e.whole[start as usize..=end as usize]);
+            Ok(())
+        })
+        .unwrap();
+}
