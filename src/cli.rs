@@ -74,7 +74,7 @@ enum Output {
 #[derive(clap::Args, Debug)]
 #[command(after_help = concat!(
     "With no --os-image, serve generates a small sample live ISO (not bootable; it has the real RHCOS layout) ",
-    "and serves it as OpenShift version ", "4.20", ", architecture x86_64, so everything works offline."
+    "and serves it as OpenShift version 4.20, architecture x86_64, so everything works offline."
 ))]
 struct ServeArgs {
     /// Directory for state (SQLite), downloaded OS images and the sample image.

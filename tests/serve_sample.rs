@@ -62,6 +62,14 @@ fn sample_image_serves_the_late_binding_example() {
         .unwrap();
     let kargs = |p: &std::path::Path| coreos_installer(&["iso", "kargs", "show", p.to_str().unwrap()]);
     assert_eq!(kargs(&path), kargs(&sample));
+    // Every byte outside the Ignition area is the sample's.
+    let base = std::fs::read(&sample).unwrap();
+    assert_eq!(iso.body.len(), base.len());
+    let area: serde_json::Value =
+        serde_json::from_slice(&coreos_installer(&["dev", "show", "iso", "--ignition", sample.to_str().unwrap()])).unwrap();
+    let (off, len) = (area["offset"].as_u64().unwrap() as usize, area["length"].as_u64().unwrap() as usize);
+    assert_eq!(&iso.body[..off], &base[..off]);
+    assert_eq!(&iso.body[off + len..], &base[off + len..]);
 
     // The iPXE script points at our initrd, kernel and rootfs.
     let script = server.get(&server.path_of(status["bootArtifacts"]["ipxeScript"].as_str().unwrap()));
@@ -146,4 +154,15 @@ fn bad_documents_are_refused_with_the_field_named() {
     let out = cli(&["get", "--server", &server.url, "infraenvs", "-A", "-o", "json"], None);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["items"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn serve_help_names_the_sample_image() {
+    let out = cli(&["serve", "--help"], None);
+    let help = String::from_utf8(out.stdout).unwrap();
+    let expect = format!("version {}, architecture {}", bootstream::sample::SAMPLE_VERSION, bootstream::sample::SAMPLE_ARCH);
+    assert!(help.contains(&expect), "{help}");
+    for flag in ["--data-dir", "--listen", "--base-url", "--os-image"] {
+        assert!(help.contains(flag), "{flag}");
+    }
 }
