@@ -113,11 +113,10 @@ impl App {
         match segs.as_slice() {
             ["live"] => text(StatusCode::OK, "ok"),
             ["health"] | ["ready"] => {
-                if self.catalog.is_settled() {
-                    text(StatusCode::OK, "ok")
-                } else {
-                    text(StatusCode::SERVICE_UNAVAILABLE, "OS images are still loading")
-                }
+                // Ready once every OS image has finished loading, successfully or not; the body says
+                // which images are served and why the others are not.
+                let status = if self.catalog.is_settled() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+                text(status, self.catalog.report())
             }
             ["metrics"] => {
                 let body = self.metrics.render(&self.catalog);

@@ -319,6 +319,23 @@ impl Catalog {
         self.changed.send_modify(|epoch| *epoch += 1);
     }
 
+    /// One line per image: `VERSION ARCH ready PATH`, `... loading SOURCE`, `... failed: REASON`.
+    pub fn report(&self) -> String {
+        let entries = self.entries.read().unwrap();
+        let mut out = String::new();
+        for e in entries.iter() {
+            let (v, a) = (&e.spec.version, &e.spec.arch);
+            let line = match &e.state {
+                EntryState::Ready(img) => format!("{v} {a} ready {}", img.path().display()),
+                EntryState::Loading => format!("{v} {a} loading {}", e.spec.source),
+                EntryState::Failed(reason) => format!("{v} {a} failed: {reason}"),
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
     /// "4.18 (x86_64), 4.19 (x86_64)": what exists, for error messages.
     pub fn available(&self) -> String {
         let entries = self.entries.read().unwrap();

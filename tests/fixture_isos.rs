@@ -108,3 +108,43 @@ fn pxe_initrd_is_the_base_initrd_plus_the_ignition_archive() {
     let rootfs = server.get(&server.path_of(ie["status"]["bootArtifacts"]["rootfs"].as_str().unwrap()));
     assert_eq!(rootfs.body, std::fs::read(out.join(format!("{name}-rootfs.img"))).unwrap());
 }
+
+/// A base image that is not a CoreOS live ISO is reported with its path and reason and not served; the
+/// others are.
+#[test]
+fn a_bad_base_image_is_reported_and_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("synthetic.iso");
+    let out = std::process::Command::new("xz")
+        .arg("-dc")
+        .arg(shared("fixtures/coreos-installer/iso/synthetic.iso.xz"))
+        .output()
+        .unwrap();
+    std::fs::write(&bad, out.stdout).unwrap();
+    let good = fixture_iso("embed-areas-2022-09", dir.path());
+    let missing = dir.path().join("missing.iso");
+    let server = Server::start(&[
+        "--os-image",
+        &format!("4.11:x86_64:{}", bad.display()),
+        "--os-image",
+        &format!("4.12:x86_64:{}", good.display()),
+        "--os-image",
+        &format!("4.13:x86_64:{}", missing.display()),
+    ]);
+    let ready = server.get("/ready");
+    assert_eq!(ready.status, 200);
+    let report = ready.text();
+    assert!(report.contains(&format!("4.11 x86_64 failed: {}: Unrecognized CoreOS ISO image", bad.display())), "{report}");
+    assert!(report.contains(&format!("4.12 x86_64 ready {}", good.display())), "{report}");
+    assert!(report.contains(&format!("4.13 x86_64 failed: {}: cannot open", missing.display())), "{report}");
+
+    server.apply_ok(&pull_secret_yaml("n"));
+    server.apply_ok(&infraenv_yaml("n", "ie", ""));
+    let ie = server.wait_image_created("n", "ie", "True");
+    // The latest usable image is chosen; the bad ones are not offered.
+    assert!(ie["status"]["isoDownloadURL"].as_str().unwrap().ends_with("/4.12/x86_64/full.iso"));
+    let id = ie["metadata"]["uid"].as_str().unwrap();
+    let r = server.get(&format!("/byid/{id}/4.11/x86_64/full.iso"));
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("available: 4.12 (x86_64)"), "{}", r.text());
+}
