@@ -338,13 +338,7 @@ impl Catalog {
 
     /// "4.18 (x86_64), 4.19 (x86_64)": what exists, for error messages.
     pub fn available(&self) -> String {
-        let entries = self.entries.read().unwrap();
-        let list: Vec<String> = entries
-            .iter()
-            .filter(|e| matches!(e.state, EntryState::Ready(_)))
-            .map(|e| format!("{} ({})", e.spec.version, e.spec.arch))
-            .collect();
-        if list.is_empty() { "none".to_string() } else { list.join(", ") }
+        self.available_locked(&self.entries.read().unwrap())
     }
 
     /// Finds the image for `version` (empty ⇒ the latest) and `arch`, as assisted-service's

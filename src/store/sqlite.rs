@@ -157,18 +157,7 @@ impl SqliteStore {
 
     pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
         let (res, ns, nm) = (kind_resource(kind), namespace.to_string(), name.to_string());
-        self.with_conn(move |conn| {
-            let text: Option<String> = conn
-                .query_row(
-                    "SELECT body FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3",
-                    params![res, ns, nm],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(backend)?;
-            text.map(|t| serde_json::from_str(&t).map_err(backend)).transpose()
-        })
-        .await
+        self.with_conn(move |conn| get_body(conn, &res, &ns, &nm)).await
     }
 
     pub async fn list_documents(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>, StoreError> {
@@ -202,6 +191,18 @@ impl SqliteStore {
         }
         Ok(deleted)
     }
+}
+
+fn get_body(conn: &Connection, res: &str, ns: &str, name: &str) -> Result<Option<Value>, StoreError> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT body FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3",
+            params![res, ns, name],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(backend)?;
+    text.map(|t| serde_json::from_str(&t).map_err(backend)).transpose()
 }
 
 fn list_bodies(conn: &Connection, res: &str, ns: Option<&str>) -> Result<Vec<Value>, StoreError> {
@@ -283,18 +284,8 @@ fn merge_user_document(kind: Kind, old: &Value, doc: &Value) -> Value {
 impl Store for SqliteStore {
     async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
         let (res, ns, nm) = (resource_name::<K>(), namespace.to_string(), name.to_string());
-        self.with_conn(move |conn| {
-            let text: Option<String> = conn
-                .query_row(
-                    "SELECT body FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3",
-                    params![res, ns, nm],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(backend)?;
-            text.map(|t| serde_json::from_str(&t).map_err(backend)).transpose()
-        })
-        .await
+        let body = self.with_conn(move |conn| get_body(conn, &res, &ns, &nm)).await?;
+        body.map(|b| serde_json::from_value(b).map_err(backend)).transpose()
     }
 
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
