@@ -211,19 +211,18 @@ impl App {
     }
 
     async fn pxe_initrd(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str) -> Response<Body> {
+        // assisted-image-service answers an unknown version here with 400 (not 404 as for ISOs).
+        let base = match self.catalog.lookup(version, arch) {
+            Ok(b) => b,
+            Err(e @ crate::catalog::LookupError::Loading { .. }) => return text(e.http_status(), e.to_string()),
+            Err(e) => return text(StatusCode::BAD_REQUEST, format!("version for {version} {arch}, not found: {e}")),
+        };
         let result = async {
             let (ie, content) = self.infraenv(id).await?;
-            let base = self.catalog.lookup(version, arch).map_err(|e| match e {
-                crate::catalog::LookupError::Loading { .. } => ImageError::OsImage(e),
-                other => ImageError::Invalid(format!("version for {version} {arch}, not found: {other}")),
-            })?;
             self.images.pxe_initrd(&ie, &base, &content)
         }
         .await;
-        match result {
-            Err(ImageError::Invalid(msg)) if msg.starts_with("version for") => text(StatusCode::BAD_REQUEST, msg),
-            other => self.represent(req, other),
-        }
+        self.represent(req, result)
     }
 
     fn represent(&self, req: &Request<Bytes>, result: Result<Representation, ImageError>) -> Response<Body> {

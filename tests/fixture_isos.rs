@@ -134,7 +134,10 @@ fn a_bad_base_image_is_reported_and_not_served() {
     let ready = server.get("/ready");
     assert_eq!(ready.status, 200);
     let report = ready.text();
-    assert!(report.contains(&format!("4.11 x86_64 failed: {}: Unrecognized CoreOS ISO image", bad.display())), "{report}");
+    assert!(
+        report.contains(&format!("4.11 x86_64 failed: {}: Unrecognized CoreOS ISO image", bad.display())),
+        "{report}"
+    );
     assert!(report.contains(&format!("4.12 x86_64 ready {}", good.display())), "{report}");
     assert!(report.contains(&format!("4.13 x86_64 failed: {}: cannot open", missing.display())), "{report}");
 

@@ -166,6 +166,13 @@ fn bad_requests_get_clear_errors() {
     assert_eq!(r.status, 400);
     let r = e.server.get(&format!("/byid/{}/4.19/x86_64/other.iso", e.id));
     assert_eq!((r.status, r.text().trim()), (404, "unrecognized file name other.iso"));
+    let r = e.server.get(&format!("/images/{}/pxe-initrd?version=4.99&arch=x86_64", e.id));
+    assert_eq!(r.status, 400);
+    assert!(r.text().starts_with("version for 4.99 x86_64, not found"), "{}", r.text());
+    let r = e.server.get(&format!("/images/{}/pxe-initrd?arch=x86_64", e.id));
+    assert_eq!((r.status, r.text().trim()), (400, "'version' parameter required for initrd download"));
+    let r = e.server.get(&format!("/images/{missing}/pxe-initrd?version=4.19"));
+    assert_eq!(r.status, 404);
     let r = e.server.get("/boot-artifacts/initramfs?version=4.19");
     assert_eq!(r.status, 404);
     let r = e.server.request("POST", &e.iso_path, &[]);

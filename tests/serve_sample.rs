@@ -66,7 +66,8 @@ fn sample_image_serves_the_late_binding_example() {
     let base = std::fs::read(&sample).unwrap();
     assert_eq!(iso.body.len(), base.len());
     let area: serde_json::Value =
-        serde_json::from_slice(&coreos_installer(&["dev", "show", "iso", "--ignition", sample.to_str().unwrap()])).unwrap();
+        serde_json::from_slice(&coreos_installer(&["dev", "show", "iso", "--ignition", sample.to_str().unwrap()]))
+            .unwrap();
     let (off, len) = (area["offset"].as_u64().unwrap() as usize, area["length"].as_u64().unwrap() as usize);
     assert_eq!(&iso.body[..off], &base[..off]);
     assert_eq!(&iso.body[off + len..], &base[off + len..]);
@@ -160,7 +161,8 @@ fn bad_documents_are_refused_with_the_field_named() {
 fn serve_help_names_the_sample_image() {
     let out = cli(&["serve", "--help"], None);
     let help = String::from_utf8(out.stdout).unwrap();
-    let expect = format!("version {}, architecture {}", bootstream::sample::SAMPLE_VERSION, bootstream::sample::SAMPLE_ARCH);
+    let expect =
+        format!("version {}, architecture {}", bootstream::sample::SAMPLE_VERSION, bootstream::sample::SAMPLE_ARCH);
     assert!(help.contains(&expect), "{help}");
     for flag in ["--data-dir", "--listen", "--base-url", "--os-image"] {
         assert!(help.contains(flag), "{flag}");
