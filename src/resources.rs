@@ -246,6 +246,13 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: T
     true
 }
 
+/// Now, truncated to whole seconds (the resolution of Kubernetes timestamps and HTTP dates; rounding up
+/// would put times a moment into the future).
+pub fn now_seconds() -> jiff::Timestamp {
+    let now = jiff::Timestamp::now();
+    jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }

@@ -115,7 +115,7 @@ pub async fn reconcile<S: Store>(images: &Images<S>, namespace: &str, name: &str
     let Some(ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
         return Ok(Action::Done);
     };
-    let now = Time(jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_else(|_| jiff::Timestamp::now()));
+    let now = Time(crate::resources::now_seconds());
     let (status, action) = desired_status(images, &ie, now).await;
     if ie.status.as_ref() != Some(&status) {
         let mut updated = ie.clone();

@@ -34,8 +34,9 @@ impl Representation {
 pub fn respond(method: &Method, req_headers: &HeaderMap, rep: &Representation) -> Response<Body> {
     let len = rep.plan.len();
     let etag = rep.quoted_etag();
-    // HTTP dates have one-second resolution; compare at that resolution.
-    let last_modified = truncate_to_seconds(rep.last_modified);
+    // HTTP dates have one-second resolution; compare at that resolution. Never later than now
+    // (RFC 9110 §8.8.2.1: a Last-Modified after the Date header is not to be sent).
+    let last_modified = truncate_to_seconds(rep.last_modified.min(SystemTime::now()));
 
     let mut headers = HeaderMap::new();
     headers.insert(header::ETAG, hv(&etag));

@@ -240,7 +240,7 @@ fn next_resource_version(tx: &rusqlite::Transaction<'_>) -> Result<i64, StoreErr
 }
 
 fn now_rfc3339() -> String {
-    jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_else(|_| jiff::Timestamp::now()).to_string()
+    crate::resources::now_seconds().to_string()
 }
 
 /// The new stored body for a user document applied over an existing object.
