@@ -151,3 +151,49 @@ fn a_bad_base_image_is_reported_and_not_served() {
     assert_eq!(r.status, 404);
     assert!(r.text().contains("available: 4.12 (x86_64)"), "{}", r.text());
 }
+
+/// The s390x form of the Ignition area: igninfo.json names a region inside `images/cdboot.img` by offset
+/// and length (spec-images §2.3). Built with our ISO writer, served, and read back by coreos-installer.
+#[test]
+fn ignition_area_inside_another_file_s390x_form() {
+    use bootstream::iso9660::writer::IsoBuilder;
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = IsoBuilder::new("fedora-coreos-38.20230718.dev.0").unwrap();
+    b.add_file("COREOS/IGNINFO.JSO", r#"{"file": "images/cdboot.img", "length": 262144, "offset": 132096}"#).unwrap();
+    // A cdboot.img of 394240 bytes with non-zero bytes around the zeroed area, as in real s390x images.
+    let mut cdboot = vec![0xA5u8; 394240];
+    cdboot[132096..132096 + 262144].fill(0);
+    b.add_file("IMAGES/CDBOOT.IMG", cdboot).unwrap();
+    b.add_file("IMAGES/PXEBOOT/KERNEL.IMG", b"s390x kernel placeholder".to_vec()).unwrap();
+    b.add_file("IMAGES/PXEBOOT/INITRD.IMG", b"s390x initrd placeholder".to_vec()).unwrap();
+    b.add_file("IMAGES/PXEBOOT/ROOTFS.IMG", b"s390x rootfs placeholder".to_vec()).unwrap();
+    let iso_path = dir.path().join("s390x.iso");
+    b.write_to(std::fs::File::create(&iso_path).unwrap()).unwrap();
+
+    let server = Server::start(&["--os-image", &format!("4.19:s390x:{}", iso_path.display())]);
+    server.apply_ok(&pull_secret_yaml("z"));
+    server.apply_ok(&infraenv_yaml("z", "ie", "  cpuArchitecture: s390x\n"));
+    let ie = server.wait_image_created("z", "ie", "True");
+    let url = ie["status"]["isoDownloadURL"].as_str().unwrap();
+    assert!(url.ends_with("/4.19/s390x/full.iso"), "{url}");
+    let served = server.get(&server.path_of(url));
+    assert_eq!(served.status, 200, "{}", served.text());
+    let out = dir.path().join("served.iso");
+    std::fs::write(&out, &served.body).unwrap();
+    let id = ie["metadata"]["uid"].as_str().unwrap();
+    let ignition =
+        server.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
+    assert_eq!(coreos_installer(&["iso", "ignition", "show", out.to_str().unwrap()]), ignition.body);
+
+    let area: serde_json::Value =
+        serde_json::from_slice(&coreos_installer(&["dev", "show", "iso", "--ignition", iso_path.to_str().unwrap()]))
+            .unwrap();
+    let (off, len) = (area["offset"].as_u64().unwrap() as usize, area["length"].as_u64().unwrap() as usize);
+    assert_eq!(len, 262144);
+    let base = std::fs::read(&iso_path).unwrap();
+    assert_eq!(&served.body[..off], &base[..off]);
+    assert_eq!(&served.body[off + len..], &base[off + len..], "the rest of cdboot.img is untouched");
+    // The kernel falls back to KERNEL.IMG on s390x.
+    let kernel = server.get("/boot-artifacts/kernel?version=4.19&arch=s390x");
+    assert_eq!(kernel.body, b"s390x kernel placeholder");
+}
