@@ -8,39 +8,24 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 use bootstream::iso9660::writer::IsoBuilder;
 use bootstream::iso9660::{Descriptor, IsoFs};
 use bootstream::kargs::{KargOp, apply_ops, render_area};
 use bootstream::liveiso::LiveIso;
 use serde_json::Value;
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/coreos-installer/iso")
-}
-
 /// CoreOS fixtures (everything but `synthetic`), sorted.
 fn coreos_fixture_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(fixture_dir())
-        .expect("reading the shared fixture directory")
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.strip_suffix(".iso.xz").map(str::to_string)
-        })
-        .filter(|n| n != "synthetic")
-        .collect();
-    names.sort();
+    let names = common::fixture_iso_names();
     assert!(names.len() >= 7, "expected the coreos-installer fixtures, found {names:?}");
     names
 }
 
 /// Decompresses fixture `name` into `dir` and returns its path.
 fn fixture(name: &str, dir: &Path) -> PathBuf {
-    let src = fixture_dir().join(format!("{name}.iso.xz"));
-    let out = Command::new("xz").arg("-dc").arg(&src).output().expect("running xz (install xz-utils)");
-    assert!(out.status.success(), "xz -dc {}", src.display());
-    let path = dir.join(format!("{name}.iso"));
-    std::fs::write(&path, out.stdout).unwrap();
-    path
+    common::fixture_iso(name, dir)
 }
 
 /// Path of an external tool; a missing tool fails the test with instructions.
