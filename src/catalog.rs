@@ -137,6 +137,9 @@ impl BaseImage {
         }
         let identity = FileIdentity::of(&meta);
         let live = LiveIso::inspect(file.try_clone().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        if live.rootfs.is_none() {
+            return Err(format!("missing {}", crate::liveiso::ROOTFS_PATH));
+        }
         let sha256 = digests.get_or_compute(path, identity, &file)?;
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         Ok(BaseImage {

@@ -28,7 +28,7 @@ const KERNEL_PATH: &str = "IMAGES/PXEBOOT/VMLINUZ";
 /// s390x images name the kernel `kernel.img`.
 const KERNEL_FALLBACK_PATH: &str = "IMAGES/PXEBOOT/KERNEL.IMG";
 const INITRD_PATH: &str = "IMAGES/PXEBOOT/INITRD.IMG";
-const ROOTFS_PATH: &str = "IMAGES/PXEBOOT/ROOTFS.IMG";
+pub const ROOTFS_PATH: &str = "IMAGES/PXEBOOT/ROOTFS.IMG";
 const INITRD_ADDRSIZE_PATH: &str = "IMAGES/INITRD.ADD";
 
 /// Legacy `coreKarg` header: 72 bytes ending where the legacy `coreiso+` header (the last 24
@@ -103,7 +103,8 @@ pub struct LiveIso {
     pub kargs: Option<KargsAreas>,
     pub kernel: Area,
     pub initrd: Area,
-    pub rootfs: Area,
+    /// `IMAGES/PXEBOOT/ROOTFS.IMG`; a base image must have it, a minimal ISO has none.
+    pub rootfs: Option<Area>,
     /// s390x: the 16-byte initrd address/size file.
     pub initrd_addrsize: Option<Area>,
     /// Packed minimal ISO (`miniso.dat`).
@@ -159,7 +160,7 @@ impl LiveIso {
             None => optional_file(iso, KERNEL_FALLBACK_PATH)?.ok_or(LiveIsoError::Missing(KERNEL_PATH))?,
         };
         let initrd = optional_file(iso, INITRD_PATH)?.ok_or(LiveIsoError::Missing(INITRD_PATH))?;
-        let rootfs = optional_file(iso, ROOTFS_PATH)?.ok_or(LiveIsoError::Missing(ROOTFS_PATH))?;
+        let rootfs = optional_file(iso, ROOTFS_PATH)?;
         Ok(LiveIso {
             volume_id: iso.volume_id().to_string(),
             len: iso.image_len(),
@@ -532,7 +533,7 @@ mod tests {
                 (found, expected) => panic!("{name}: kargs {found:?}, expected {expected:?}"),
             }
             // PXE artifacts are tiny placeholders inside the image
-            for area in [live.kernel, live.initrd, live.rootfs] {
+            for area in [live.kernel, live.initrd, live.rootfs.unwrap()] {
                 assert!(area.len > 0 && area.len < 16 && area.end() <= live.len, "{name}: {area:?}");
             }
         }
@@ -543,7 +544,9 @@ mod tests {
         let file = fixture("embed-areas-2023-07.x86_64.iso");
         let iso = IsoFs::open(file.try_clone().unwrap()).unwrap();
         let live = LiveIso::from_iso(&iso).unwrap();
-        for (path, area) in [(KERNEL_PATH, live.kernel), (INITRD_PATH, live.initrd), (ROOTFS_PATH, live.rootfs)] {
+        for (path, area) in
+            [(KERNEL_PATH, live.kernel), (INITRD_PATH, live.initrd), (ROOTFS_PATH, live.rootfs.unwrap())]
+        {
             let record = iso.get_path(path).unwrap();
             assert_eq!(area, Area { offset: record.byte_offset(), len: record.length.into() });
         }
@@ -750,7 +753,8 @@ mod tests {
         let mut bytes = pristine.clone();
         let at = pos(&bytes, b"ROOTFS.IMG");
         bytes[at] = b'Z';
-        assert_eq!(inspect_bytes(bytes).unwrap_err().to_string(), "missing IMAGES/PXEBOOT/ROOTFS.IMG");
+        // A minimal ISO has no rootfs: not an error here (the catalog requires one of base images).
+        assert_eq!(inspect_bytes(bytes).unwrap().rootfs, None);
         let mut bytes = pristine;
         let at = pos(&bytes, b"VMLINUZ");
         bytes[at] = b'Z';

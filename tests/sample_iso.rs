@@ -178,7 +178,7 @@ fn our_reader_and_inspection_accept_the_sample() {
     assert_eq!(names, ["etc/coreos-live-initramfs", "etc/coreos/features.json"]);
     let features: Value = serde_json::from_slice(&files[1].1).unwrap();
     assert_eq!(features, serde_json::json!({"installer-config": true, "live-initrd-network": true}));
-    let rootfs = cpio_files(region(live.rootfs));
+    let rootfs = cpio_files(region(live.rootfs.unwrap()));
     assert_eq!(rootfs.len(), 1);
     assert_eq!(rootfs[0].0, "root.squashfs");
 }
@@ -260,7 +260,7 @@ fn coreos_installer_extracts_a_valid_live_initramfs() {
     coreos_installer(&["iso", "extract", "pxe", "-o", s(&out_dir), s(&path)]);
     let live = LiveIso::inspect(File::open(&path).unwrap()).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    for (name, area) in [("vmlinuz", live.kernel), ("initrd.img", live.initrd), ("rootfs.img", live.rootfs)] {
+    for (name, area) in [("vmlinuz", live.kernel), ("initrd.img", live.initrd), ("rootfs.img", live.rootfs.unwrap())] {
         let extracted = std::fs::read(out_dir.join(format!("sample-{name}"))).unwrap();
         assert_eq!(extracted, &bytes[area.offset as usize..area.end() as usize], "{name}");
     }
