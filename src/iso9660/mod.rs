@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+pub mod eltorito;
 pub mod writer;
 
 /// ISO 9660 logical block size. The standard allows others; CoreOS (and coreos-installer) use

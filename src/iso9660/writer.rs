@@ -1,23 +1,38 @@
-//! A small, deterministic ISO 9660 writer: plain level-1 images (no Rock Ridge, Joliet or El
-//! Torito) built from an in-memory tree.
+//! A small, deterministic ISO 9660 writer: plain level-1 images (no Rock Ridge or Joliet),
+//! optionally bootable through El Torito, built from a tree of files.
 //!
-//! It exists to master the offline sample live ISO and test images. Output depends only on the
-//! tree (fixed timestamps, sorted records), so a generated image is byte-for-byte reproducible,
-//! and [`IsoBuilder::layout`] tells callers where each file's bytes will land before anything is
-//! written (embed areas are addressed by absolute offset).
+//! It masters the offline sample live ISO, test images and re-mastered live ISOs
+//! ([`crate::remaster`]). A file's bytes are either held in memory ([`IsoBuilder::add_file`]) or
+//! a byte range of another file that is streamed when the image is written
+//! ([`IsoBuilder::add_file_range`]), so re-mastering a 1 GiB image does not load it. Output
+//! depends only on the tree and the sources' bytes (fixed timestamps unless set, sorted records),
+//! so an image is byte-for-byte reproducible, and [`IsoBuilder::layout`] tells callers where each
+//! file's bytes will land before anything is written (embed areas are addressed by absolute
+//! offset).
 //!
-//! Layout: system area (16 zero blocks), primary volume descriptor (block 16), terminator (17),
-//! L then M path tables, directory extents in path-table order, then file data in the same order,
-//! every extent starting on a block boundary.
+//! Layout: system area (16 zero blocks), primary volume descriptor (block 16), the El Torito boot
+//! record (block 17, only with [`IsoBuilder::set_boot`]), terminator, L then M path tables,
+//! directory extents in path-table order, a hidden boot catalog (if it is not a file), then file
+//! data in path-table order, every extent starting on a block boundary. Boot info tables
+//! ([`super::eltorito`]) are patched into the requested boot files as they are written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
 use std::io::{self, Write};
+use std::sync::Arc;
 
-use super::{Record, SECTOR};
+use super::eltorito::{self, BootCatalog};
+use super::{ReadAt, Record, SECTOR};
 
 /// Blocks 0-15: the system area, left zero.
 const SYSTEM_AREA_BLOCKS: u32 = 16;
+/// First block after the primary descriptor (block 16) and the terminator, without a boot record.
 const PATH_TABLE_LBA: u32 = 18;
+/// Boot files patched with a boot info table are read into memory whole; real ones
+/// (isolinux.bin) are about 40 KiB, and a catalog entry loads at most 65535 512-byte sectors.
+const MAX_BOOT_INFO_FILE: u64 = 64 << 20;
+/// Chunk size when streaming file data from a source.
+const COPY_CHUNK: usize = 1 << 20;
 /// ISO 9660 limits directory nesting to 8 levels (including the root).
 const MAX_LEVELS: usize = 8;
 /// Recording time of every record: 2025-01-01 00:00:00 UTC, fixed for reproducible output.
@@ -40,9 +55,18 @@ pub enum WriteError {
     InvalidId { field: &'static str, value: String, reason: String },
     #[error("{0}")]
     TooLarge(String),
+    /// The El Torito setup does not fit the tree (missing or empty boot image, ...).
+    #[error("El Torito: {0}")]
+    Boot(String),
+    /// A file's source could not be read (or is shorter than the range given for it).
+    #[error("reading the data of {path}: {cause}")]
+    Source { path: String, cause: io::Error },
     #[error("writing the image: {0}")]
     Io(#[from] io::Error),
 }
+
+/// Positional reads shared by the files that take their bytes from it.
+pub type SharedSource = Arc<dyn ReadAt + Send + Sync>;
 
 #[derive(Debug, Clone, Default)]
 struct Dir {
@@ -53,7 +77,55 @@ struct Dir {
 #[derive(Debug, Clone)]
 enum Node {
     Dir(Dir),
-    File(Vec<u8>),
+    File(FileData),
+}
+
+/// Where a file's bytes come from.
+#[derive(Clone)]
+enum FileData {
+    Bytes(Vec<u8>),
+    /// `len` bytes at `offset` of `source`, read when the image is written.
+    Range {
+        source: SharedSource,
+        offset: u64,
+        len: u32,
+    },
+    /// The El Torito boot catalog, encoded once the layout is known (`len` is whole blocks).
+    Catalog {
+        len: u32,
+    },
+}
+
+impl FileData {
+    fn len(&self) -> u32 {
+        match self {
+            FileData::Bytes(data) => data.len() as u32,
+            FileData::Range { len, .. } | FileData::Catalog { len } => *len,
+        }
+    }
+}
+
+impl fmt::Debug for FileData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileData::Bytes(data) => write!(f, "Bytes({} bytes)", data.len()),
+            FileData::Range { offset, len, .. } => write!(f, "Range {{ offset: {offset}, len: {len} }}"),
+            FileData::Catalog { len } => write!(f, "Catalog {{ len: {len} }}"),
+        }
+    }
+}
+
+/// El Torito boot setup of an image (see [`super::eltorito`] for the format).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootSetup {
+    /// Level-1 path of the boot catalog as a file in the tree (`ISOLINUX/BOOT.CAT`, as CoreOS
+    /// images have it), or `None` for a catalog in a block that no directory lists.
+    pub catalog_path: Option<String>,
+    /// The catalog, boot images named by level-1 path (`ISOLINUX/ISOLINUX.BIN`).
+    pub catalog: BootCatalog<String>,
+    /// Files (normally the BIOS boot image, `ISOLINUX/ISOLINUX.BIN`) whose bytes 8..64 are
+    /// replaced by a boot info table, as `mkisofs -boot-info-table` does.
+    pub boot_info_table: BTreeSet<String>,
 }
 
 /// Where every directory and file of a built image is. Paths are as given to the builder
@@ -63,6 +135,8 @@ pub struct Layout {
     /// Total size of the image in blocks (the image is exactly this many blocks long).
     pub volume_space_size: u32,
     pub records: BTreeMap<String, Record>,
+    /// Block of the El Torito boot catalog (a file's extent or a hidden block), if bootable.
+    pub boot_catalog_lba: Option<u32>,
 }
 
 impl Layout {
@@ -82,6 +156,11 @@ pub struct IsoBuilder {
     volume_id: String,
     system_id: String,
     root: Dir,
+    boot: Option<BootSetup>,
+    created: [u8; 17],
+    modified: [u8; 17],
+    /// Start of the system area; the rest of its 32 KiB is zero.
+    system_area: Vec<u8>,
 }
 
 impl IsoBuilder {
@@ -89,7 +168,45 @@ impl IsoBuilder {
     /// usual lower-case labels (`rhcos-...`) are allowed because boot loaders look them up.
     pub fn new(volume_id: &str) -> Result<IsoBuilder, WriteError> {
         check_id("volume ID", volume_id)?;
-        Ok(IsoBuilder { volume_id: volume_id.to_string(), system_id: "LINUX".to_string(), root: Dir::default() })
+        Ok(IsoBuilder {
+            volume_id: volume_id.to_string(),
+            system_id: "LINUX".to_string(),
+            root: Dir::default(),
+            boot: None,
+            created: *DESCRIPTOR_TIME,
+            modified: *DESCRIPTOR_TIME,
+            system_area: Vec::new(),
+        })
+    }
+
+    /// Sets the first bytes of the system area (blocks 0-15, ignored by ISO 9660 readers; zero by
+    /// default). At most 32 KiB; the rest stays zero. Does not change the layout.
+    pub fn system_area(&mut self, bytes: Vec<u8>) -> Result<(), WriteError> {
+        let max = u64::from(SYSTEM_AREA_BLOCKS) * SECTOR;
+        if bytes.len() as u64 > max {
+            return Err(WriteError::TooLarge(format!("system area of {} bytes; it has {max}", bytes.len())));
+        }
+        self.system_area = bytes;
+        Ok(())
+    }
+
+    /// Sets the volume creation and modification dates of the primary descriptor (17-byte
+    /// format: 16 ASCII digits `YYYYMMDDhhmmsscc`, then the UTC offset in 15-minute units).
+    /// Default: 2025-01-01 00:00:00 UTC. GRUB derives a volume's "UUID" from the modification
+    /// date, so a re-mastered image keeps its source's to stay findable by `search --fs-uuid`.
+    pub fn volume_dates(mut self, created: [u8; 17], modified: [u8; 17]) -> Result<IsoBuilder, WriteError> {
+        for (field, value) in [("creation date", &created), ("modification date", &modified)] {
+            if !value[..16].iter().all(u8::is_ascii_digit) {
+                return Err(WriteError::InvalidId {
+                    field,
+                    value: String::from_utf8_lossy(&value[..16]).into_owned(),
+                    reason: "the first 16 bytes must be ASCII digits".into(),
+                });
+            }
+        }
+        self.created = created;
+        self.modified = modified;
+        Ok(self)
     }
 
     /// Sets the system identifier (default `LINUX`, like x86 CoreOS images).
@@ -110,12 +227,56 @@ impl IsoBuilder {
     /// parent directories. The `;1` version is added on disk.
     pub fn add_file(&mut self, path: &str, data: impl Into<Vec<u8>>) -> Result<(), WriteError> {
         let data = data.into();
-        if u32::try_from(data.len()).is_err() {
-            return Err(WriteError::TooLarge(format!(
-                "{path} is {} bytes; files of 4 GiB or more need multi-extent records, which are not supported",
-                data.len()
-            )));
+        check_file_len(path, data.len() as u64)?;
+        self.insert_file(path, FileData::Bytes(data))
+    }
+
+    /// Adds a file whose bytes are `len` bytes at `offset` of `source`, read (in chunks) only
+    /// when the image is written. The range must lie inside the source now; the source must not
+    /// change before the image is written (the output would change with it).
+    pub fn add_file_range(
+        &mut self,
+        path: &str,
+        source: SharedSource,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), WriteError> {
+        let len32 = check_file_len(path, len)?;
+        let size = source.size().map_err(|cause| WriteError::Source { path: path.to_string(), cause })?;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(WriteError::Source {
+                path: path.to_string(),
+                cause: io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("bytes {offset}..{} are not inside the {size}-byte source", offset.saturating_add(len)),
+                ),
+            });
         }
+        self.insert_file(path, FileData::Range { source, offset, len: len32 })
+    }
+
+    /// Makes the image bootable through El Torito. Boot images and boot-info-table files are
+    /// looked up when the layout is computed, so they may be added before or after this call.
+    /// With `catalog_path`, the catalog becomes a file of the tree (which must not exist yet).
+    pub fn set_boot(&mut self, setup: BootSetup) -> Result<(), WriteError> {
+        if self.boot.is_some() {
+            return Err(WriteError::Boot("the boot setup is already set".into()));
+        }
+        let normalize = |path: &String| -> Result<String, WriteError> { Ok(split_path(path, true)?.join("/")) };
+        let catalog = setup.catalog.map_images(normalize)?;
+        let boot_info_table = setup.boot_info_table.iter().map(normalize).collect::<Result<BTreeSet<_>, _>>()?;
+        let catalog_path = setup.catalog_path.as_ref().map(normalize).transpose()?;
+        // Check that it encodes (entry counts) before it becomes part of the tree.
+        catalog.clone().map_images(|_| Ok::<u32, WriteError>(0))?.encode().map_err(WriteError::Boot)?;
+        if let Some(path) = &catalog_path {
+            let len = catalog.encoded_len().next_multiple_of(SECTOR as usize) as u32;
+            self.insert_file(path, FileData::Catalog { len })?;
+        }
+        self.boot = Some(BootSetup { catalog_path, catalog, boot_info_table });
+        Ok(())
+    }
+
+    fn insert_file(&mut self, path: &str, data: FileData) -> Result<(), WriteError> {
         let mut components = split_path(path, true)?;
         let name = components.pop().expect("split_path returns at least one component");
         let dir = self.dir_mut(path, &components)?;
@@ -148,12 +309,21 @@ impl IsoBuilder {
         Ok(self.plan()?.layout)
     }
 
-    /// Writes the image and returns its layout.
+    /// Writes the image and returns its layout. File ranges are streamed from their sources.
     pub fn write_to(&self, mut out: impl Write) -> Result<Layout, WriteError> {
         let plan = self.plan()?;
+        let catalog = match &plan.boot {
+            Some(boot) => Some(boot.catalog.encode().map_err(WriteError::Boot)?),
+            None => None,
+        };
         let mut written = Blocks::new(&mut out);
-        written.zeros(u64::from(SYSTEM_AREA_BLOCKS) * SECTOR)?;
+        written.out.write_all(&self.system_area)?;
+        written.offset += self.system_area.len() as u64;
+        written.zeros(u64::from(SYSTEM_AREA_BLOCKS) * SECTOR - written.offset)?;
         written.block(&self.primary_descriptor(&plan))?;
+        if let Some(boot) = &plan.boot {
+            written.block(&eltorito::boot_record_descriptor(boot.catalog_lba))?;
+        }
         written.block(&terminator())?;
         let (l_table, m_table) = path_tables(&plan);
         written.block(&l_table)?;
@@ -161,8 +331,29 @@ impl IsoBuilder {
         for index in 0..plan.dirs.len() {
             written.block(&directory_extent(&plan, index))?;
         }
-        for file in &plan.files {
-            written.block(file.data)?;
+        if let (Some(boot), Some(catalog)) = (&plan.boot, &catalog)
+            && boot.hidden_catalog
+        {
+            written.block(catalog)?;
+        }
+        let mut buf = Vec::new();
+        for (index, file) in plan.files.iter().enumerate() {
+            debug_assert_eq!(written.offset, file.lba * SECTOR, "{}", file.path);
+            let info_table = plan.boot.as_ref().is_some_and(|b| b.boot_info_table.contains(&index));
+            match file.data {
+                FileData::Catalog { .. } => written.block(catalog.as_deref().unwrap_or_default())?,
+                FileData::Bytes(data) if !info_table => written.block(data)?,
+                FileData::Range { source, offset, len } if !info_table => {
+                    written.copy(&**source, *offset, u64::from(*len), &mut buf, &file.path)?;
+                }
+                data => {
+                    let mut bytes = read_whole(data, &file.path)?;
+                    let table = eltorito::boot_info_table(file.lba as u32, &bytes)
+                        .map_err(|e| WriteError::Boot(format!("{}: {e}", file.path)))?;
+                    bytes[eltorito::BOOT_INFO_TABLE].copy_from_slice(&table);
+                    written.block(&bytes)?;
+                }
+            }
         }
         debug_assert_eq!(written.offset, plan.layout.image_len());
         out.flush()?;
@@ -221,7 +412,7 @@ impl IsoBuilder {
                         files.push(PlannedFile {
                             path,
                             identifier: identifier(name, node),
-                            length: data.len() as u32,
+                            length: data.len(),
                             data,
                             lba: 0,
                         });
@@ -233,19 +424,33 @@ impl IsoBuilder {
 
         let path_table_size: usize = dirs.iter().map(path_table_entry_len).sum();
         let path_table_blocks = blocks_for(path_table_size as u64);
-        let mut lba = PATH_TABLE_LBA as u64 + 2 * path_table_blocks;
+        // The boot record takes the block after the primary descriptor.
+        let path_table_lba = PATH_TABLE_LBA + u32::from(self.boot.is_some());
+        let mut lba = u64::from(path_table_lba) + 2 * path_table_blocks;
         for index in 0..dirs.len() {
             let size = directory_size(&dirs, &files, index);
             dirs[index].lba = lba;
             dirs[index].size = size;
             lba += blocks_for(size);
         }
+        let hidden_catalog_lba = match &self.boot {
+            Some(boot) if boot.catalog_path.is_none() => {
+                let at = lba;
+                lba += blocks_for(boot.catalog.encoded_len() as u64);
+                Some(at)
+            }
+            _ => None,
+        };
         for file in &mut files {
             file.lba = lba;
             lba += blocks_for(file.length.into());
         }
         let volume_space_size =
             u32::try_from(lba).map_err(|_| WriteError::TooLarge("image larger than 2^32 blocks".into()))?;
+        let boot = match &self.boot {
+            Some(setup) => Some(plan_boot(setup, &files, hidden_catalog_lba)?),
+            None => None,
+        };
 
         let mut records = BTreeMap::new();
         for dir in &dirs {
@@ -270,7 +475,16 @@ impl IsoBuilder {
                 },
             );
         }
-        Ok(Plan { dirs, files, path_table_size, path_table_blocks, layout: Layout { volume_space_size, records } })
+        let boot_catalog_lba = boot.as_ref().map(|b| b.catalog_lba);
+        Ok(Plan {
+            dirs,
+            files,
+            path_table_lba,
+            path_table_size,
+            path_table_blocks,
+            boot,
+            layout: Layout { volume_space_size, records, boot_catalog_lba },
+        })
     }
 
     fn primary_descriptor(&self, plan: &Plan<'_>) -> Vec<u8> {
@@ -285,8 +499,8 @@ impl IsoBuilder {
         put_both_u16(&mut d[124..128], 1); // volume sequence number
         put_both_u16(&mut d[128..132], SECTOR as u16);
         put_both_u32(&mut d[132..140], plan.path_table_size as u32);
-        let l_table = PATH_TABLE_LBA;
-        let m_table = PATH_TABLE_LBA + plan.path_table_blocks as u32;
+        let l_table = plan.path_table_lba;
+        let m_table = plan.path_table_lba + plan.path_table_blocks as u32;
         d[140..144].copy_from_slice(&l_table.to_le_bytes());
         d[148..152].copy_from_slice(&m_table.to_be_bytes());
         let root = &plan.dirs[0];
@@ -299,8 +513,8 @@ impl IsoBuilder {
         put_padded(&mut d[702..739], ""); // copyright file ID
         put_padded(&mut d[739..776], ""); // abstract file ID
         put_padded(&mut d[776..813], ""); // bibliographic file ID
-        d[813..830].copy_from_slice(DESCRIPTOR_TIME); // creation
-        d[830..847].copy_from_slice(DESCRIPTOR_TIME); // modification
+        d[813..830].copy_from_slice(&self.created);
+        d[830..847].copy_from_slice(&self.modified);
         d[847..864].copy_from_slice(NO_TIME); // expiration
         d[864..881].copy_from_slice(NO_TIME); // effective
         d[881] = 1; // file structure version
@@ -320,7 +534,7 @@ struct PlannedDir {
 
 struct PlannedFile<'a> {
     path: String,
-    data: &'a [u8],
+    data: &'a FileData,
     /// On-disk identifier, e.g. `VMLINUZ.;1`.
     identifier: String,
     length: u32,
@@ -335,9 +549,90 @@ enum Child {
 struct Plan<'a> {
     dirs: Vec<PlannedDir>,
     files: Vec<PlannedFile<'a>>,
+    path_table_lba: u32,
     path_table_size: usize,
     path_table_blocks: u64,
+    boot: Option<PlannedBoot>,
     layout: Layout,
+}
+
+/// The boot setup resolved against the layout.
+struct PlannedBoot {
+    catalog: BootCatalog<u32>,
+    catalog_lba: u32,
+    /// The catalog is in its own block rather than a file's extent.
+    hidden_catalog: bool,
+    /// Indexes (into `Plan::files`) of files that get a boot info table.
+    boot_info_table: BTreeSet<usize>,
+}
+
+fn plan_boot(
+    setup: &BootSetup,
+    files: &[PlannedFile<'_>],
+    hidden_catalog_lba: Option<u64>,
+) -> Result<PlannedBoot, WriteError> {
+    let by_path: HashMap<&str, usize> = files.iter().enumerate().map(|(i, f)| (f.path.as_str(), i)).collect();
+    let find = |path: &String, what: &str| -> Result<usize, WriteError> {
+        by_path
+            .get(path.as_str())
+            .copied()
+            .ok_or_else(|| WriteError::Boot(format!("{what} {path} is not a file of the image")))
+    };
+    let catalog = setup.catalog.clone().map_images(|path| {
+        let file = &files[find(path, "boot image")?];
+        if file.length == 0 {
+            return Err(WriteError::Boot(format!("boot image {path} is empty")));
+        }
+        if matches!(file.data, FileData::Catalog { .. }) {
+            return Err(WriteError::Boot(format!("boot image {path} is the boot catalog")));
+        }
+        Ok(file.lba as u32)
+    })?;
+    let mut boot_info_table = BTreeSet::new();
+    for path in &setup.boot_info_table {
+        let index = find(path, "boot info table file")?;
+        let file = &files[index];
+        if u64::from(file.length) < eltorito::BOOT_INFO_TABLE.end as u64 || u64::from(file.length) > MAX_BOOT_INFO_FILE
+        {
+            return Err(WriteError::Boot(format!(
+                "{path} is {} bytes; a boot info table needs a file of 64 bytes to {MAX_BOOT_INFO_FILE} bytes",
+                file.length
+            )));
+        }
+        if matches!(file.data, FileData::Catalog { .. }) {
+            return Err(WriteError::Boot(format!("{path} is the boot catalog")));
+        }
+        boot_info_table.insert(index);
+    }
+    let (catalog_lba, hidden_catalog) = match (&setup.catalog_path, hidden_catalog_lba) {
+        (Some(path), _) => (files[find(path, "boot catalog")?].lba, false),
+        (None, Some(lba)) => (lba, true),
+        (None, None) => unreachable!("a hidden catalog always gets a block"),
+    };
+    Ok(PlannedBoot { catalog, catalog_lba: catalog_lba as u32, hidden_catalog, boot_info_table })
+}
+
+/// A file's whole content in memory (for patching a boot info table into it).
+fn read_whole(data: &FileData, path: &str) -> Result<Vec<u8>, WriteError> {
+    match data {
+        FileData::Bytes(bytes) => Ok(bytes.clone()),
+        FileData::Range { source, offset, len } => {
+            let mut bytes = vec![0u8; *len as usize];
+            source
+                .read_exact_at(&mut bytes, *offset)
+                .map_err(|cause| WriteError::Source { path: path.to_string(), cause })?;
+            Ok(bytes)
+        }
+        FileData::Catalog { .. } => Err(WriteError::Boot(format!("{path} is the boot catalog"))),
+    }
+}
+
+fn check_file_len(path: &str, len: u64) -> Result<u32, WriteError> {
+    u32::try_from(len).map_err(|_| {
+        WriteError::TooLarge(format!(
+            "{path} is {len} bytes; files of 4 GiB or more need multi-extent records, which are not supported"
+        ))
+    })
 }
 
 /// Writes whole blocks, zero-padding each piece to the next block boundary.
@@ -356,6 +651,31 @@ impl<W: Write> Blocks<W> {
         self.offset += data.len() as u64;
         let pad = blocks_for(data.len() as u64) * SECTOR - data.len() as u64;
         self.zeros(pad)
+    }
+
+    /// Streams `len` bytes at `offset` of `source`, then pads to the block boundary. `buf` is a
+    /// reusable chunk buffer.
+    fn copy(
+        &mut self,
+        source: &dyn ReadAt,
+        offset: u64,
+        len: u64,
+        buf: &mut Vec<u8>,
+        path: &str,
+    ) -> Result<(), WriteError> {
+        buf.resize(COPY_CHUNK, 0);
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(COPY_CHUNK as u64) as usize;
+            source
+                .read_exact_at(&mut buf[..n], offset + done)
+                .map_err(|cause| WriteError::Source { path: path.to_string(), cause })?;
+            self.out.write_all(&buf[..n])?;
+            done += n as u64;
+        }
+        self.offset += len;
+        self.zeros(blocks_for(len) * SECTOR - len)?;
+        Ok(())
     }
 
     fn zeros(&mut self, mut count: u64) -> io::Result<()> {
@@ -624,6 +944,53 @@ mod tests {
         // records in ISO order
         let root: Vec<String> = iso.list_dir(iso.root()).unwrap().into_iter().map(|r| r.name).collect();
         assert_eq!(root, ["A.B", "COREOS", "EMPTY", "IMAGES", "MANY"]);
+    }
+
+    #[test]
+    fn el_torito_and_ranges() {
+        use super::super::eltorito::{BootEntry, Platform, read_el_torito};
+        let source: SharedSource = Arc::new((0..=255u8).cycle().take(10_000).collect::<Vec<u8>>());
+        let mut b = sample_tree();
+        b.add_file_range("BOOT/LOADER.BIN", source.clone(), 1000, 3000).unwrap();
+        b.add_file_range("BOOT/EFI.IMG", source.clone(), 0, 2049).unwrap();
+        assert!(matches!(b.add_file_range("BOOT/PAST.END", source, 9000, 1001), Err(WriteError::Source { .. })));
+        let mut catalog = BootCatalog::new(Platform::X86, BootEntry::no_emulation("BOOT/LOADER.BIN".to_string(), 4));
+        catalog.push(Platform::EFI, BootEntry::no_emulation("/BOOT/EFI.IMG".to_string(), 5));
+        let info = BTreeSet::from(["BOOT/LOADER.BIN".to_string()]);
+        for catalog_path in [Some("BOOT/BOOT.CAT".to_string()), None] {
+            let mut b = b.clone();
+            let setup = BootSetup {
+                catalog_path: catalog_path.clone(),
+                catalog: catalog.clone(),
+                boot_info_table: info.clone(),
+            };
+            b.set_boot(setup.clone()).unwrap();
+            assert!(matches!(b.set_boot(setup), Err(WriteError::Boot(_))));
+            let layout = b.layout().unwrap();
+            let bytes = b.to_bytes().unwrap();
+            assert_eq!(bytes.len() as u64, layout.image_len());
+            let iso = IsoFs::from_source(bytes.clone()).unwrap();
+            let el_torito = read_el_torito(&iso).unwrap().unwrap();
+            assert_eq!(Some(el_torito.catalog_lba), layout.boot_catalog_lba);
+            let loader = layout.get("BOOT/LOADER.BIN").unwrap();
+            let efi = layout.get("BOOT/EFI.IMG").unwrap();
+            let images: Vec<u32> = el_torito.catalog.entries().map(|(_, e)| e.image).collect();
+            assert_eq!(images, [loader.lba, efi.lba]);
+            // the catalog is the file, or in no directory
+            let cat_file = iso.get_path("BOOT/BOOT.CAT").ok().map(|r| r.lba);
+            assert_eq!(cat_file.is_some(), catalog_path.is_some());
+            if catalog_path.is_none() {
+                assert!(iso.walk().unwrap().iter().all(|(_, r)| r.lba != el_torito.catalog_lba));
+            }
+            // data streamed from the range, bytes 8..64 patched in the loader only
+            let data = iso.read_file(&iso.get_path("BOOT/LOADER.BIN").unwrap(), 1 << 20).unwrap();
+            let expected: Vec<u8> = (0..=255u8).cycle().skip(1000).take(3000).collect();
+            assert_eq!((&data[..8], &data[64..]), (&expected[..8], &expected[64..]));
+            let table = eltorito::boot_info_table(loader.lba, &expected).unwrap();
+            assert_eq!(&data[8..64], &table);
+            let efi_data = iso.read_file(&iso.get_path("BOOT/EFI.IMG").unwrap(), 1 << 20).unwrap();
+            assert_eq!(efi_data, (0..=255u8).cycle().take(2049).collect::<Vec<u8>>());
+        }
     }
 
     #[test]
