@@ -1,0 +1,282 @@
+//! Static network configuration from NMStateConfigs: validation, NetworkManager keyfiles and the
+//! static-network ramdisk appended to the live initrd (spec-controllers §3.5, §8.3; spec-images
+//! §6.2).
+//!
+//! Each NMStateConfig selected by an InfraEnv contributes one [`HostStaticConfig`]: its nmstate
+//! YAML and a map from MAC addresses to the logical interface names the YAML uses. The hosts
+//! are [`normalize`]d the way assisted-service stores them, so host `N` of the ramdisk is stable
+//! whatever order the configs were listed in. [`validate`] checks them (assisted-service's
+//! rules and messages, plus what nmstate 2.2 lets through silently); [`keyfiles`] turns one YAML
+//! into NetworkManager keyfiles with nmstate's `gen_conf`, in process; [`ramdisk_files`] and
+//! [`ramdisk`] lay out the archive: one `hostN` directory per config under
+//! `etc/assisted/network`, plus a script and an initrd unit that, at boot, pick the directory
+//! whose MACs are on the machine, rename the logical interfaces to the real ones and hand the
+//! keyfiles to the live system (`etc/coreos-firstboot-network`). Only this keyfile mode is
+//! produced; assisted-service's nmstatectl mode (OpenShift ≥ 4.18) is not.
+
+mod ramdisk;
+mod validate;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::initrd::InitrdError;
+
+pub use ramdisk::{
+    COMMON_SCRIPT_PATH, NETWORK_DIR, PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, SCRIPT_PATH,
+    SERVICE_PATH, SERVICE_WANTS_PATH, ramdisk, ramdisk_files, with_autoconnect,
+};
+pub use validate::validate;
+
+/// One NMStateConfig's contribution (assisted-service's `HostStaticNetworkConfig`; the serde
+/// names are those of its stored JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStaticConfig {
+    /// `spec.interfaces` of the NMStateConfig.
+    pub mac_interface_map: Vec<MacInterface>,
+    /// `spec.config` of the NMStateConfig: raw nmstate YAML.
+    pub network_yaml: String,
+}
+
+/// One `spec.interfaces` entry: the NIC with this MAC is called `logical_nic_name` in the YAML.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MacInterface {
+    pub mac_address: String,
+    pub logical_nic_name: String,
+}
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaticNetError {
+    /// [`validate`] found problems (all of them, in host order, then across hosts).
+    #[error("{}", Problems(.0))]
+    Invalid(Vec<Problem>),
+    /// [`keyfiles`] could not turn a YAML into keyfiles.
+    #[error("{0}")]
+    Yaml(#[from] YamlProblem),
+    /// A proxy value that cannot be written into a systemd unit.
+    #[error("invalid {name} {value:?} for the live rootfs download: {reason}")]
+    InvalidProxy { name: &'static str, value: String, reason: &'static str },
+    /// Building the archive failed.
+    #[error("building the static network ramdisk: {0}")]
+    Archive(#[from] InitrdError),
+}
+
+/// One validation problem. Messages quoted by spec-controllers §8.3 are assisted-service's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Problem {
+    #[error("at least one interface for host {host} must be provided")]
+    NoInterfaces { host: usize },
+    #[error("MACs and Interfaces for host {host} must be unique")]
+    NotUnique { host: usize },
+    /// A `spec.interfaces` MAC not of the form `xx:xx:xx:xx:xx:xx` (the NMStateConfig CRD's
+    /// pattern).
+    #[error("invalid MAC address {mac:?} for interface {interface:?} of host {host}")]
+    InvalidMapMac { host: usize, interface: String, mac: String },
+    /// A logical NIC name the boot script could not carry (empty, blanks, control characters, `/`).
+    #[error("invalid interface name {interface:?} for MAC {mac} of host {host}")]
+    InvalidNicName { host: usize, interface: String, mac: String },
+    /// The YAML is rejected by nmstate or by the checks nmstate does not make.
+    #[error("failed to validate network yaml for host {host}, {reason}")]
+    NetworkYaml { host: usize, reason: YamlProblem },
+    /// An ethernet interface, bond port or VLAN base that the boot script cannot map to a NIC.
+    #[error("mac-interface mapping for interface {interface} is missing and not a physical interface")]
+    MissingMapping { host: usize, interface: String },
+    /// The same MAC in two configs: a machine with it would match both host directories.
+    #[error("MAC address {mac} is used by host {first} and host {second}")]
+    DuplicateMac { mac: String, first: usize, second: usize },
+}
+
+/// What is wrong with one nmstate YAML.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum YamlProblem {
+    #[error("cannot generate configuration with an empty host YAML")]
+    Empty,
+    /// nmstate's own error, as it words it.
+    #[error("{0}")]
+    Nmstate(String),
+    #[error("nmstate generated an empty NetworkManager config file content")]
+    NoKeyfiles,
+    /// nmstate named a keyfile after an interface name that is no plain file name.
+    #[error("interface name {name:?} cannot name a keyfile")]
+    UnsafeFileName { name: String },
+    #[error("interface name not found in networks configuration")]
+    MissingName,
+    #[error("interface {interface} has no type")]
+    MissingType { interface: String },
+    /// A type nmstate does not know; it would silently configure an ethernet profile instead.
+    #[error("interface {interface} has unknown type {kind:?}")]
+    UnknownType { interface: String, kind: String },
+    #[error("interface {interface} has an invalid {field} {value:?}")]
+    InvalidMac { interface: String, field: &'static str, value: String },
+    #[error("VLAN {interface} has id {id}, outside 1..4094")]
+    VlanIdOutOfRange { interface: String, id: String },
+    #[error("bond {bond} has port {port}, which is neither defined in interfaces nor in the MAC map")]
+    UndefinedBondPort { bond: String, port: String },
+    #[error("route to {destination} goes through interface {interface}, which is not defined in interfaces")]
+    UndefinedRouteInterface { destination: String, interface: String },
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}
+
+/// NetworkManager keyfiles for one nmstate YAML (or JSON), from nmstate's `gen_conf` in
+/// process: `(file name, contents)` sorted by file name, as nmstate writes them (the ramdisk
+/// adds `autoconnect-priority`, see [`with_autoconnect`]).
+///
+/// Only nmstate's own checks apply here; [`validate`] adds the rest.
+pub fn keyfiles(network_yaml: &str) -> Result<Vec<(String, String)>, StaticNetError> {
+    Ok(generate(network_yaml)?)
+}
+
+fn parse(network_yaml: &str) -> Result<nmstate::NetworkState, YamlProblem> {
+    if network_yaml.trim().is_empty() {
+        return Err(YamlProblem::Empty);
+    }
+    nmstate::NetworkState::new_from_yaml(network_yaml).map_err(|e| YamlProblem::Nmstate(e.to_string()))
+}
+
+fn generate(network_yaml: &str) -> Result<Vec<(String, String)>, YamlProblem> {
+    let state = parse(network_yaml)?;
+    generate_from(&state)
+}
+
+fn generate_from(state: &nmstate::NetworkState) -> Result<Vec<(String, String)>, YamlProblem> {
+    let mut generated = state.gen_conf().map_err(|e| YamlProblem::Nmstate(e.to_string()))?;
+    let mut files = generated.remove("NetworkManager").unwrap_or_default();
+    if files.is_empty() {
+        return Err(YamlProblem::NoKeyfiles);
+    }
+    for (name, _) in &files {
+        if !is_plain_file_name(name) {
+            return Err(YamlProblem::UnsafeFileName { name: name.clone() });
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// A name that stays one file inside the host directory.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains('/')
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
+/// The hosts sorted as assisted-service stores them (`FormatStaticNetworkConfigForDB`): each MAC
+/// map by logical name then MAC; hosts by YAML, then by MAC map (shorter first, then entry by
+/// entry). Strings compare bytewise, like Go's. Idempotent.
+pub fn normalize(mut hosts: Vec<HostStaticConfig>) -> Vec<HostStaticConfig> {
+    for host in &mut hosts {
+        host.mac_interface_map.sort_by(|a, b| map_key(a).cmp(&map_key(b)));
+    }
+    hosts.sort_by(|a, b| {
+        a.network_yaml.cmp(&b.network_yaml).then_with(|| {
+            a.mac_interface_map
+                .len()
+                .cmp(&b.mac_interface_map.len())
+                .then_with(|| a.mac_interface_map.iter().map(map_key).cmp(b.mac_interface_map.iter().map(map_key)))
+        })
+    });
+    hosts
+}
+
+fn map_key(entry: &MacInterface) -> (&str, &str) {
+    (&entry.logical_nic_name, &entry.mac_address)
+}
+
+/// `hostN/mac_interface.ini`: sorted `<mac>=<logical name>` lines joined by `\n` (no final newline).
+pub fn mac_interface_ini(map: &[MacInterface]) -> String {
+    let mut lines: Vec<String> =
+        map.iter().map(|entry| format!("{}={}", entry.mac_address, entry.logical_nic_name)).collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(entries: &[(&str, &str)]) -> Vec<MacInterface> {
+        entries
+            .iter()
+            .map(|(mac, name)| MacInterface { mac_address: (*mac).into(), logical_nic_name: (*name).into() })
+            .collect()
+    }
+
+    #[test]
+    fn normalize_sorts_maps_then_hosts() {
+        let hosts = vec![
+            HostStaticConfig { mac_interface_map: map(&[("02:00:00:00:00:02", "eth1")]), network_yaml: "b".into() },
+            HostStaticConfig {
+                mac_interface_map: map(&[("02:00:00:00:00:09", "eth1"), ("02:00:00:00:00:08", "eth0")]),
+                network_yaml: "a".into(),
+            },
+            HostStaticConfig {
+                mac_interface_map: map(&[("02:00:00:00:00:05", "eth0"), ("02:00:00:00:00:04", "eth0")]),
+                network_yaml: "a".into(),
+            },
+            HostStaticConfig { mac_interface_map: map(&[("02:00:00:00:00:07", "eth9")]), network_yaml: "a".into() },
+        ];
+        let sorted = normalize(hosts);
+        let summary: Vec<(String, Vec<(String, String)>)> = sorted
+            .iter()
+            .map(|h| {
+                let m = h.mac_interface_map.iter().map(|e| (e.logical_nic_name.clone(), e.mac_address.clone()));
+                (h.network_yaml.clone(), m.collect())
+            })
+            .collect();
+        let expect = |y: &str, m: &[(&str, &str)]| {
+            (y.to_string(), m.iter().map(|(n, mac)| (n.to_string(), mac.to_string())).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            summary,
+            vec![
+                // Same YAML: the shorter map first, then entry by entry (name, then MAC).
+                expect("a", &[("eth9", "02:00:00:00:00:07")]),
+                expect("a", &[("eth0", "02:00:00:00:00:04"), ("eth0", "02:00:00:00:00:05")]),
+                expect("a", &[("eth0", "02:00:00:00:00:08"), ("eth1", "02:00:00:00:00:09")]),
+                expect("b", &[("eth1", "02:00:00:00:00:02")]),
+            ]
+        );
+        assert_eq!(normalize(sorted.clone()), sorted, "idempotent");
+    }
+
+    #[test]
+    fn mac_interface_ini_is_sorted_lines_without_final_newline() {
+        let ini = mac_interface_ini(&map(&[("02:00:00:80:12:15", "eth1"), ("02:00:00:80:12:14", "eth0")]));
+        assert_eq!(ini, "02:00:00:80:12:14=eth0\n02:00:00:80:12:15=eth1");
+    }
+
+    #[test]
+    fn keyfiles_reject_empty_and_stateless_yaml() {
+        assert!(matches!(keyfiles("  \n"), Err(StaticNetError::Yaml(YamlProblem::Empty))));
+        assert!(matches!(keyfiles("---\n"), Err(StaticNetError::Yaml(YamlProblem::NoKeyfiles))));
+        let err = keyfiles("interfaces: 3").unwrap_err().to_string();
+        assert!(err.starts_with("InvalidArgument: Invalid YAML string"), "{err}");
+    }
+
+    #[test]
+    fn plain_file_names() {
+        assert!(is_plain_file_name("eth0.100.nmconnection"));
+        for bad in ["", ".hidden", "a/b", "a b", "x\n"] {
+            assert!(!is_plain_file_name(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! [`validate`]: assisted-service's `ValidateStaticConfigParamsYAML` rules, plus the checks
+//! nmstate 2.2 does not make (it turns an unknown interface type into ethernet, copies a
+//! malformed MAC through, accepts VLAN id 5000 and invents ethernet profiles for bond ports
+//! nobody defined), plus MACs shared between hosts.
+
+use std::collections::{HashMap, HashSet};
+
+use yaml_serde::Value;
+
+use super::{HostStaticConfig, MacInterface, Problem, StaticNetError, YamlProblem, generate_from, parse};
+
+/// Interface types nmstate 2.2 knows, as written in YAML, plus `802-3-ethernet`, which
+/// assisted-service treats as ethernet (nmstate does the same by accident: it maps every type
+/// it does not know to ethernet). Left out: `unknown` and `tun` (query-only).
+const KNOWN_TYPES: &[&str] = &[
+    "ethernet",
+    "802-3-ethernet",
+    "bond",
+    "linux-bridge",
+    "dummy",
+    "hsr",
+    "loopback",
+    "mac-vlan",
+    "mac-vtap",
+    "ovs-bridge",
+    "ovs-interface",
+    "veth",
+    "vlan",
+    "vrf",
+    "vxlan",
+    "infiniband",
+    "macsec",
+    "ipsec",
+    "xfrm",
+    "ipvlan",
+];
+
+/// Interface fields that hold a MAC address.
+const MAC_FIELDS: &[&str] = &["mac-address", "permanent-mac-address"];
+
+/// Checks the static network configs of one InfraEnv. `host <i>` in messages is the index in
+/// `hosts` as passed.
+///
+/// Per host, in this order:
+/// 1. The MAC map: "at least one interface for host <i> must be provided"; "MACs and
+///    Interfaces for host <i> must be unique" (MACs compared case-insensitively); each MAC
+///    `xx:xx:xx:xx:xx:xx`; each name usable as an interface name.
+/// 2. The YAML, each failure as "failed to validate network yaml for host <i>, <reason>":
+///    empty; rejected by nmstate; an interface without name or type, or with a type nmstate
+///    does not know; a malformed `mac-address`/`permanent-mac-address` (6 octets, or 20 for
+///    InfiniBand); a VLAN id outside 1..4094; a bond port defined neither in `interfaces` nor in
+///    the MAC map; a route whose `next-hop-interface` is not in `interfaces`; nmstate's
+///    `gen_conf` failing or producing no keyfile. The first step that fails ends the host's
+///    YAML checks.
+/// 3. Interface mapping (assisted-service's rule; skipped when the map is empty, which 1.
+///    reports already): every ethernet interface, bond port and
+///    (an addition) VLAN base interface not defined in `interfaces` must be in the MAC map,
+///    carry `identifier: mac-address`, or have a predictable physical name (`^en[PsvxXbucaipod]`),
+///    else "mac-interface mapping for interface <n> is missing and not a physical interface".
+///
+/// Then across hosts: a MAC in two hosts' maps is "MAC address <mac> is used by host <i> and
+/// host <j>" (the boot script would apply both hosts' files on that machine).
+///
+/// All problems are collected; assisted-service stops at the first YAML failure.
+pub fn validate(hosts: &[HostStaticConfig]) -> Result<(), StaticNetError> {
+    validate_and_generate(hosts).map(drop)
+}
+
+/// [`validate`], returning each host's keyfiles (generated on the way) when all is well.
+pub(super) fn validate_and_generate(hosts: &[HostStaticConfig]) -> Result<Vec<Keyfiles>, StaticNetError> {
+    let mut problems = Vec::new();
+    let mut generated = Vec::with_capacity(hosts.len());
+    for (host, config) in hosts.iter().enumerate() {
+        check_mac_map(host, &config.mac_interface_map, &mut problems);
+        if let Some(keyfiles) = check_network_yaml(host, config, &mut problems) {
+            generated.push(keyfiles);
+        }
+    }
+    check_macs_across_hosts(hosts, &mut problems);
+    if problems.is_empty() { Ok(generated) } else { Err(StaticNetError::Invalid(problems)) }
+}
+
+type Keyfiles = Vec<(String, String)>;
+
+fn check_mac_map(host: usize, map: &[MacInterface], problems: &mut Vec<Problem>) {
+    if map.is_empty() {
+        problems.push(Problem::NoInterfaces { host });
+        return;
+    }
+    let names: HashSet<&str> = map.iter().map(|e| e.logical_nic_name.as_str()).collect();
+    let macs: HashSet<String> = map.iter().map(|e| e.mac_address.to_ascii_lowercase()).collect();
+    if names.len() < map.len() || macs.len() < map.len() {
+        problems.push(Problem::NotUnique { host });
+    }
+    for entry in map {
+        if !is_mac(&entry.mac_address, &[6]) {
+            problems.push(Problem::InvalidMapMac {
+                host,
+                interface: entry.logical_nic_name.clone(),
+                mac: entry.mac_address.clone(),
+            });
+        }
+        if !is_usable_nic_name(&entry.logical_nic_name) {
+            problems.push(Problem::InvalidNicName {
+                host,
+                interface: entry.logical_nic_name.clone(),
+                mac: entry.mac_address.clone(),
+            });
+        }
+    }
+}
+
+/// The YAML checks of one host; its keyfiles when nmstate could generate them.
+fn check_network_yaml(host: usize, config: &HostStaticConfig, problems: &mut Vec<Problem>) -> Option<Keyfiles> {
+    let mut fail = |reason| problems.push(Problem::NetworkYaml { host, reason });
+    let state = parse(&config.network_yaml).map_err(&mut fail).ok()?;
+    // nmstate accepted it, so it is a YAML (or JSON) document; look at it untyped for what
+    // nmstate's types hide (unknown type strings) or do not check.
+    let doc: Value =
+        yaml_serde::from_str(&config.network_yaml).map_err(|e| fail(YamlProblem::Nmstate(e.to_string()))).ok()?;
+    let ifaces = interfaces(&doc).map_err(&mut fail).ok()?;
+    let map_names: HashSet<&str> = config.mac_interface_map.iter().map(|e| e.logical_nic_name.as_str()).collect();
+    let found = gap_checks(&doc, &ifaces, &map_names);
+    if !found.is_empty() {
+        found.into_iter().for_each(fail);
+        return None;
+    }
+    let keyfiles = generate_from(&state).map_err(fail).ok()?;
+    // With an empty map, "at least one interface ..." says it already.
+    if !config.mac_interface_map.is_empty() {
+        for interface in unmapped_interfaces(&ifaces, &map_names) {
+            problems.push(Problem::MissingMapping { host, interface });
+        }
+    }
+    Some(keyfiles)
+}
+
+/// One entry of `interfaces`.
+struct Iface<'a> {
+    name: &'a str,
+    kind: Option<&'a str>,
+    absent: bool,
+    value: &'a Value,
+}
+
+impl Iface<'_> {
+    fn is_ethernet(&self) -> bool {
+        matches!(self.kind, Some("ethernet" | "802-3-ethernet"))
+    }
+}
+
+fn interfaces(doc: &Value) -> Result<Vec<Iface<'_>>, YamlProblem> {
+    let Some(list) = doc.get("interfaces").and_then(Value::as_sequence) else {
+        return Ok(Vec::new());
+    };
+    list.iter()
+        .map(|value| {
+            let name = value.get("name").and_then(Value::as_str).ok_or(YamlProblem::MissingName)?;
+            Ok(Iface {
+                name,
+                kind: value.get("type").and_then(Value::as_str),
+                absent: value.get("state").and_then(Value::as_str) == Some("absent"),
+                value,
+            })
+        })
+        .collect()
+}
+
+/// The checks nmstate 2.2 does not make.
+fn gap_checks(doc: &Value, ifaces: &[Iface<'_>], map_names: &HashSet<&str>) -> Vec<YamlProblem> {
+    let mut found = Vec::new();
+    let defined: HashSet<&str> = ifaces.iter().filter(|i| !i.absent).map(|i| i.name).collect();
+    for iface in ifaces {
+        let interface = iface.name.to_string();
+        match iface.kind {
+            None if iface.absent => {}
+            None => found.push(YamlProblem::MissingType { interface: interface.clone() }),
+            Some(kind) if !KNOWN_TYPES.contains(&kind) => {
+                found.push(YamlProblem::UnknownType { interface: interface.clone(), kind: kind.to_string() });
+            }
+            Some(_) => {}
+        }
+        for &field in MAC_FIELDS {
+            if let Some(value) = iface.value.get(field)
+                && !value.as_str().is_some_and(|mac| is_mac(mac, &[6, 20]))
+            {
+                found.push(YamlProblem::InvalidMac { interface: interface.clone(), field, value: scalar_text(value) });
+            }
+        }
+        if iface.kind == Some("vlan")
+            && let Some(id) = iface.value.get("vlan").and_then(|vlan| vlan.get("id"))
+            && !integer(id).is_some_and(|id| (1..=4094).contains(&id))
+        {
+            found.push(YamlProblem::VlanIdOutOfRange { interface: interface.clone(), id: scalar_text(id) });
+        }
+        if iface.kind == Some("bond") {
+            for port in bond_ports(iface.value) {
+                if !defined.contains(port) && !map_names.contains(port) {
+                    found.push(YamlProblem::UndefinedBondPort { bond: interface.clone(), port: port.to_string() });
+                }
+            }
+        }
+    }
+    let routes = doc.get("routes").and_then(|r| r.get("config")).and_then(Value::as_sequence);
+    for route in routes.into_iter().flatten() {
+        if route.get("state").and_then(Value::as_str) == Some("absent") {
+            continue;
+        }
+        if let Some(interface) = route.get("next-hop-interface").and_then(Value::as_str)
+            && !defined.contains(interface)
+        {
+            found.push(YamlProblem::UndefinedRouteInterface {
+                destination: route.get("destination").map_or_else(|| "?".into(), scalar_text),
+                interface: interface.to_string(),
+            });
+        }
+    }
+    found
+}
+
+/// Port names of a bond: `link-aggregation` (or its alias `bond`), `port` (or `ports`) and the
+/// names in `ports-config`.
+fn bond_ports(iface: &Value) -> Vec<&str> {
+    let Some(bond) = iface.get("link-aggregation").or_else(|| iface.get("bond")) else {
+        return Vec::new();
+    };
+    let listed = bond.get("port").or_else(|| bond.get("ports")).and_then(Value::as_sequence);
+    let configured = bond.get("ports-config").and_then(Value::as_sequence);
+    let mut ports: Vec<&str> = listed.into_iter().flatten().filter_map(Value::as_str).collect();
+    for port in configured.into_iter().flatten().filter_map(|c| c.get("name").and_then(Value::as_str)) {
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
+/// assisted-service's mapping rule (`validateInterfaceNamesExistenceYAML`), extended to VLAN
+/// base interfaces that `interfaces` does not define. Each name once, in document order.
+///
+/// assisted-service names the bond rather than the port when a port lacks a mapping; the port is
+/// what needs the mapping, so it is named here.
+fn unmapped_interfaces(ifaces: &[Iface<'_>], map_names: &HashSet<&str>) -> Vec<String> {
+    let mac_identified: HashSet<&str> = ifaces
+        .iter()
+        .filter(|i| i.value.get("identifier").and_then(Value::as_str) == Some("mac-address"))
+        .map(|i| i.name)
+        .collect();
+    let defined: HashSet<&str> = ifaces.iter().filter(|i| !i.absent).map(|i| i.name).collect();
+    let mapped =
+        |name: &str| map_names.contains(name) || mac_identified.contains(name) || is_predictable_physical(name);
+    let mut missing: Vec<String> = Vec::new();
+    let mut note = |name: &str| {
+        if !mapped(name) && !missing.iter().any(|m| m == name) {
+            missing.push(name.to_string());
+        }
+    };
+    for iface in ifaces {
+        match iface.kind {
+            _ if iface.is_ethernet() => note(iface.name),
+            Some("bond") => bond_ports(iface.value).into_iter().for_each(&mut note),
+            Some("vlan") => {
+                let base = iface.value.get("vlan").and_then(|v| v.get("base-iface")).and_then(Value::as_str);
+                if let Some(base) = base.filter(|b| !defined.contains(b)) {
+                    note(base);
+                }
+            }
+            _ => {}
+        }
+    }
+    missing
+}
+
+fn check_macs_across_hosts(hosts: &[HostStaticConfig], problems: &mut Vec<Problem>) {
+    let mut first_host: HashMap<String, usize> = HashMap::new();
+    for (host, config) in hosts.iter().enumerate() {
+        for entry in &config.mac_interface_map {
+            let key = entry.mac_address.to_ascii_lowercase();
+            match first_host.get(&key) {
+                Some(&first) if first != host => {
+                    problems.push(Problem::DuplicateMac { mac: entry.mac_address.clone(), first, second: host })
+                }
+                Some(_) => {} // twice in one host: NotUnique already
+                None => {
+                    first_host.insert(key, host);
+                }
+            }
+        }
+    }
+}
+
+/// `octets` colon-separated pairs of hex digits.
+fn is_mac(text: &str, octets: &[usize]) -> bool {
+    let parts: Vec<&str> = text.split(':').collect();
+    octets.contains(&parts.len()) && parts.iter().all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// systemd's predictable names for physical NICs (`man systemd.net-naming-scheme`), as
+/// assisted-service matches them: `^en[PsvxXbucaipod]`.
+fn is_predictable_physical(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    bytes.len() > 2 && bytes.starts_with(b"en") && b"PsvxXbucaipod".contains(&bytes[2])
+}
+
+/// A name the boot script can read back from `mac_interface.ini` and use as a file name.
+fn is_usable_nic_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/') && !name.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// An integer, also written as a string (nmstate accepts `id: "100"`).
+fn integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn scalar_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "null".into(),
+        other => yaml_serde::to_string(other).map(|s| s.trim_end().to_string()).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs() {
+        assert!(is_mac("02:00:00:80:12:14", &[6]));
+        assert!(is_mac("02:00:00:AB:cd:EF", &[6]));
+        for bad in
+            ["02:00:00:80:12", "02:00:00:80:12:14:15", "02-00-00-80-12-14", "0:00:00:80:12:14", "zz:00:00:80:12:14"]
+        {
+            assert!(!is_mac(bad, &[6]), "{bad}");
+        }
+        let ib = vec!["80"; 20].join(":");
+        assert!(is_mac(&ib, &[6, 20]) && !is_mac(&ib, &[6]));
+    }
+
+    #[test]
+    fn predictable_names() {
+        for name in ["enp1s0", "ens3", "eno1", "enP2p1s0", "enx0200008012aa", "enc600", "enib0", "ena0"] {
+            assert!(is_predictable_physical(name), "{name}");
+        }
+        for name in ["eth0", "en", "enq1", "bond0", "wlp2s0"] {
+            assert!(!is_predictable_physical(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn integers_also_from_strings() {
+        let v: Value = yaml_serde::from_str("[5, '17', x, 1.5]").unwrap();
+        let got: Vec<Option<i64>> = v.as_sequence().unwrap().iter().map(integer).collect();
+        assert_eq!(got, [Some(5), Some(17), None, None]);
+    }
+
+    #[test]
+    fn bond_ports_from_all_spellings() {
+        let v: Value = yaml_serde::from_str(
+            "{bond: {ports: [a, b], ports-config: [{name: b}, {name: c}]}, link-aggregation: {port: [x]}}",
+        )
+        .unwrap();
+        // link-aggregation wins over its alias, as in nmstate (it only reads one of them).
+        assert_eq!(bond_ports(&v), ["x"]);
+        let v: Value = yaml_serde::from_str("{bond: {ports: [a, b], ports-config: [{name: b}, {name: c}]}}").unwrap();
+        assert_eq!(bond_ports(&v), ["a", "b", "c"]);
+    }
+}
