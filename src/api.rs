@@ -15,7 +15,7 @@ use crate::http::respond::{Representation, respond};
 use crate::http::{Body, Completion, Handler, RouteLabel, text};
 use crate::image::{BootArtifact, ImageError, Images};
 use crate::metrics::Metrics;
-use crate::resources::{InfraEnv, Kind, validate_document};
+use crate::resources::{ImageType, InfraEnv, Kind, validate_document};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 
@@ -53,6 +53,8 @@ fn route_label(path: &str) -> &'static str {
         ["metrics"] => "/metrics",
         ["images", _] => "/images/:imageID",
         ["images", _, "pxe-initrd"] => "/images/:imageID/pxe-initrd",
+        ["images", _, "s390x-initrd-addrsize"] => "/images/:imageID/s390x-initrd-addrsize",
+        ["boot-artifacts", _, _, "rootfs.img"] => "/boot-artifacts/rootfs",
         ["byid", ..] => "/byid/:token",
         ["boot-artifacts", "kernel"] => "/boot-artifacts/kernel",
         ["boot-artifacts", "rootfs"] => "/boot-artifacts/rootfs",
@@ -134,20 +136,24 @@ impl App {
                 };
                 let arch = q.get("arch").filter(|a| !a.is_empty()).map(String::as_str).unwrap_or("x86_64");
                 match q.get("type").map(String::as_str) {
-                    Some("full-iso") => self.full_iso(&req, id, version, arch).await,
-                    Some(t @ ("minimal-iso" | "disconnected-iso")) => text(
+                    Some("full-iso") => self.iso(&req, id, version, arch, ImageType::FullIso).await,
+                    Some("minimal-iso") => self.iso(&req, id, version, arch, ImageType::MinimalIso).await,
+                    Some(t @ "disconnected-iso") => text(
                         StatusCode::BAD_REQUEST,
-                        format!("type '{t}' is not supported by this bootstream version (supported: full-iso)"),
+                        format!(
+                            "type '{t}' is not supported by this bootstream version (supported: full-iso, minimal-iso)"
+                        ),
                     ),
                     Some(t) => text(StatusCode::BAD_REQUEST, format!("invalid value '{t}' for parameter 'type'")),
                     None => text(StatusCode::BAD_REQUEST, "'type' parameter required"),
                 }
             }
             ["byid", id, version, arch, file] => match *file {
-                "full.iso" => self.full_iso(&req, id, version, arch).await,
-                "minimal.iso" | "disconnected.iso" => text(
+                "full.iso" => self.iso(&req, id, version, arch, ImageType::FullIso).await,
+                "minimal.iso" => self.iso(&req, id, version, arch, ImageType::MinimalIso).await,
+                "disconnected.iso" => text(
                     StatusCode::NOT_FOUND,
-                    format!("{file} is not supported by this bootstream version (supported: full.iso)"),
+                    format!("{file} is not supported by this bootstream version (supported: full.iso, minimal.iso)"),
                 ),
                 other => text(StatusCode::NOT_FOUND, format!("unrecognized file name {other}")),
             },
@@ -159,6 +165,24 @@ impl App {
                 let arch = q.get("arch").filter(|a| !a.is_empty()).map(String::as_str).unwrap_or("x86_64");
                 self.pxe_initrd(&req, id, version, arch).await
             }
+            ["images", id, "s390x-initrd-addrsize"] => {
+                let q = query_map(&req);
+                let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
+                    return text(StatusCode::BAD_REQUEST, "'version' parameter required for initrd download");
+                };
+                let result = async {
+                    let base = self.catalog.lookup(version, "s390x")?;
+                    let (ie, content) = self.infraenv(id).await?;
+                    self.images.initrd_addrsize(&ie, &base, &content)
+                }
+                .await;
+                self.represent(&req, result)
+            }
+            // The rootfs URL minimal ISOs carry (no query string: see Images::minimal_rootfs_url).
+            ["boot-artifacts", version, arch, "rootfs.img"] => match self.catalog.lookup(version, arch) {
+                Ok(base) => self.represent(&req, self.images.boot_artifact(&base, BootArtifact::Rootfs)),
+                Err(e) => text(e.http_status(), e.to_string()),
+            },
             ["boot-artifacts", artifact] => {
                 let which = match *artifact {
                     "kernel" => BootArtifact::Kernel,
@@ -200,11 +224,11 @@ impl App {
         Ok((ie, content))
     }
 
-    async fn full_iso(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str) -> Response<Body> {
+    async fn iso(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str, kind: ImageType) -> Response<Body> {
         let result = async {
             let (ie, content) = self.infraenv(id).await?;
             let base = self.catalog.lookup(version, arch)?;
-            self.images.full_iso(&ie, &base, &content)
+            self.images.iso(&ie, &base, &content, kind).await
         }
         .await;
         self.represent(req, result)
@@ -352,8 +376,7 @@ impl App {
         }
     }
 
-    /// Creates or updates an object from a JSON document, then reconciles what it affects so that the
-    /// status a client reads next reflects the change.
+    /// Creates or updates an object from a JSON document.
     async fn apply(
         &self,
         kind: Kind,
@@ -387,17 +410,11 @@ impl App {
         let (stored, created) = self.store.apply_document(kind, doc).await?;
         let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
         let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        match kind {
-            Kind::InfraEnv => {
-                let _ = infraenv::reconcile(&self.images, &ns, &name).await;
-            }
-            Kind::Secret => {
-                let users: Vec<InfraEnv> = crate::store::Store::list(&self.store, Some(&ns)).await.unwrap_or_default();
-                for ie in users.into_iter().filter(|ie| ie.spec.pull_secret_ref.name == name) {
-                    let _ =
-                        infraenv::reconcile(&self.images, &ns, ie.metadata.name.as_deref().unwrap_or_default()).await;
-                }
-            }
+        // An applied InfraEnv gets its status now, so `apply` then `get` shows it. Changes to what
+        // InfraEnvs reference (secrets, NMStateConfigs) reach them through the controller's queue, which
+        // folds a burst of changes into one reconcile per InfraEnv.
+        if kind == Kind::InfraEnv {
+            let _ = infraenv::reconcile(&self.images, &ns, &name).await;
         }
         let current = self.store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
@@ -405,10 +422,7 @@ impl App {
 }
 
 fn not_found_error(kind: Kind, name: &str) -> StoreError {
-    match kind {
-        Kind::InfraEnv => StoreError::not_found::<InfraEnv>(name),
-        Kind::Secret => StoreError::not_found::<k8s_openapi::api::core::v1::Secret>(name),
-    }
+    StoreError::NotFound { resource: crate::store::sqlite::kind_resource(kind), name: name.to_string() }
 }
 
 fn store_error(e: &StoreError) -> Response<Body> {

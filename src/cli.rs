@@ -93,6 +93,28 @@ struct ServeArgs {
     /// Container image of the discovery agent the discovery Ignition starts.
     #[arg(long, env = "AGENT_DOCKER_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
     agent_image: String,
+    /// ISO type for InfraEnvs that do not set spec.imageType.
+    #[arg(long, env = "ISO_IMAGE_TYPE", value_enum, default_value = "full-iso")]
+    iso_image_type: IsoImageType,
+    /// Ironic API URL for InfraEnvs with the enable-ironic-agent annotation, unless the secret
+    /// openshift-machine-api/metal3-image-customization-config sets IRONIC_BASE_URL.
+    #[arg(long, env = "IRONIC_BASE_URL")]
+    ironic_base_url: Option<String>,
+    /// Ironic inspector URL (likewise IRONIC_INSPECTOR_BASE_URL in that secret).
+    #[arg(long, env = "IRONIC_INSPECTOR_BASE_URL")]
+    ironic_inspector_url: Option<String>,
+    /// Default ironic agent image for x86_64 (and other non-ARM architectures).
+    #[arg(long, env = "IRONIC_AGENT_IMAGE")]
+    ironic_agent_image: Option<String>,
+    /// Default ironic agent image for arm64.
+    #[arg(long, env = "IRONIC_AGENT_IMAGE_ARM")]
+    ironic_agent_image_arm: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum IsoImageType {
+    FullIso,
+    MinimalIso,
 }
 
 pub fn main() -> ExitCode {
@@ -146,8 +168,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let addr = listener.local_addr()?;
     let base_url = args.base_url.clone().unwrap_or_else(|| format!("http://{addr}"));
     let base_url = base_url.trim_end_matches('/').to_string();
-    let config =
-        Arc::new(crate::image::ServiceConfig { base_url: base_url.clone(), agent_image: args.agent_image.clone() });
+    let mut config = crate::image::ServiceConfig::new(&base_url, data_dir.clone());
+    config.agent_image = args.agent_image.clone();
+    config.default_image_type = match args.iso_image_type {
+        IsoImageType::FullIso => crate::resources::ImageType::FullIso,
+        IsoImageType::MinimalIso => crate::resources::ImageType::MinimalIso,
+    };
+    config.ironic = crate::ironic::IronicDefaults {
+        base_url: args.ironic_base_url.clone(),
+        inspector_url: args.ironic_inspector_url.clone(),
+        agent_image: args.ironic_agent_image.clone(),
+        agent_image_arm: args.ironic_agent_image_arm.clone(),
+    };
+    let config = Arc::new(config);
     let images = crate::image::Images::new(store.clone(), catalog.clone(), config);
     let metrics = crate::metrics::Metrics::new();
     let app = Arc::new(crate::api::App { images: images.clone(), store, catalog: catalog.clone(), metrics });
@@ -348,6 +381,31 @@ fn print_table(kind: Kind, v: &Value, single: bool) {
                     it["metadata"]["name"].as_str().unwrap_or(""),
                     it["status"]["createdTime"].as_str().unwrap_or("-"),
                     cond
+                );
+            }
+        }
+        Kind::NMStateConfig => {
+            println!("{:<24} {:<24} INTERFACES", "NAMESPACE", "NAME");
+            for it in items {
+                let ifaces: Vec<String> = it["spec"]["interfaces"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|i| {
+                                format!(
+                                    "{}={}",
+                                    i["name"].as_str().unwrap_or(""),
+                                    i["macAddress"].as_str().unwrap_or("")
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                println!(
+                    "{:<24} {:<24} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    ifaces.join(",")
                 );
             }
         }

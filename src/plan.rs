@@ -238,28 +238,47 @@ impl PlanBuilder {
     }
 }
 
-/// A file with some byte ranges replaced, as a plan: the shape of every customized ISO. `overlays` are
-/// `(offset, segments)` with no overlap; each replaces exactly as many bytes as its segments hold.
-pub fn overlay_plan(base: &Arc<BaseFile>, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, String> {
-    overlays.sort_by_key(|(off, _)| *off);
-    let mut b = PlanBuilder::default();
-    let mut pos = 0u64;
-    for (off, segs) in overlays.iter() {
-        if *off < pos {
-            return Err(format!("overlapping overlays at byte {off}"));
-        }
-        let len: u64 = segs.iter().map(Segment::len).sum();
-        if off + len > base.len {
-            return Err(format!("overlay {off}+{len} goes past the end of the {}-byte image", base.len));
-        }
-        b.file(base, pos, off - pos);
-        for s in segs {
-            b.push(s.clone());
-        }
-        pos = off + len;
+impl Plan {
+    /// The whole of `file`.
+    pub fn from_file(file: &Arc<BaseFile>) -> Plan {
+        let mut b = PlanBuilder::default();
+        b.file(file, 0, file.len);
+        b.build()
     }
-    b.file(base, pos, base.len - pos);
-    Ok(b.build())
+
+    /// This plan with some byte ranges replaced: the shape of every customized ISO. `overlays` are
+    /// `(offset, segments)` that must not overlap; each replaces exactly as many bytes as it holds, so
+    /// the length never changes.
+    pub fn overlay(&self, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, String> {
+        overlays.sort_by_key(|(off, _)| *off);
+        let mut b = PlanBuilder::default();
+        let mut pos = 0u64;
+        for (off, segs) in overlays.iter() {
+            if *off < pos {
+                return Err(format!("overlapping overlays at byte {off}"));
+            }
+            let len: u64 = segs.iter().map(Segment::len).sum();
+            if off + len > self.len {
+                return Err(format!("overlay {off}+{len} goes past the end of the {}-byte image", self.len));
+            }
+            for seg in self.slice(pos, *off).segments.iter() {
+                b.push(seg.clone());
+            }
+            for seg in segs {
+                b.push(seg.clone());
+            }
+            pos = off + len;
+        }
+        for seg in self.slice(pos, self.len).segments.iter() {
+            b.push(seg.clone());
+        }
+        Ok(b.build())
+    }
+}
+
+/// A file with some byte ranges replaced (see [`Plan::overlay`]).
+pub fn overlay_plan(base: &Arc<BaseFile>, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, String> {
+    Plan::from_file(base).overlay(overlays)
 }
 
 /// A static page of zeros for writing [`Segment::Zeros`] without allocating.

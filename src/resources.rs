@@ -72,6 +72,32 @@ pub struct InfraEnvSpec {
     pub network_discovery_delay_seconds: Option<u32>,
 }
 
+/// Static network configuration for one host (or one group of hosts sharing MACs), selected by an
+/// InfraEnv's `nmStateConfigLabelSelector`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "agent-install.openshift.io",
+    version = "v1beta1",
+    kind = "NMStateConfig",
+    plural = "nmstateconfigs",
+    namespaced
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NMStateConfigSpec {
+    /// The nmstate document (free-form; validated by nmstate when the image is built).
+    #[serde(default)]
+    pub config: Value,
+    /// Logical interface names of `config` and the MAC addresses of the NICs they stand for.
+    pub interfaces: Vec<NMStateInterface>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NMStateInterface {
+    pub name: String,
+    pub mac_address: String,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Proxy {
@@ -120,6 +146,47 @@ pub struct LabelSelector {
     pub match_labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+impl LabelSelector {
+    /// True when the selector selects nothing in assisted-service's reading (an empty selector selects
+    /// no NMStateConfigs, not all of them).
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    /// Kubernetes label-selector semantics: every matchLabels pair and every expression must hold.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| {
+                let value = labels.get(&e.key);
+                match e.operator.as_str() {
+                    "In" => value.is_some_and(|v| e.values.contains(v)),
+                    "NotIn" => value.is_none_or(|v| !e.values.contains(v)),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+    }
+
+    fn validate(&self, field: &str) -> Result<(), DocumentError> {
+        for (i, e) in self.match_expressions.iter().enumerate() {
+            let ok = match e.operator.as_str() {
+                "In" | "NotIn" => !e.values.is_empty(),
+                "Exists" | "DoesNotExist" => e.values.is_empty(),
+                _ => false,
+            };
+            if !ok {
+                return Err(DocumentError::Invalid(format!(
+                    "{field}.matchExpressions[{i}]: operator {:?} with {} values is not valid (In/NotIn need values, Exists/DoesNotExist take none)",
+                    e.operator,
+                    e.values.len()
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -296,34 +363,37 @@ pub enum DocumentError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     InfraEnv,
+    NMStateConfig,
     Secret,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 2] = [Kind::InfraEnv, Kind::Secret];
+    pub const ALL: [Kind; 3] = [Kind::InfraEnv, Kind::NMStateConfig, Kind::Secret];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::InfraEnv => "InfraEnv",
+            Kind::NMStateConfig => "NMStateConfig",
             Kind::Secret => "Secret",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::InfraEnv => "agent-install.openshift.io/v1beta1",
+            Kind::InfraEnv | Kind::NMStateConfig => "agent-install.openshift.io/v1beta1",
             Kind::Secret => "v1",
         }
     }
     pub fn plural(self) -> &'static str {
         match self {
             Kind::InfraEnv => "infraenvs",
+            Kind::NMStateConfig => "nmstateconfigs",
             Kind::Secret => "secrets",
         }
     }
     /// REST path prefix of the kind's collection, Kubernetes style (`/apis/<group>/<version>` or `/api/v1`).
     pub fn api_prefix(self) -> &'static str {
         match self {
-            Kind::InfraEnv => "/apis/agent-install.openshift.io/v1beta1",
+            Kind::InfraEnv | Kind::NMStateConfig => "/apis/agent-install.openshift.io/v1beta1",
             Kind::Secret => "/api/v1",
         }
     }
@@ -402,6 +472,11 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
             validate_infraenv(&typed)?;
             serde_json::to_value(&typed).expect("typed resources serialize")
         }
+        Kind::NMStateConfig => {
+            let typed: NMStateConfig = typed_from(doc)?;
+            validate_nmstateconfig(&typed)?;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
         Kind::Secret => {
             let mut typed: Secret = typed_from(doc)?;
             fold_string_data(&mut typed);
@@ -458,6 +533,9 @@ fn validate_infraenv(ie: &InfraEnv) -> Result<(), DocumentError> {
     if ie.spec.pull_secret_ref.name.is_empty() {
         return Err(DocumentError::Invalid("spec.pullSecretRef.name: a pull secret is required".into()));
     }
+    if let Some(sel) = &ie.spec.nm_state_config_label_selector {
+        sel.validate("spec.nmStateConfigLabelSelector")?;
+    }
     for (i, karg) in ie.spec.kernel_arguments.iter().enumerate() {
         if !valid_karg_value(&karg.value) {
             return Err(DocumentError::Invalid(format!(
@@ -471,6 +549,33 @@ fn validate_infraenv(ie: &InfraEnv) -> Result<(), DocumentError> {
             .map_err(|e| DocumentError::Invalid(format!("spec.ignitionConfigOverride: not valid JSON: {e}")))?;
     }
     Ok(())
+}
+
+fn validate_nmstateconfig(nm: &NMStateConfig) -> Result<(), DocumentError> {
+    if !nm.spec.config.is_object() {
+        return Err(DocumentError::Invalid("spec.config: an nmstate document (a mapping) is required".into()));
+    }
+    if nm.spec.interfaces.is_empty() {
+        return Err(DocumentError::Invalid("spec.interfaces: at least one interface is required".into()));
+    }
+    for (i, iface) in nm.spec.interfaces.iter().enumerate() {
+        if iface.name.is_empty() {
+            return Err(DocumentError::Invalid(format!("spec.interfaces[{i}].name: required")));
+        }
+        if !valid_mac(&iface.mac_address) {
+            return Err(DocumentError::Invalid(format!(
+                "spec.interfaces[{i}].macAddress: {:?} is not a MAC address (xx:xx:xx:xx:xx:xx)",
+                iface.mac_address
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The CRD's pattern `^([0-9A-Fa-f]{2}[:]){5}([0-9A-Fa-f]{2})$`.
+fn valid_mac(mac: &str) -> bool {
+    let parts: Vec<&str> = mac.split(':').collect();
+    parts.len() == 6 && parts.iter().all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The CRD's pattern `^(?:(?:[^ \t\n\r"]+)|(?:"[^"]*"))+$`, without a regex engine.
@@ -559,6 +664,39 @@ mod tests {
         let (_, v) = validate_document(&doc).unwrap();
         assert_eq!(v["data"]["k"], "dg==");
         assert!(v.get("stringData").is_none());
+    }
+
+    #[test]
+    fn nmstateconfig_example_is_accepted_and_bad_macs_are_not() {
+        let text = std::fs::read_to_string("../shared/fixtures/assisted/examples/nmstate.yaml").unwrap();
+        let (kind, v) = validate_document(&yaml(&text)).unwrap();
+        assert_eq!(kind, Kind::NMStateConfig);
+        assert_eq!(v["spec"]["interfaces"][1]["macAddress"], "02:00:00:80:12:15");
+        let bad = text.replace("02:00:00:80:12:15\"", "02:00:00:80:12\"");
+        let err = validate_document(&yaml(&bad)).unwrap_err().to_string();
+        assert!(err.starts_with("spec.interfaces[1].macAddress"), "{err}");
+    }
+
+    #[test]
+    fn label_selectors() {
+        let labels: BTreeMap<String, String> = [("a".to_string(), "1".to_string()), ("b".into(), "2".into())].into();
+        let sel = |ml: &[(&str, &str)], ex: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: ml.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            match_expressions: ex,
+        };
+        let req = |k: &str, op: &str, vs: &[&str]| LabelSelectorRequirement {
+            key: k.into(),
+            operator: op.into(),
+            values: vs.iter().map(|v| v.to_string()).collect(),
+        };
+        assert!(sel(&[("a", "1")], vec![]).matches(&labels));
+        assert!(!sel(&[("a", "2")], vec![]).matches(&labels));
+        assert!(sel(&[], vec![req("b", "In", &["2", "3"])]).matches(&labels));
+        assert!(!sel(&[], vec![req("b", "NotIn", &["2"])]).matches(&labels));
+        assert!(sel(&[], vec![req("c", "DoesNotExist", &[])]).matches(&labels));
+        assert!(!sel(&[("a", "1")], vec![req("c", "Exists", &[])]).matches(&labels));
+        assert!(sel(&[], vec![]).is_empty());
+        assert!(sel(&[], vec![req("b", "In", &[])]).validate("s").is_err());
     }
 
     #[test]

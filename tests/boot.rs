@@ -22,12 +22,47 @@ fn boot_server() -> (Server, u16) {
         ],
     );
     server.apply_ok(&pull_secret_yaml("boot"));
+    server.apply_ok(
+        &std::fs::read_to_string(shared("fixtures/assisted/examples/nmstate.yaml"))
+            .unwrap()
+            .replace("namespace: spoke-cluster", "namespace: boot"),
+    );
     server.apply_ok(&infraenv_yaml(
         "boot",
         "pool",
-        "  kernelArguments:\n  - operation: append\n    value: bootstream.test=yes\n",
+        "  kernelArguments:\n  - operation: append\n    value: bootstream.test=yes\n  nmStateConfigLabelSelector:\n    matchLabels:\n      some-user-defined-label-name: some-user-defined-label-value\n",
     ));
     (server, port)
+}
+
+/// The static-network files we serve (path → sha256), read from the PXE initrd with our own reader.
+fn served_static_network_files(server: &Server, ie: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let initrd = server.get(&server.path_of(ie["status"]["bootArtifacts"]["initrd"].as_str().unwrap()));
+    let files = bootstream::initrd::read_initrd(&initrd.body).unwrap();
+    let net: std::collections::BTreeMap<String, String> = files
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("etc/assisted/network/"))
+        .map(|(p, data)| (format!("/{p}"), sha256_hex(&data)))
+        .collect();
+    for f in [
+        "/etc/assisted/network/host0/eth0.nmconnection",
+        "/etc/assisted/network/host0/eth1.nmconnection",
+        "/etc/assisted/network/host0/mac_interface.ini",
+    ] {
+        assert!(net.contains_key(f), "{f} not served: {net:?}");
+    }
+    net
+}
+
+fn assert_static_network(report: &qemu::BootReport, expected: &std::collections::BTreeMap<String, String>) {
+    for (path, sha) in expected {
+        assert_eq!(
+            report.file_sha256(path),
+            Some(sha.as_str()),
+            "{path} in the booted initramfs\n{}",
+            report.log_tail(3000)
+        );
+    }
 }
 
 fn discovery_ignition(server: &Server, ie: &serde_json::Value) -> Vec<u8> {
@@ -58,6 +93,7 @@ fn served_iso_boots_with_the_discovery_ignition() {
     );
     // The kernel arguments written into the ISO's karg area reached the kernel.
     assert!(report.has_karg("bootstream.test=yes"), "cmdline: {}", report.cmdline);
+    assert_static_network(&report, &served_static_network_files(&server, &ie));
 }
 
 #[test]
@@ -78,4 +114,5 @@ fn ipxe_boots_the_served_script_kernel_and_initrd() {
     );
     assert!(report.has_karg("initrd=initrd"), "cmdline: {}", report.cmdline);
     assert!(report.has_karg("bootstream.test=yes"), "cmdline: {}", report.cmdline);
+    assert_static_network(&report, &served_static_network_files(&server, &ie));
 }

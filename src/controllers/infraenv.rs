@@ -104,10 +104,11 @@ struct Built {
 async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, ImageError> {
     let content = images.content(ie).await?;
     let base = images.selected_base(ie)?;
-    images.full_iso(ie, &base, &content)?;
+    let kind = images.image_type(ie);
+    images.iso(ie, &base, &content, kind).await?;
     images.pxe_initrd(ie, &base, &content)?;
     images.ipxe_script(ie, &base, &content)?;
-    Ok(Built { urls: images.urls(ie, &base), digest: Images::<S>::image_digest(&content, &base) })
+    Ok(Built { urls: images.urls(ie, &base), digest: Images::<S>::image_digest(&content, &base, kind) })
 }
 
 /// Reconciles one InfraEnv: fetches it, computes its status, writes it if it changed.

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use tokio::sync::{Notify, broadcast};
 
 use crate::image::Images;
-use crate::resources::InfraEnv;
+use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
 
 type Key = (String, String);
@@ -58,16 +58,12 @@ pub async fn run_infraenv_controller<S: Store>(images: Arc<Images<S>>) {
         let images = images.clone();
         let queue = queue.clone();
         async move {
-            let infraenvs = resource_name::<InfraEnv>();
-            let secrets = resource_name::<Secret>();
             loop {
                 tokio::select! {
                     ev = events.recv() => match ev {
                         Ok(ChangeEvent { resource, namespace, name }) => {
-                            if resource == infraenvs {
-                                queue.push((namespace, name));
-                            } else if resource == secrets {
-                                enqueue_users_of_secret(&images, &queue, &namespace, &name).await;
+                            for key in infraenvs_affected_by(&images.store, &resource, &namespace, &name).await {
+                                queue.push(key);
                             }
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => enqueue_all(&images, &queue).await,
@@ -116,11 +112,36 @@ async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
     }
 }
 
-/// A Secret change concerns the InfraEnvs of its namespace that use it as pull secret.
-async fn enqueue_users_of_secret<S: Store>(images: &Images<S>, queue: &WorkQueue, namespace: &str, name: &str) {
-    if let Ok(list) = images.store.list::<InfraEnv>(Some(namespace)).await {
-        for ie in list.into_iter().filter(|ie| ie.spec.pull_secret_ref.name == name) {
-            queue.push((namespace.to_string(), ie.metadata.name.unwrap_or_default()));
-        }
+/// The InfraEnvs whose image a change to `resource` `namespace/name` may change: the InfraEnv itself,
+/// those using a Secret as pull secret, those with the ironic agent when the image-customization secret
+/// changes, and those of the namespace selecting NMStateConfigs (a deleted
+/// NMStateConfig has no labels left to match, so every selecting InfraEnv of its namespace is rechecked).
+pub async fn infraenvs_affected_by<S: Store>(store: &S, resource: &str, namespace: &str, name: &str) -> Vec<Key> {
+    if resource == resource_name::<InfraEnv>() {
+        return vec![(namespace.to_string(), name.to_string())];
     }
+    let key = |ie: InfraEnv| (ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default());
+    let mut keys = Vec::new();
+    if resource == resource_name::<Secret>()
+        && namespace == crate::ironic::ICC_SECRET_NAMESPACE
+        && name == crate::ironic::ICC_SECRET_NAME
+    {
+        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace.
+        let all = store.list::<InfraEnv>(None).await.unwrap_or_default();
+        keys.extend(all.into_iter().filter(crate::ironic::enabled).map(key));
+    }
+    let concerned: fn(&InfraEnv, &str) -> bool = if resource == resource_name::<Secret>() {
+        |ie, name| ie.spec.pull_secret_ref.name == name
+    } else if resource == resource_name::<NMStateConfig>() {
+        |ie, _| ie.spec.nm_state_config_label_selector.as_ref().is_some_and(|s| !s.is_empty())
+    } else {
+        return keys;
+    };
+    match store.list::<InfraEnv>(Some(namespace)).await {
+        Ok(list) => keys.extend(list.into_iter().filter(|ie| concerned(ie, name)).map(key)),
+        Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
+    }
+    keys.sort();
+    keys.dedup();
+    keys
 }

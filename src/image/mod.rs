@@ -1,17 +1,24 @@
 //! What each artifact of an InfraEnv is, as a plan over a base image.
 //!
-//! An InfraEnv's *discovery content* (its Ignition config, packed as an initramfs archive, and its
-//! kernel-argument edits) does not depend on the base image; it is built once per change of the
-//! InfraEnv or its pull secret and shared. Each artifact is then a plan:
-//! - full ISO: the base ISO with the Ignition embed area replaced by the archive and zero fill, and the
-//!   karg embed areas rewritten when the InfraEnv edits kernel arguments;
-//! - PXE initrd: the base initrd followed by the archive (spec-images §5.3);
+//! An InfraEnv's *discovery content* — its Ignition config packed as an initramfs archive, its
+//! static-network ramdisk, its kernel-argument edits — does not depend on the base image; it is built
+//! once per change of the InfraEnv or of what it references (pull secret, selected NMStateConfigs, the
+//! ironic configuration) and shared. Each artifact is then a plan:
+//! - full ISO: the base ISO with the Ignition embed area holding the Ignition archive, then the ramdisk,
+//!   then zeros (the area is an initrd fragment the bootloader loads, exactly where `coreos-installer
+//!   iso network embed` puts keyfiles), and the karg embed areas rewritten when kernel arguments change;
+//! - minimal ISO: the same over the minimal template of the base (see [`minimal`]), whose kernel arguments
+//!   always drop `coreos.liveiso` and point `coreos.live.rootfs_url` at our rootfs;
+//! - PXE initrd: the base initrd, then the Ignition archive, then the ramdisk (spec-images §5.3);
 //! - kernel, rootfs: byte ranges of the base ISO as they are.
 //!
 //! The controller and the download handlers call the same functions, so an image the status calls
 //! created is exactly the image served, and an error in one is the error in the other.
 
+pub mod minimal;
+
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
@@ -20,10 +27,12 @@ use sha2::{Digest, Sha256};
 
 use crate::catalog::{BaseImage, Catalog, LookupError};
 use crate::http::respond::Representation;
+use crate::ironic::{self, IronicDefaults};
 use crate::kargs::KargOp;
-use crate::plan::{Part, Plan, PlanBuilder, Segment, overlay_plan};
+use crate::liveiso::{Area, LiveIso};
+use crate::plan::{Part, Plan, PlanBuilder, Segment};
 use crate::resources::{
-    DOCKER_CONFIG_JSON_KEY, ImageType, InfraEnv, IpxeScriptType, KernelArgumentOperation, secret_value,
+    DOCKER_CONFIG_JSON_KEY, ImageType, InfraEnv, IpxeScriptType, KernelArgumentOperation, NMStateConfig, secret_value,
 };
 use crate::store::{Store, StoreError};
 
@@ -34,6 +43,23 @@ pub struct ServiceConfig {
     pub base_url: String,
     /// Container image of the discovery agent started by the discovery Ignition.
     pub agent_image: String,
+    /// Where derived per-base-image files (re-mastered minimal ISOs) are kept.
+    pub data_dir: PathBuf,
+    /// ISO type of InfraEnvs that do not set `spec.imageType` (assisted's `ISO_IMAGE_TYPE`).
+    pub default_image_type: ImageType,
+    pub ironic: IronicDefaults,
+}
+
+impl ServiceConfig {
+    pub fn new(base_url: &str, data_dir: PathBuf) -> ServiceConfig {
+        ServiceConfig {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            agent_image: crate::ignition::DEFAULT_AGENT_IMAGE.to_string(),
+            data_dir,
+            default_image_type: ImageType::FullIso,
+            ironic: IronicDefaults::default(),
+        }
+    }
 }
 
 /// Why an InfraEnv has no image. The controller turns these into the `ImageCreated` condition; the
@@ -51,6 +77,9 @@ pub enum ImageError {
     /// No base image for the requested version or architecture.
     #[error("{0}")]
     OsImage(#[from] LookupError),
+    /// The request asks for something this base image does not have (an s390x file on x86_64...).
+    #[error("{0}")]
+    NotAvailable(String),
     /// The base image changed on disk; not served until reloaded.
     #[error("{0}")]
     BaseChanged(String),
@@ -62,7 +91,7 @@ impl ImageError {
     pub fn http_status(&self) -> http::StatusCode {
         use http::StatusCode as S;
         match self {
-            ImageError::UnknownInfraEnv(_) => S::NOT_FOUND,
+            ImageError::UnknownInfraEnv(_) | ImageError::NotAvailable(_) => S::NOT_FOUND,
             ImageError::MissingClusterDeployment(_) | ImageError::Invalid(_) => S::CONFLICT,
             ImageError::OsImage(e) => e.http_status(),
             ImageError::BaseChanged(_) => S::SERVICE_UNAVAILABLE,
@@ -84,13 +113,18 @@ pub struct DiscoveryContent {
     pub ignition: Arc<str>,
     /// `config.ign` as a gzip newc archive, padded to 4 bytes; shared by content hash.
     pub archive: Arc<Part>,
+    /// The static-network ramdisk (gzip newc, padded to 4 bytes), when there is static network config
+    /// or a proxy; shared by content hash.
+    pub ramdisk: Option<Arc<Part>>,
+    /// How many NMStateConfigs went into the ramdisk.
+    pub static_hosts: usize,
     pub karg_ops: Vec<KargOp>,
-    /// Kernel arguments the InfraEnv appends (the iPXE script and PPI extra params carry these).
+    /// Kernel arguments the InfraEnv appends (PreprovisioningImage extra params carry these).
     pub karg_appends: Vec<String>,
     /// Digest of everything above.
     pub digest: [u8; 32],
     /// Resource versions this was built from.
-    key: (String, String),
+    key: String,
 }
 
 /// Builds and caches discovery content; resolves artifacts for download and status.
@@ -100,6 +134,7 @@ pub struct Images<S: Store> {
     pub config: Arc<ServiceConfig>,
     contents: Mutex<HashMap<String, Arc<DiscoveryContent>>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
+    minimal: minimal::Templates,
 }
 
 /// One of the files served under `/boot-artifacts/`.
@@ -120,6 +155,7 @@ impl<S: Store> Images<S> {
             config,
             contents: Mutex::new(HashMap::new()),
             parts: Mutex::new(HashMap::new()),
+            minimal: minimal::Templates::default(),
         })
     }
 
@@ -134,11 +170,34 @@ impl<S: Store> Images<S> {
         Ok(self.catalog.lookup(version, &ie.cpu_architecture())?)
     }
 
+    /// The ISO type of `ie`: `spec.imageType`, else the service default; s390x has full ISOs only.
+    pub fn image_type(&self, ie: &InfraEnv) -> ImageType {
+        match ie.spec.image_type {
+            Some(t) => t,
+            None if ie.cpu_architecture() == "s390x" => ImageType::FullIso,
+            None => self.config.default_image_type,
+        }
+    }
+
+    /// The NMStateConfigs `ie` selects: those of its namespace matching its non-empty label selector
+    /// (an empty selector selects none), by name.
+    pub async fn selected_nmstate_configs(&self, ie: &InfraEnv) -> Result<Vec<NMStateConfig>, ImageError> {
+        let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
+            return Ok(vec![]);
+        };
+        let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
+        let all: Vec<NMStateConfig> = self.store.list(Some(ns)).await?;
+        Ok(all
+            .into_iter()
+            .filter(|c| selector.matches(c.metadata.labels.as_ref().unwrap_or(&Default::default())))
+            .collect())
+    }
+
     /// The discovery content of `ie`, built or taken from the cache.
     pub async fn content(&self, ie: &InfraEnv) -> Result<Arc<DiscoveryContent>, ImageError> {
         let uid = ie.metadata.uid.clone().unwrap_or_default();
         let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
-        self.check_unsupported(ie)?;
+        check_unsupported(ie)?;
         if let Some(cd) = &ie.spec.cluster_ref {
             // ClusterDeployments are not part of the embedded store yet, so a clusterRef cannot resolve.
             return Err(ImageError::MissingClusterDeployment(format!(
@@ -154,34 +213,118 @@ impl<S: Store> Images<S> {
                 StoreError::not_found::<Secret>(secret_name)
             ))
         })?;
-        let key = (
-            ie.metadata.resource_version.clone().unwrap_or_default(),
-            secret.metadata.resource_version.clone().unwrap_or_default(),
-        );
+        let nmstate = self.selected_nmstate_configs(ie).await?;
+        let ironic_enabled = ironic::enabled(ie);
+        let icc: Option<Secret> = if ironic_enabled {
+            self.store.get(ironic::ICC_SECRET_NAMESPACE, ironic::ICC_SECRET_NAME).await?
+        } else {
+            None
+        };
+
+        // Everything the content depends on, by resource version.
+        let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.resource_version.clone().unwrap_or_default()
+        };
+        let mut key = format!("{}/{}", rv(&ie.metadata), rv(&secret.metadata));
+        for c in &nmstate {
+            key.push_str(&format!("/{}={}", c.metadata.name.as_deref().unwrap_or(""), rv(&c.metadata)));
+        }
+        if ironic_enabled {
+            key.push_str(&format!("/icc={}", icc.as_ref().map(|s| rv(&s.metadata)).unwrap_or_default()));
+        }
         if let Some(c) = self.contents.lock().unwrap().get(&uid)
             && c.key == key
         {
             return Ok(c.clone());
         }
+
         let pull_secret = secret_value(&secret, DOCKER_CONFIG_JSON_KEY).ok_or_else(|| {
             ImageError::Invalid(format!("secret {secret_name} did not contain key {DOCKER_CONFIG_JSON_KEY}"))
         })?;
         validate_pull_secret(&pull_secret)
             .map_err(|e| ImageError::Invalid(format!("invalid pull secret data in secret {secret_name}: {e}")))?;
+        let proxy = ie.spec.proxy.as_ref().and_then(|p| {
+            let proxy = crate::ignition::Proxy {
+                http_proxy: non_empty(&p.http_proxy),
+                https_proxy: non_empty(&p.https_proxy),
+                no_proxy: non_empty(&p.no_proxy),
+            };
+            (proxy.http_proxy.is_some() || proxy.https_proxy.is_some()).then_some(proxy)
+        });
+
+        // Static networking: every selected NMStateConfig is one host entry of the ramdisk.
+        let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate
+            .iter()
+            .map(|c| crate::staticnet::HostStaticConfig {
+                mac_interface_map: c
+                    .spec
+                    .interfaces
+                    .iter()
+                    .map(|i| crate::staticnet::MacInterface {
+                        mac_address: i.mac_address.clone(),
+                        logical_nic_name: i.name.clone(),
+                    })
+                    .collect(),
+                network_yaml: yaml_serde::to_string(&c.spec.config).unwrap_or_default(),
+            })
+            .collect();
+        let hosts = crate::staticnet::normalize(hosts);
+        crate::staticnet::validate(&hosts).map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
+        let ramdisk = crate::staticnet::ramdisk(&crate::staticnet::RamdiskInput {
+            hosts: &hosts,
+            proxy: proxy.as_ref().map(|p| crate::staticnet::ProxyEnv {
+                http_proxy: p.http_proxy.as_deref(),
+                https_proxy: p.https_proxy.as_deref(),
+                no_proxy: p.no_proxy.as_deref(),
+            }),
+        })
+        .map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?
+        .map(|bytes| self.shared_part(bytes));
+
+        let internal_ignition_override = if ironic_enabled {
+            let icc_value = |k: &str| icc.as_ref().and_then(|s| secret_value(s, k)).filter(|v| !v.trim().is_empty());
+            let defaults = &self.config.ironic;
+            let base_url = icc_value("IRONIC_BASE_URL").or_else(|| defaults.base_url.clone()).ok_or_else(|| {
+                ImageError::Invalid(format!(
+                    "Could not add ironic agent to image: Failed to determine ironic config: no ironic URL (set IRONIC_BASE_URL in secret {}/{} or --ironic-base-url)",
+                    ironic::ICC_SECRET_NAMESPACE,
+                    ironic::ICC_SECRET_NAME
+                ))
+            })?;
+            let override_image = ie
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ironic::IRONIC_AGENT_IMAGE_OVERRIDE_ANNOTATION))
+                .cloned();
+            let cfg = ironic::IronicConfig {
+                base_url,
+                inspector_url: icc_value("IRONIC_INSPECTOR_BASE_URL").or_else(|| defaults.inspector_url.clone()),
+                agent_image: ironic::agent_image(
+                    override_image.as_deref(),
+                    icc_value("IRONIC_AGENT_IMAGE").as_deref(),
+                    &ie.cpu_architecture(),
+                    defaults,
+                ),
+                http_proxy: proxy.as_ref().and_then(|p| p.http_proxy.clone()),
+                https_proxy: proxy.as_ref().and_then(|p| p.https_proxy.clone()),
+                no_proxy: proxy.as_ref().and_then(|p| p.no_proxy.clone()),
+                has_static_network: !hosts.is_empty(),
+            };
+            Some(
+                ironic::ignition_fragment(&cfg)
+                    .map_err(|e| ImageError::Invalid(format!("Could not add ironic agent to image: {e}")))?,
+            )
+        } else {
+            None
+        };
 
         let input = crate::ignition::DiscoveryInput {
             infra_env_id: uid.clone(),
             service_base_url: self.config.base_url.clone(),
             pull_secret,
             ssh_authorized_key: ie.spec.ssh_authorized_key.clone().filter(|k| !k.trim().is_empty()),
-            proxy: ie.spec.proxy.as_ref().and_then(|p| {
-                let proxy = crate::ignition::Proxy {
-                    http_proxy: non_empty(&p.http_proxy),
-                    https_proxy: non_empty(&p.https_proxy),
-                    no_proxy: non_empty(&p.no_proxy),
-                };
-                (proxy.http_proxy.is_some() || proxy.https_proxy.is_some()).then_some(proxy)
-            }),
+            proxy,
             additional_trust_bundle: ie
                 .spec
                 .additional_trust_bundle
@@ -190,7 +333,7 @@ impl<S: Store> Images<S> {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string),
             ignition_config_override: ie.spec.ignition_config_override.clone().filter(|s| !s.trim().is_empty()),
-            internal_ignition_override: None,
+            internal_ignition_override,
             agent_image: self.config.agent_image.clone(),
             agent_token: None,
             insecure_skip_verify: false,
@@ -213,12 +356,17 @@ impl<S: Store> Images<S> {
         }
         let mut h = Sha256::new();
         h.update(archive.sha256);
+        if let Some(r) = &ramdisk {
+            h.update(r.sha256);
+        }
         for op in &karg_ops {
             h.update(format!("{op:?}\n").as_bytes());
         }
         let content = Arc::new(DiscoveryContent {
             ignition: ignition.into(),
             archive,
+            ramdisk,
+            static_hosts: hosts.len(),
             karg_ops,
             karg_appends,
             digest: h.finalize().into(),
@@ -226,22 +374,6 @@ impl<S: Store> Images<S> {
         });
         self.contents.lock().unwrap().insert(uid, content.clone());
         Ok(content)
-    }
-
-    /// Rejects InfraEnv settings bootstream does not build into images yet, rather than serving an image
-    /// that silently lacks them.
-    fn check_unsupported(&self, ie: &InfraEnv) -> Result<(), ImageError> {
-        let s = &ie.spec;
-        let unsupported = [
-            (s.mirror_registry_ref.is_some(), "spec.mirrorRegistryRef"),
-            (!s.ntp_sources.is_empty(), "spec.ntpSources"),
-            (!s.additional_ntp_sources.is_empty(), "spec.additionalNTPSources"),
-            (s.image_type == Some(ImageType::MinimalIso), "spec.imageType: minimal-iso"),
-        ];
-        match unsupported.iter().find(|(set, _)| *set) {
-            Some((_, what)) => Err(ImageError::Invalid(format!("{what} is not supported by this bootstream version"))),
-            None => Ok(()),
-        }
     }
 
     /// One copy of each distinct part in memory, however many InfraEnvs share it.
@@ -259,73 +391,102 @@ impl<S: Store> Images<S> {
         part
     }
 
-    /// The digest the InfraEnv status records (`imageDigest`): the discovery content and the base image.
-    pub fn image_digest(content: &DiscoveryContent, base: &BaseImage) -> String {
+    /// The digest the InfraEnv status records (`imageDigest`): the discovery content, the base image and
+    /// the ISO type.
+    pub fn image_digest(content: &DiscoveryContent, base: &BaseImage, image_type: ImageType) -> String {
         let mut h = Sha256::new();
         h.update(content.digest);
         h.update(base.file.sha256);
+        h.update(format!("{image_type:?}").as_bytes());
         hex::encode(&h.finalize()[..16])
     }
 
     /// When the content of `ie`'s images last changed: `createdTime` if the status describes this very
     /// content, else now (the controller has not caught up; a later Last-Modified is the safe answer).
-    fn content_modified(ie: &InfraEnv, content: &DiscoveryContent, base: &BaseImage) -> SystemTime {
+    fn content_modified(&self, ie: &InfraEnv, content: &DiscoveryContent, base: &BaseImage) -> SystemTime {
         let status = ie.status.as_ref();
+        let digest = Self::image_digest(content, base, self.image_type(ie));
         match status.and_then(|s| s.created_time.as_ref()) {
-            Some(t) if status.map(|s| s.image_digest.as_str()) == Some(Self::image_digest(content, base).as_str()) => {
+            Some(t) if status.map(|s| s.image_digest.as_str()) == Some(digest.as_str()) => {
                 SystemTime::from(t.0).max(base.modified)
             }
             _ => SystemTime::now(),
         }
     }
 
-    /// The full discovery ISO of `ie` over `base`.
-    pub fn full_iso(
+    /// The Ignition embed area's new bytes: the Ignition archive, the static-network ramdisk, zeros.
+    fn embed_area(&self, area: Area, content: &DiscoveryContent) -> Result<Vec<Segment>, ImageError> {
+        let ign = content.archive.bytes.len();
+        crate::ignition::check_archive_size(ign, area.len).map_err(|e| ImageError::Invalid(e.to_string()))?;
+        let ram = content.ramdisk.as_ref().map(|r| r.bytes.len()).unwrap_or(0);
+        if (ign + ram) as u64 > area.len {
+            return Err(ImageError::Invalid(format!(
+                "The ignition archive ({} KiB) and the static network ramdisk ({} KiB, {} NMStateConfigs) add up to {} KiB, over the size of the ISO's Ignition embed area ({} KiB)",
+                kib(ign as u64),
+                kib(ram as u64),
+                content.static_hosts,
+                kib((ign + ram) as u64),
+                kib(area.len)
+            )));
+        }
+        let mut segs = vec![Segment::Part { part: content.archive.clone(), offset: 0, len: ign }];
+        if let Some(r) = &content.ramdisk {
+            segs.push(Segment::Part { part: r.clone(), offset: 0, len: ram });
+        }
+        segs.push(Segment::Zeros(area.len - (ign + ram) as u64));
+        Ok(segs)
+    }
+
+    /// The discovery ISO (full or minimal) of `ie` over `base`.
+    pub async fn iso(
         &self,
         ie: &InfraEnv,
-        base: &BaseImage,
+        base: &Arc<BaseImage>,
         content: &DiscoveryContent,
+        kind: ImageType,
     ) -> Result<Representation, ImageError> {
         base.check_unchanged().map_err(ImageError::BaseChanged)?;
-        let live = &base.live;
-        let area = live.ignition_area;
-        crate::ignition::check_archive_size(content.archive.bytes.len(), area.len)
-            .map_err(|e| ImageError::Invalid(e.to_string()))?;
-        let mut overlays: Vec<(u64, Vec<Segment>)> = vec![(
-            area.offset,
-            vec![
-                Segment::Part { part: content.archive.clone(), offset: 0, len: content.archive.bytes.len() },
-                Segment::Zeros(area.len - content.archive.bytes.len() as u64),
-            ],
-        )];
-        if !content.karg_ops.is_empty() {
-            let Some(kargs) = &live.kargs else {
+        let template;
+        let (plan, live, kargs): (Plan, &LiveIso, Option<String>) = match kind {
+            ImageType::FullIso => (Plan::from_file(&base.file), &base.live, None),
+            ImageType::MinimalIso => {
+                template = self.minimal.get(base, &self.config.data_dir).await?;
+                let rootfs = format!("coreos.live.rootfs_url={}", self.minimal_rootfs_url(base));
+                let kargs = format!("{} {rootfs}", template.kargs_without_liveiso).trim().to_string();
+                (template.plan.clone(), &template.live, Some(kargs))
+            }
+        };
+        let mut overlays: Vec<(u64, Vec<Segment>)> =
+            vec![(live.ignition_area.offset, self.embed_area(live.ignition_area, content)?)];
+        if kargs.is_some() || !content.karg_ops.is_empty() {
+            let Some(areas) = &live.kargs else {
                 return Err(ImageError::Invalid(format!(
-                    "OS image {} ({}) has no kernel argument embed areas, so spec.kernelArguments cannot be applied",
+                    "OS image {} ({}) has no kernel argument embed areas, so kernel arguments cannot be set",
                     base.version, base.arch
                 )));
             };
-            let new = crate::kargs::apply_ops(&kargs.current, &content.karg_ops)
+            let current = kargs.unwrap_or_else(|| areas.current.clone());
+            let new = crate::kargs::apply_ops(&current, &content.karg_ops)
                 .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
-            for a in &kargs.areas {
-                let bytes = crate::kargs::render_area(&new, kargs.size, a.end, a.pad)
+            for a in &areas.areas {
+                let bytes = crate::kargs::render_area(&new, areas.size, a.end, a.pad)
                     .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
                 let part = self.shared_part(bytes);
                 let len = part.bytes.len();
                 overlays.push((a.offset, vec![Segment::Part { part, offset: 0, len }]));
             }
         }
-        let plan = overlay_plan(&base.file, &mut overlays).map_err(ImageError::Internal)?;
+        let plan = plan.overlay(&mut overlays).map_err(ImageError::Internal)?;
         Ok(Representation {
             etag: hex::encode(plan.digest()),
             plan,
-            last_modified: Self::content_modified(ie, content, base),
+            last_modified: self.content_modified(ie, content, base),
             content_type: "application/x-iso9660-image",
             filename: Some(format!("{}-discovery.iso", ie.metadata.uid.as_deref().unwrap_or("infraenv"))),
         })
     }
 
-    /// The PXE initrd: the base initrd with the Ignition archive appended.
+    /// The PXE initrd: the base initrd, the Ignition archive, the static-network ramdisk.
     pub fn pxe_initrd(
         &self,
         ie: &InfraEnv,
@@ -333,17 +494,54 @@ impl<S: Store> Images<S> {
         content: &DiscoveryContent,
     ) -> Result<Representation, ImageError> {
         base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        crate::ignition::check_archive_size(
+            content.archive.bytes.len(),
+            crate::ignition::IGNITION_ARCHIVE_LIMIT as u64,
+        )
+        .map_err(|e| ImageError::Invalid(e.to_string()))?;
         let initrd = base.live.initrd;
         let mut b = PlanBuilder::default();
         b.file(&base.file, initrd.offset, initrd.len);
         b.part(content.archive.clone());
+        if let Some(r) = &content.ramdisk {
+            b.part(r.clone());
+        }
         let plan = b.build();
         Ok(Representation {
             etag: hex::encode(plan.digest()),
             plan,
-            last_modified: Self::content_modified(ie, content, base),
+            last_modified: self.content_modified(ie, content, base),
             content_type: "application/octet-stream",
             filename: Some(format!("{}-initrd.img", ie.metadata.uid.as_deref().unwrap_or("infraenv"))),
+        })
+    }
+
+    /// s390x `initrd.addrsize` (spec-images §5.4): the image's 8-byte load address, then the big-endian
+    /// length of the PXE initrd served for the same request.
+    pub fn initrd_addrsize(
+        &self,
+        ie: &InfraEnv,
+        base: &BaseImage,
+        content: &DiscoveryContent,
+    ) -> Result<Representation, ImageError> {
+        let Some(area) = base.live.initrd_addrsize.filter(|a| a.len >= 8) else {
+            return Err(ImageError::NotAvailable(format!(
+                "OS image {} ({}) has no images/initrd.addrsize",
+                base.version, base.arch
+            )));
+        };
+        let initrd = self.pxe_initrd(ie, base, content)?;
+        let mut bytes = vec![0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(&base.file.file, &mut bytes, area.offset)
+            .map_err(|e| ImageError::Internal(format!("reading initrd.addrsize: {e}")))?;
+        bytes.extend_from_slice(&initrd.plan.len().to_be_bytes());
+        let plan = Plan::from_part(Arc::new(Part::new(bytes)));
+        Ok(Representation {
+            etag: hex::encode(plan.digest()),
+            plan,
+            last_modified: initrd.last_modified,
+            content_type: "application/octet-stream",
+            filename: Some(format!("{}-initrd.addrsize", ie.metadata.uid.as_deref().unwrap_or("infraenv"))),
         })
     }
 
@@ -352,7 +550,11 @@ impl<S: Store> Images<S> {
         base.check_unchanged().map_err(ImageError::BaseChanged)?;
         let (area, name) = match which {
             BootArtifact::Kernel => (base.live.kernel, "vmlinuz"),
-            BootArtifact::Rootfs => (base.live.rootfs, "rootfs.img"),
+            // The catalog only loads images with a rootfs.
+            BootArtifact::Rootfs => (
+                base.live.rootfs.ok_or_else(|| ImageError::Internal("base image without rootfs".into()))?,
+                "rootfs.img",
+            ),
         };
         let mut b = PlanBuilder::default();
         b.file(&base.file, area.offset, area.len);
@@ -401,7 +603,7 @@ impl<S: Store> Images<S> {
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         let tmpl = env
-            .template_from_str(include_str!("../templates/ipxe/boot.ipxe"))
+            .template_from_str(include_str!("../../templates/ipxe/boot.ipxe"))
             .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
         let mut script = tmpl
             .render(minijinja::context! { initrd_url => urls.initrd, kernel_url => urls.kernel, kargs => kargs })
@@ -409,6 +611,12 @@ impl<S: Store> Images<S> {
         // The template engine drops the file's final newline; iPXE wants complete lines.
         script.push('\n');
         Ok(script)
+    }
+
+    /// The rootfs URL minimal ISOs boot with: a path without `?` or `&`, because GRUB's script syntax
+    /// treats `&` as a metacharacter on the unquoted kernel command line.
+    pub fn minimal_rootfs_url(&self, base: &BaseImage) -> String {
+        format!("{}/boot-artifacts/{}/{}/rootfs.img", self.config.base_url, enc(&base.version), enc(&base.arch))
     }
 
     /// The URLs of an InfraEnv's artifacts over `base` (spec-controllers §3.8, `byid` form).
@@ -422,8 +630,12 @@ impl<S: Store> Images<S> {
         } else {
             ""
         };
+        let iso_file = match self.image_type(ie) {
+            ImageType::FullIso => "full.iso",
+            ImageType::MinimalIso => "minimal.iso",
+        };
         ArtifactUrls {
-            iso: format!("{b}/byid/{id}/{}/{}/full.iso", enc(&base.version), enc(&base.arch)),
+            iso: format!("{b}/byid/{id}/{}/{}/{iso_file}", enc(&base.version), enc(&base.arch)),
             kernel: format!("{b}/boot-artifacts/kernel?{q}"),
             rootfs: format!("{b}/boot-artifacts/rootfs?{q}"),
             initrd: format!("{b}/images/{id}/pxe-initrd?{q}"),
@@ -431,6 +643,25 @@ impl<S: Store> Images<S> {
             discovery_ignition: format!("{files}?file_name=discovery.ign"),
         }
     }
+}
+
+/// Rejects InfraEnv settings bootstream does not build into images yet, rather than serving an image
+/// that silently lacks them.
+fn check_unsupported(ie: &InfraEnv) -> Result<(), ImageError> {
+    let s = &ie.spec;
+    let unsupported = [
+        (s.mirror_registry_ref.is_some(), "spec.mirrorRegistryRef"),
+        (!s.ntp_sources.is_empty(), "spec.ntpSources"),
+        (!s.additional_ntp_sources.is_empty(), "spec.additionalNTPSources"),
+    ];
+    match unsupported.iter().find(|(set, _)| *set) {
+        Some((_, what)) => Err(ImageError::Invalid(format!("{what} is not supported by this bootstream version"))),
+        None => Ok(()),
+    }
+}
+
+fn kib(bytes: u64) -> u64 {
+    bytes.div_ceil(1024)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

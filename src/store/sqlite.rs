@@ -40,6 +40,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 pub fn kind_resource(kind: Kind) -> String {
     match kind {
         Kind::InfraEnv => resource_name::<crate::resources::InfraEnv>(),
+        Kind::NMStateConfig => resource_name::<crate::resources::NMStateConfig>(),
         Kind::Secret => resource_name::<k8s_openapi::api::core::v1::Secret>(),
     }
 }
@@ -269,7 +270,7 @@ fn merge_user_document(kind: Kind, old: &Value, doc: &Value) -> Value {
                 }
             }
         }
-        Kind::InfraEnv => {
+        Kind::InfraEnv | Kind::NMStateConfig => {
             let new_spec = doc.get("spec").cloned().unwrap_or(Value::Null);
             if body.get("spec") != Some(&new_spec) {
                 let generation = body["metadata"]["generation"].as_i64().unwrap_or(0) + 1;

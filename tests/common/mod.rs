@@ -101,13 +101,20 @@ impl Server {
 
     /// Waits until the InfraEnv's ImageCreated condition has `status`, and returns the InfraEnv.
     pub fn wait_image_created(&self, ns: &str, name: &str, status: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.wait_infraenv(ns, name, &format!("ImageCreated={status}"), |ie| {
+            condition(ie, "ImageCreated").map(|c| c["status"] == status).unwrap_or(false)
+        })
+    }
+
+    /// Waits until the InfraEnv satisfies `done` (status changes arrive through the controller).
+    pub fn wait_infraenv(&self, ns: &str, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ie = self.get_json("infraenv", ns, name);
-            if condition(&ie, "ImageCreated").map(|c| c["status"] == status).unwrap_or(false) {
+            if done(&ie) {
                 return ie;
             }
-            assert!(Instant::now() < deadline, "ImageCreated never became {status}: {ie:#}");
+            assert!(Instant::now() < deadline, "InfraEnv {ns}/{name} never got {what}: {ie:#}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
