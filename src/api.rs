@@ -270,6 +270,7 @@ impl App {
         };
         match file_name {
             "discovery.ign" => respond(req.method(), req.headers(), &self.images.discovery_ignition(&ie, &content)),
+            "static-network-config" => self.represent(req, self.images.static_network_config(&ie, &content)),
             "ipxe-script" => {
                 let order_control = match script_type {
                     None | Some("discovery-image-always") => false,
@@ -313,7 +314,9 @@ impl App {
             "" => text(StatusCode::BAD_REQUEST, "'file_name' parameter required"),
             other => text(
                 StatusCode::BAD_REQUEST,
-                format!("invalid value '{other}' for parameter 'file_name' (discovery.ign, ipxe-script)"),
+                format!(
+                    "invalid value '{other}' for parameter 'file_name' (discovery.ign, ipxe-script, static-network-config)"
+                ),
             ),
         }
     }

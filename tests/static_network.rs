@@ -140,6 +140,29 @@ fn adding_changing_and_deleting_nmstateconfigs_changes_the_image() {
     let listing = String::from_utf8(coreos_installer(&["dev", "show", "initrd", path.to_str().unwrap()])).unwrap();
     assert!(listing.lines().any(|l| l == "etc/assisted/network/host0/eth0.nmconnection"), "{listing}");
 
+    // The status points at the static network files, which download as a tar.
+    let tar_url = added["status"]["debugInfo"]["staticNetworkDownloadURL"].as_str().unwrap();
+    assert!(tar_url.ends_with("file_name=static-network-config"), "{tar_url}");
+    let tar = e.server.get(&e.server.path_of(tar_url));
+    assert_eq!(tar.status, 200);
+    let listing = std::process::Command::new("tar")
+        .arg("-tv")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(&tar.body)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let listing = String::from_utf8(listing.stdout).unwrap();
+    assert!(
+        listing.contains("-rw------- ") && listing.contains("etc/assisted/network/host0/eth0.nmconnection"),
+        "{listing}"
+    );
+    assert!(before["status"].get("debugInfo").is_none(), "no static network URL without static network");
+
     // Changing it changes the image again.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     e.server.apply_ok(&nmstate("n", "host-a", 0x14, "192.168.126.31"));

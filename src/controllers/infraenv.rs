@@ -50,6 +50,13 @@ pub async fn desired_status<S: Store>(
                 status.image_digest = built.digest;
             }
             status.iso_download_url = built.urls.iso;
+            // Only when there is static network config, as assisted-service does.
+            let debug = status.debug_info.get_or_insert_with(Default::default);
+            debug.static_network_download_url =
+                if built.static_network { built.urls.static_network_config.clone() } else { String::new() };
+            if *debug == crate::resources::DebugInfo::default() {
+                status.debug_info = None;
+            }
             status.boot_artifacts = BootArtifacts {
                 discovery_ignition_url: built.urls.discovery_ignition,
                 initrd: built.urls.initrd,
@@ -98,6 +105,7 @@ pub async fn desired_status<S: Store>(
 struct Built {
     urls: crate::image::ArtifactUrls,
     digest: String,
+    static_network: bool,
 }
 
 /// Builds every artifact once (checking sizes and kernel arguments), without serving anything.
@@ -108,7 +116,11 @@ async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, Ima
     images.iso(ie, &base, &content, kind).await?;
     images.pxe_initrd(ie, &base, &content)?;
     images.ipxe_script(ie, &base, &content)?;
-    Ok(Built { urls: images.urls(ie, &base), digest: Images::<S>::image_digest(&content, &base, kind) })
+    Ok(Built {
+        urls: images.urls(ie, &base),
+        digest: Images::<S>::image_digest(&content, &base, kind),
+        static_network: content.static_network_tar.is_some(),
+    })
 }
 
 /// Reconciles one InfraEnv: fetches it, computes its status, writes it if it changed.

@@ -118,6 +118,8 @@ pub struct DiscoveryContent {
     pub ramdisk: Option<Arc<Part>>,
     /// How many NMStateConfigs went into the ramdisk.
     pub static_hosts: usize,
+    /// The per-host network files as a tar (the `static-network-config` download), when there are any.
+    pub static_network_tar: Option<Arc<Part>>,
     pub karg_ops: Vec<KargOp>,
     /// Kernel arguments the InfraEnv appends (PreprovisioningImage extra params carry these).
     pub karg_appends: Vec<String>,
@@ -270,7 +272,7 @@ impl<S: Store> Images<S> {
             .collect();
         let hosts = crate::staticnet::normalize(hosts);
         crate::staticnet::validate(&hosts).map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
-        let ramdisk = crate::staticnet::ramdisk(&crate::staticnet::RamdiskInput {
+        let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {
             hosts: &hosts,
             proxy: proxy.as_ref().map(|p| crate::staticnet::ProxyEnv {
                 http_proxy: p.http_proxy.as_deref(),
@@ -278,8 +280,16 @@ impl<S: Store> Images<S> {
                 no_proxy: p.no_proxy.as_deref(),
             }),
         })
-        .map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?
-        .map(|bytes| self.shared_part(bytes));
+        .map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
+        let ramdisk = if entries.is_empty() {
+            None
+        } else {
+            let bytes = crate::staticnet::archive(&entries)
+                .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
+            Some(self.shared_part(bytes))
+        };
+        let static_network_tar =
+            (!hosts.is_empty()).then(|| Arc::new(Part::new(crate::staticnet::network_files_tar(&entries))));
 
         let internal_ignition_override = if ironic_enabled {
             let icc_value = |k: &str| icc.as_ref().and_then(|s| secret_value(s, k)).filter(|v| !v.trim().is_empty());
@@ -367,6 +377,7 @@ impl<S: Store> Images<S> {
             archive,
             ramdisk,
             static_hosts: hosts.len(),
+            static_network_tar,
             karg_ops,
             karg_appends,
             digest: h.finalize().into(),
@@ -568,6 +579,30 @@ impl<S: Store> Images<S> {
         })
     }
 
+    /// The `static-network-config` download: the per-host network files as a tar.
+    pub fn static_network_config(
+        &self,
+        ie: &InfraEnv,
+        content: &DiscoveryContent,
+    ) -> Result<Representation, ImageError> {
+        let tar = content.static_network_tar.clone().ok_or_else(|| {
+            ImageError::NotAvailable("this InfraEnv has no static network config (no NMStateConfig selected)".into())
+        })?;
+        let plan = Plan::from_part(tar);
+        Ok(Representation {
+            etag: hex::encode(plan.digest()),
+            plan,
+            last_modified: ie
+                .status
+                .as_ref()
+                .and_then(|s| s.created_time.as_ref())
+                .map(|t| SystemTime::from(t.0))
+                .unwrap_or_else(SystemTime::now),
+            content_type: "application/x-tar",
+            filename: Some(format!("{}-static-network-config.tar", ie.metadata.uid.as_deref().unwrap_or("infraenv"))),
+        })
+    }
+
     /// The discovery Ignition config as a download.
     pub fn discovery_ignition(&self, ie: &InfraEnv, content: &DiscoveryContent) -> Representation {
         let part = Arc::new(Part::new(content.ignition.as_bytes().to_vec()));
@@ -641,6 +676,7 @@ impl<S: Store> Images<S> {
             initrd: format!("{b}/images/{id}/pxe-initrd?{q}"),
             ipxe_script: format!("{files}?file_name=ipxe-script{ipxe_type}"),
             discovery_ignition: format!("{files}?file_name=discovery.ign"),
+            static_network_config: format!("{files}?file_name=static-network-config"),
         }
     }
 }
@@ -672,6 +708,7 @@ pub struct ArtifactUrls {
     pub initrd: String,
     pub ipxe_script: String,
     pub discovery_ignition: String,
+    pub static_network_config: String,
 }
 
 /// RFC 3986 unreserved characters stay as they are (`4.18`, `x86_64`); everything else is escaped.

@@ -104,15 +104,41 @@ pub fn ramdisk(input: &RamdiskInput) -> Result<Option<Vec<u8>>, StaticNetError> 
     if entries.is_empty() {
         return Ok(None);
     }
+    Ok(Some(archive(&entries)?))
+}
+
+/// The entries as a gzip newc archive (the ramdisk).
+pub fn archive(entries: &[RamdiskEntry]) -> Result<Vec<u8>, StaticNetError> {
     let mut builder = ArchiveBuilder::new();
-    for entry in &entries {
+    for entry in entries {
         match entry {
             RamdiskEntry::Dir { path } => builder.add_dir(path)?,
             RamdiskEntry::File { path, mode, contents } => builder.add_file(path, *mode, contents)?,
             RamdiskEntry::Symlink { path, target } => builder.add_symlink(path, target)?,
         };
     }
-    Ok(Some(builder.finish_gzip()?))
+    Ok(builder.finish_gzip()?)
+}
+
+/// The per-host network files (`etc/assisted/network/...`) as an uncompressed tar, mode 0600: the
+/// InfraEnv's `static-network-config` download, for inspecting what hosts will get.
+pub fn network_files_tar(entries: &[RamdiskEntry]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.mode(tar::HeaderMode::Deterministic);
+    for entry in entries {
+        if let RamdiskEntry::File { path, contents, .. } = entry
+            && path.starts_with(NETWORK_DIR)
+        {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(contents.len() as u64);
+            header.set_mode(0o600);
+            header.set_mtime(0);
+            header.set_entry_type(tar::EntryType::Regular);
+            // Paths are ours (host index and nmstate's keyfile names), so they always fit a tar header.
+            tar.append_data(&mut header, path, contents.as_slice()).expect("writing a tar into memory");
+        }
+    }
+    tar.into_inner().expect("writing a tar into memory")
 }
 
 /// Members in order, with every parent directory emitted once, before its first child.
