@@ -353,7 +353,7 @@ impl MinimalIso {
     /// The minimal ISO with `kargs` in every karg area.
     pub fn with_kargs(&self, kargs: &str) -> Result<Plan, MinisoError> {
         let mut overlays = self.karg_overlays(kargs)?;
-        overlay(&self.plan, &mut overlays).map_err(MinisoError::MinimalIso)
+        self.plan.overlay(&mut overlays).map_err(MinisoError::MinimalIso)
     }
 
     /// Exactly what `coreos-installer iso extract minimal-iso --rootfs-url URL` writes.
@@ -429,11 +429,9 @@ fn build(full: &Arc<BaseFile>, full_live: &LiveIso, miniso_area: Area) -> Result
     let mut bytes = json.into_bytes();
     bytes.resize(file_len, b' ');
     let part = Arc::new(Part::new(bytes));
-    let plan = overlay(
-        &unpacked,
-        &mut [(kargs_json_record.byte_offset(), vec![Segment::Part { part, offset: 0, len: file_len }])],
-    )
-    .map_err(MinisoError::MinimalIso)?;
+    let plan = unpacked
+        .overlay(&mut [(kargs_json_record.byte_offset(), vec![Segment::Part { part, offset: 0, len: file_len }])])
+        .map_err(MinisoError::MinimalIso)?;
     kargs.default = kargs_without_liveiso.clone();
     Ok(MinimalIso { plan, live, kargs_without_liveiso, stats })
 }
@@ -718,32 +716,6 @@ fn compact(stream: &[u8]) -> (Plan, usize) {
         }
     }
     (b.build(), part_len)
-}
-
-/// `plan` with some byte ranges replaced, like [`crate::plan::overlay_plan`] but over a plan:
-/// `overlays` are `(offset, segments)`, non-overlapping, each replacing as many bytes as its
-/// segments hold.
-pub fn overlay(plan: &Plan, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, String> {
-    overlays.sort_by_key(|(offset, _)| *offset);
-    let mut b = PlanBuilder::default();
-    let mut pos = 0u64;
-    for (offset, segs) in overlays.iter() {
-        if *offset < pos {
-            return Err(format!("overlapping overlays at byte {offset}"));
-        }
-        let len: u64 = segs.iter().map(Segment::len).sum();
-        if offset.checked_add(len).is_none_or(|end| end > plan.len()) {
-            return Err(format!("overlay {offset}+{len} goes past the end of the {}-byte image", plan.len()));
-        }
-        for seg in plan.slice(pos, *offset).segments().iter().chain(segs) {
-            b.push(seg.clone());
-        }
-        pos = offset + len;
-    }
-    for seg in plan.slice(pos, plan.len()).segments() {
-        b.push(seg.clone());
-    }
-    Ok(b.build())
 }
 
 /// Positional reads from a plan, so that [`IsoFs`] can parse an image that exists only as a plan.
@@ -1099,14 +1071,14 @@ mod tests {
         let (plan, _) = unpack(&data, &full).unwrap();
         let part = Arc::new(Part::new(b"XYZ".to_vec()));
         let seg = |len| vec![Segment::Part { part: part.clone(), offset: 0, len }];
-        let out = overlay(&plan, &mut [(4095, seg(3)), (0, seg(2)), (8997, seg(3))]).unwrap();
+        let out = plan.overlay(&mut [(4095, seg(3)), (0, seg(2)), (8997, seg(3))]).unwrap();
         let mut expect = minimal.clone();
         expect[4095..4098].copy_from_slice(b"XYZ");
         expect[0..2].copy_from_slice(b"XY");
         expect[8997..9000].copy_from_slice(b"XYZ");
         assert_eq!(out.read_all().unwrap(), expect);
-        assert!(overlay(&plan, &mut [(8998, seg(3))]).is_err());
-        assert!(overlay(&plan, &mut [(10, seg(3)), (12, seg(1))]).is_err());
+        assert!(plan.overlay(&mut [(8998, seg(3))]).is_err());
+        assert!(plan.overlay(&mut [(10, seg(3)), (12, seg(1))]).is_err());
     }
 
     proptest! {
