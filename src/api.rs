@@ -322,17 +322,17 @@ impl App {
     }
 
     /// Kubernetes-style REST for the embedded store:
-    /// `/apis/agent-install.openshift.io/v1beta1[/namespaces/NS]/infraenvs[/NAME]`, `/api/v1[...]/secrets[/NAME]`.
+    /// `/apis/<group>/<version>[/namespaces/NS]/<plural>[/NAME]` and `/api/v1[...]/secrets[/NAME]`; cluster-scoped
+    /// kinds (ClusterImageSet) without the namespace part. PATCH takes a JSON merge patch (RFC 7386).
     async fn resource_api(&self, req: &Request<Bytes>, segs: &[&str]) -> Response<Body> {
         let (api_prefix, rest) = match segs {
-            ["apis", "agent-install.openshift.io", "v1beta1", rest @ ..] => {
-                ("/apis/agent-install.openshift.io/v1beta1", rest)
-            }
-            ["api", "v1", rest @ ..] => ("/api/v1", rest),
+            ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
+            ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
             _ => return not_found(),
         };
         let (namespace, plural, name) = match rest {
             [plural] => (None, *plural, None),
+            [plural, name] => (Some(""), *plural, Some(*name)),
             ["namespaces", ns, plural] => (Some(*ns), *plural, None),
             ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
             _ => return not_found(),
@@ -343,6 +343,12 @@ impl App {
                 "NotFound",
                 &format!("the server could not find the requested resource ({plural})"),
             );
+        };
+        // Namespaced kinds need a namespace in item paths; cluster-scoped kinds must not have one.
+        let namespace = match (kind.namespaced(), namespace) {
+            (true, Some("")) | (false, Some(_)) if name.is_some() || namespace != Some("") => return not_found(),
+            (false, _) => Some(""),
+            (true, ns) => ns,
         };
         let result = match (req.method().clone(), namespace, name) {
             (Method::GET, ns, None) => self.store.list_documents(kind, ns).await.map(|items| {
@@ -360,9 +366,19 @@ impl App {
             },
             (Method::PUT, Some(ns), Some(name)) => self.apply(kind, req.body(), Some((ns, name))).await,
             (Method::POST, Some(ns), None) => self.apply(kind, req.body(), Some((ns, ""))).await,
+            (Method::PATCH, Some(ns), Some(name)) => self.patch(kind, ns, name, req).await,
             (Method::DELETE, Some(ns), Some(name)) => match self.store.delete_document(kind, ns, name).await {
-                Ok(Some(doc)) => Ok(crate::http::json(StatusCode::OK, &doc)),
-                Ok(None) => Err(not_found_error(kind, name)),
+                Ok(deletion) => {
+                    let doc = self.store.get_document(kind, ns, name).await.ok().flatten();
+                    Ok(match (deletion, doc) {
+                        (crate::store::Deletion::Pending, Some(doc)) => crate::http::json(StatusCode::ACCEPTED, &doc),
+                        _ => crate::http::json(
+                            StatusCode::OK,
+                            &json!({"kind": "Status", "apiVersion": "v1", "status": "Success",
+                                    "details": {"name": name, "kind": kind.plural()}}),
+                        ),
+                    })
+                }
                 Err(e) => Err(e),
             },
             (m, _, _) => {
@@ -377,6 +393,57 @@ impl App {
             Ok(r) => r,
             Err(e) => store_error(&e),
         }
+    }
+
+    /// `kubectl patch --type merge`: the merge patch is applied to the live object, the result validated
+    /// as a whole like an applied document, and written if nobody changed the object meanwhile (retried
+    /// on conflict, as the API server does for patches).
+    async fn patch(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        req: &Request<Bytes>,
+    ) -> Result<Response<Body>, StoreError> {
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !content_type.starts_with("application/merge-patch+json") {
+            return Ok(status_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                &format!("the patch type {content_type:?} is not supported; use application/merge-patch+json"),
+            ));
+        }
+        let patch: Value = serde_json::from_slice(req.body())
+            .map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))?;
+        for _ in 0..5 {
+            let Some(live) = self.store.get_document(kind, ns, name).await? else {
+                return Err(not_found_error(kind, name));
+            };
+            let mut doc = live.clone();
+            crate::store::json::merge_patch(&mut doc, &patch);
+            if let Some(o) = doc.as_object_mut() {
+                o.remove("status");
+            }
+            doc["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
+            let (_, validated) =
+                validate_document(&strip_server_fields(&doc)).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            crate::resources::validate_update(kind, &live, &validated)
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let mut validated = validated;
+            validated["metadata"] = doc["metadata"].clone();
+            match self.store.replace_document(kind, validated).await {
+                Ok(stored) => {
+                    if kind == Kind::InfraEnv {
+                        let _ = infraenv::reconcile(&self.images, ns, name).await;
+                    }
+                    let current = self.store.get_document(kind, ns, name).await?.unwrap_or(stored);
+                    return Ok(crate::http::json(StatusCode::OK, &current));
+                }
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict(format!("{} \"{name}\" kept changing; try again", kind.resource())))
     }
 
     /// Creates or updates an object from a JSON document.
@@ -410,6 +477,11 @@ impl App {
                 )));
             }
         }
+        let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        if let Some(live) = self.store.get_document(kind, &ns, &name).await? {
+            crate::resources::validate_update(kind, &live, &doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        }
         let (stored, created) = self.store.apply_document(kind, doc).await?;
         let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
         let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
@@ -424,6 +496,18 @@ impl App {
     }
 }
 
+/// A stored document as a client would send it back: without the metadata the server owns, which
+/// document validation does not accept from clients.
+fn strip_server_fields(doc: &Value) -> Value {
+    let mut d = doc.clone();
+    if let Some(meta) = d["metadata"].as_object_mut() {
+        for key in ["uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp", "managedFields"] {
+            meta.remove(key);
+        }
+    }
+    d
+}
+
 fn not_found_error(kind: Kind, name: &str) -> StoreError {
     StoreError::NotFound { resource: crate::store::sqlite::kind_resource(kind), name: name.to_string() }
 }
@@ -432,6 +516,7 @@ fn store_error(e: &StoreError) -> Response<Body> {
     match e {
         StoreError::NotFound { .. } => status_error(StatusCode::NOT_FOUND, "NotFound", &e.to_string()),
         StoreError::Conflict(_) => status_error(StatusCode::CONFLICT, "Conflict", &e.to_string()),
+        StoreError::AlreadyExists { .. } => status_error(StatusCode::CONFLICT, "AlreadyExists", &e.to_string()),
         StoreError::Invalid(_) => status_error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &e.to_string()),
         StoreError::Backend(_) => status_error(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e.to_string()),
     }

@@ -1,6 +1,14 @@
 //! Where resources live. Controllers and the image server see the world only through [`Store`], which
 //! has an embedded SQLite implementation ([`sqlite::SqliteStore`]) and, for clusters, a Kubernetes one.
+//!
+//! The semantics are the API server's, because the controllers are written against them:
+//! - `resourceVersion` is checked on every write that carries one (optimistic concurrency);
+//! - `generation` moves when anything but metadata and status changes;
+//! - deleting an object with finalizers only sets `deletionTimestamp`; the object goes away when its
+//!   last finalizer is removed;
+//! - objects whose every owner (ownerReferences) is gone are deleted (background garbage collection).
 
+pub mod json;
 pub mod sqlite;
 
 use serde::Serialize;
@@ -29,6 +37,8 @@ pub enum StoreError {
     /// Worded as the Kubernetes API server words it: `secrets "pull-secret" not found`.
     #[error("{resource} \"{name}\" not found")]
     NotFound { resource: String, name: String },
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists { resource: String, name: String },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -44,6 +54,18 @@ impl StoreError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::NotFound { .. })
     }
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict(_))
+    }
+}
+
+/// What a delete did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    /// The object is gone.
+    Deleted,
+    /// The object has finalizers: it is marked (`deletionTimestamp`) and goes when they are removed.
+    Pending,
 }
 
 /// A change to a stored object, for controllers to map to the keys they reconcile.
@@ -61,7 +83,18 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn list<K: Object>(&self, namespace: Option<&str>) -> impl Future<Output = Result<Vec<K>, StoreError>> + Send;
     /// The object with this `metadata.uid` (InfraEnvs are addressed by uid in image URLs).
     fn get_by_uid<K: Object>(&self, uid: &str) -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
+    /// Creates the object; the store assigns uid, creationTimestamp, generation and resourceVersion.
+    fn create<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send;
+    /// Replaces metadata (labels, annotations, finalizers, owners) and spec, keeping the status, if the
+    /// object's resourceVersion is still current. Removing the last finalizer of an object being deleted
+    /// deletes it.
+    fn update<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send;
     /// Replaces the object's status if its resourceVersion is still current; returns the stored object.
     fn update_status<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send;
+    fn delete<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Deletion, StoreError>> + Send;
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
 }

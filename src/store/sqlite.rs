@@ -9,7 +9,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::{ChangeEvent, Object, Store, StoreError, resource_name};
+use super::json::{LAST_APPLIED_ANNOTATION, three_way};
+use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
 use crate::resources::Kind;
 
 #[derive(Clone)]
@@ -28,6 +29,20 @@ CREATE TABLE IF NOT EXISTS objects (
     body TEXT NOT NULL,
     PRIMARY KEY (resource, namespace, name)
 );
+CREATE TABLE IF NOT EXISTS owner_refs (
+    owner_uid TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (owner_uid, resource, namespace, name)
+);
+CREATE INDEX IF NOT EXISTS owner_refs_by_dependent ON owner_refs (resource, namespace, name);
+CREATE TABLE IF NOT EXISTS records (
+    collection TEXT NOT NULL,
+    id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (collection, id)
+);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters (name, value) VALUES ('resource_version', 0);
 ";
@@ -38,10 +53,25 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 
 /// The store-key of a kind used by the API: `infraenvs.agent-install.openshift.io`, `secrets`.
 pub fn kind_resource(kind: Kind) -> String {
-    match kind {
-        Kind::InfraEnv => resource_name::<crate::resources::InfraEnv>(),
-        Kind::NMStateConfig => resource_name::<crate::resources::NMStateConfig>(),
-        Kind::Secret => resource_name::<k8s_openapi::api::core::v1::Secret>(),
+    kind.resource()
+}
+
+fn conflict(res: &str, name: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "Operation cannot be fulfilled on {res} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+    ))
+}
+
+/// Metadata fields the store owns: never taken from a client's write.
+const SERVER_METADATA: [&str; 5] = ["uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp"];
+
+/// What a write did, for the caller to emit change events after the transaction commits.
+#[derive(Default)]
+struct Changes(Vec<(String, String, String)>);
+
+impl Changes {
+    fn touch(&mut self, res: &str, ns: &str, name: &str) {
+        self.0.push((res.to_string(), ns.to_string(), name.to_string()));
     }
 }
 
@@ -60,7 +90,7 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
         conn.pragma_update(None, "busy_timeout", 5000).map_err(backend)?;
         conn.execute_batch(SCHEMA).map_err(backend)?;
-        Ok(SqliteStore { conn: Arc::new(Mutex::new(conn)), events: broadcast::channel(4096).0 })
+        Ok(SqliteStore { conn: Arc::new(Mutex::new(conn)), events: broadcast::channel(65536).0 })
     }
 
     async fn with_conn<T: Send + 'static>(
@@ -76,134 +106,181 @@ impl SqliteStore {
         .map_err(backend)?
     }
 
-    fn emit(&self, resource: String, namespace: String, name: String) {
-        let _ = self.events.send(ChangeEvent { resource, namespace, name });
+    /// Runs `f` in one transaction and emits change events for what it touched once it committed.
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Changes) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (out, changes) = self
+            .with_conn(move |conn| {
+                let tx = conn.transaction().map_err(backend)?;
+                let mut changes = Changes::default();
+                let out = f(&tx, &mut changes)?;
+                tx.commit().map_err(backend)?;
+                Ok((out, changes))
+            })
+            .await?;
+        for (resource, namespace, name) in changes.0 {
+            let _ = self.events.send(ChangeEvent { resource, namespace, name });
+        }
+        Ok(out)
     }
 
-    /// Creates or updates an object from a validated user document (`bootstream apply`). Metadata the
-    /// store owns (uid, creationTimestamp, generation, resourceVersion) and the status are kept; labels,
-    /// annotations and the spec (or a Secret's data) come from the document. Returns the stored object
-    /// and whether it was created.
+    /// Creates or updates an object from a validated user document, the way `kubectl apply` does: the
+    /// changes between the configuration applied last (kept in an annotation) and this document are
+    /// merged into the live object, so fields controllers set (finalizers, labels, spec fields) survive
+    /// unless the document itself changes them. A document carrying a stale resourceVersion is refused.
+    /// Returns the stored object and whether it was created.
     pub async fn apply_document(&self, kind: Kind, doc: Value) -> Result<(Value, bool), StoreError> {
-        let resource = kind_resource(kind);
-        let namespace = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let resource = kind.resource();
+        let namespace = doc_namespace(kind, &doc);
         let name = doc["metadata"]["name"]
             .as_str()
             .ok_or_else(|| StoreError::Invalid("metadata.name is required".into()))?
             .to_string();
-        let (res, ns, nm) = (resource.clone(), namespace.clone(), name.clone());
-        let (stored, created, changed) = self
-            .with_conn(move |conn| {
-                let tx = conn.transaction().map_err(backend)?;
-                let existing: Option<(String, i64)> = tx
-                    .query_row(
-                        "SELECT body, resource_version FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3",
-                        params![res, ns, nm],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()
-                    .map_err(backend)?;
-                let now = now_rfc3339();
-                let (mut body, previous) = match existing {
-                    Some((text, rv)) => {
-                        if let Some(want) = doc["metadata"]["resourceVersion"].as_str()
-                            && want != rv.to_string()
-                        {
-                            return Err(StoreError::Conflict(format!(
-                                "Operation cannot be fulfilled on {res} \"{nm}\": the object has been modified (resourceVersion {want} is not the current {rv})"
-                            )));
-                        }
-                        let old: Value = serde_json::from_str(&text).map_err(backend)?;
-                        (merge_user_document(kind, &old, &doc), Some(old))
-                    }
-                    None => {
-                        let mut body = doc.clone();
-                        let meta = body["metadata"].as_object_mut().expect("validated metadata");
-                        meta.insert("namespace".into(), Value::String(ns.clone()));
-                        meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
-                        meta.insert("creationTimestamp".into(), Value::String(now.clone()));
-                        meta.remove("resourceVersion");
-                        meta.remove("deletionTimestamp");
-                        if kind != Kind::Secret {
-                            meta.insert("generation".into(), Value::from(1));
-                        }
-                        if let Some(obj) = body.as_object_mut() {
-                            obj.remove("status");
-                        }
-                        (body, None)
-                    }
-                };
-                let created = previous.is_none();
-                if previous.as_ref() == Some(&body) {
-                    return Ok((body, false, false));
+        self.write(move |tx, changes| {
+            let applied = applied_configuration(&doc);
+            match get_row(tx, &resource, &namespace, &name)? {
+                None => {
+                    let mut body = doc.clone();
+                    body["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = Value::String(applied.to_string());
+                    let stored = insert_object(tx, changes, &resource, &namespace, body, kind != Kind::Secret)?;
+                    Ok((stored, true))
                 }
-                let rv = next_resource_version(&tx)?;
-                body["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-                let uid = body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-                tx.execute(
-                    "INSERT INTO objects (resource, namespace, name, uid, resource_version, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT (resource, namespace, name) DO UPDATE SET resource_version=excluded.resource_version, body=excluded.body",
-                    params![res, ns, nm, uid, rv, body.to_string()],
-                )
-                .map_err(backend)?;
-                tx.commit().map_err(backend)?;
-                Ok((body, created, true))
-            })
-            .await?;
-        if changed {
-            self.emit(resource, namespace, name);
-        }
-        Ok((stored, created))
+                Some((live, rv)) => {
+                    if let Some(want) = doc["metadata"]["resourceVersion"].as_str()
+                        && want != rv.to_string()
+                    {
+                        return Err(conflict(&resource, &name));
+                    }
+                    let last: Option<Value> = live["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+                        .as_str()
+                        .and_then(|s| serde_json::from_str(s).ok());
+                    let mut merged = three_way(&without_status(&live), last.as_ref(), &applied);
+                    merged["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = Value::String(applied.to_string());
+                    let stored = replace_object(tx, changes, &resource, &live, merged)?;
+                    Ok((stored, false))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Replaces an object's metadata and spec with a client's full document (a PUT, or the result of a
+    /// merge patch the API applied), if the document's resourceVersion is current. Status is kept.
+    pub async fn replace_document(&self, kind: Kind, doc: Value) -> Result<Value, StoreError> {
+        let resource = kind.resource();
+        let namespace = doc_namespace(kind, &doc);
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        self.write(move |tx, changes| {
+            let Some((live, rv)) = get_row(tx, &resource, &namespace, &name)? else {
+                return Err(StoreError::NotFound { resource, name });
+            };
+            if let Some(want) = doc["metadata"]["resourceVersion"].as_str()
+                && want != rv.to_string()
+            {
+                return Err(conflict(&resource, &name));
+            }
+            replace_object(tx, changes, &resource, &live, doc)
+        })
+        .await
     }
 
     pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
-        let (res, ns, nm) = (kind_resource(kind), namespace.to_string(), name.to_string());
-        self.with_conn(move |conn| get_body(conn, &res, &ns, &nm)).await
+        let (res, ns, nm) = (kind.resource(), namespace.to_string(), name.to_string());
+        self.with_conn(move |conn| Ok(get_row(conn, &res, &ns, &nm)?.map(|(b, _)| b))).await
     }
 
     pub async fn list_documents(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>, StoreError> {
-        let (res, ns) = (kind_resource(kind), namespace.map(str::to_string));
+        let (res, ns) = (kind.resource(), namespace.map(str::to_string));
         self.with_conn(move |conn| list_bodies(conn, &res, ns.as_deref())).await
     }
 
-    /// Deletes an object; returns it, or None if it did not exist.
-    pub async fn delete_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
-        let (res, ns, nm) = (kind_resource(kind), namespace.to_string(), name.to_string());
-        let deleted = self
-            .with_conn(move |conn| {
-                let tx = conn.transaction().map_err(backend)?;
-                let text: Option<String> = tx
-                    .query_row(
-                        "DELETE FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3 RETURNING body",
-                        params![res, ns, nm],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(backend)?;
-                if text.is_some() {
-                    next_resource_version(&tx)?;
-                }
-                tx.commit().map_err(backend)?;
-                text.map(|t| serde_json::from_str::<Value>(&t).map_err(backend)).transpose()
-            })
-            .await?;
-        if deleted.is_some() {
-            self.emit(kind_resource(kind), namespace.to_string(), name.to_string());
-        }
-        Ok(deleted)
+    /// Deletes an object the way the API server does: marked with a deletionTimestamp while it has
+    /// finalizers, removed (and its dependents garbage-collected) otherwise.
+    pub async fn delete_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
+        let (res, ns, nm) = (kind.resource(), namespace.to_string(), name.to_string());
+        self.write(move |tx, changes| delete_object(tx, changes, &res, &ns, &nm)).await
+    }
+
+    /// Internal records that are not API objects (host and cluster records of the agent API), kept in
+    /// the same file so that one transaction can never see half of a change.
+    pub async fn put_record(&self, collection: &'static str, id: String, body: String) -> Result<(), StoreError> {
+        self.with_conn(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO records (collection, id, body) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (collection, id) DO UPDATE SET body=excluded.body",
+            )
+            .and_then(|mut s| s.execute(params![collection, id, body]))
+            .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn delete_record(&self, collection: &'static str, id: String) -> Result<(), StoreError> {
+        self.with_conn(move |conn| {
+            conn.prepare_cached("DELETE FROM records WHERE collection=?1 AND id=?2")
+                .and_then(|mut s| s.execute(params![collection, id]))
+                .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn list_records(&self, collection: &'static str) -> Result<Vec<(String, String)>, StoreError> {
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached("SELECT id, body FROM records WHERE collection=?1").map_err(backend)?;
+            let rows = stmt
+                .query_map(params![collection], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(backend)?
+                .collect::<Result<Vec<(String, String)>, _>>()
+                .map_err(backend)?;
+            Ok(rows)
+        })
+        .await
     }
 }
 
-fn get_body(conn: &Connection, res: &str, ns: &str, name: &str) -> Result<Option<Value>, StoreError> {
-    let text: Option<String> = conn
-        .query_row(
-            "SELECT body FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3",
-            params![res, ns, name],
-            |r| r.get(0),
-        )
-        .optional()
+fn doc_namespace(kind: Kind, doc: &Value) -> String {
+    if kind.namespaced() {
+        doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// The part of a user document `kubectl apply` remembers: everything but server-owned metadata and status.
+fn applied_configuration(doc: &Value) -> Value {
+    let mut applied = without_status(doc);
+    if let Some(meta) = applied["metadata"].as_object_mut() {
+        for key in SERVER_METADATA {
+            meta.remove(key);
+        }
+        if let Some(ann) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            ann.remove(LAST_APPLIED_ANNOTATION);
+            if ann.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    applied
+}
+
+fn without_status(doc: &Value) -> Value {
+    let mut d = doc.clone();
+    if let Some(o) = d.as_object_mut() {
+        o.remove("status");
+    }
+    d
+}
+
+fn get_row(conn: &Connection, res: &str, ns: &str, name: &str) -> Result<Option<(Value, i64)>, StoreError> {
+    let row: Option<(String, i64)> = conn
+        .prepare_cached("SELECT body, resource_version FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3")
+        .and_then(|mut s| s.query_row(params![res, ns, name], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(backend)?;
-    text.map(|t| serde_json::from_str(&t).map_err(backend)).transpose()
+    row.map(|(text, rv)| Ok((serde_json::from_str(&text).map_err(backend)?, rv))).transpose()
 }
 
 fn list_bodies(conn: &Connection, res: &str, ns: Option<&str>) -> Result<Vec<Value>, StoreError> {
@@ -233,60 +310,241 @@ fn list_bodies(conn: &Connection, res: &str, ns: Option<&str>) -> Result<Vec<Val
     Ok(out)
 }
 
-fn next_resource_version(tx: &rusqlite::Transaction<'_>) -> Result<i64, StoreError> {
-    tx.query_row("UPDATE counters SET value = value + 1 WHERE name='resource_version' RETURNING value", [], |r| {
-        r.get(0)
-    })
-    .map_err(backend)
+fn next_resource_version(tx: &Connection) -> Result<i64, StoreError> {
+    tx.prepare_cached("UPDATE counters SET value = value + 1 WHERE name='resource_version' RETURNING value")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(backend)
 }
 
 fn now_rfc3339() -> String {
     crate::resources::now_seconds().to_string()
 }
 
-/// The new stored body for a user document applied over an existing object.
-fn merge_user_document(kind: Kind, old: &Value, doc: &Value) -> Value {
-    let mut body = old.clone();
-    for key in ["labels", "annotations"] {
-        match doc["metadata"].get(key) {
-            Some(v) => body["metadata"][key] = v.clone(),
-            None => {
-                if let Some(m) = body["metadata"].as_object_mut() {
-                    m.remove(key);
-                }
+/// Writes `body` (whose metadata the caller completed) with a fresh resourceVersion, and records its owners.
+fn store_body(tx: &Connection, res: &str, ns: &str, mut body: Value) -> Result<Value, StoreError> {
+    let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let uid = body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let rv = next_resource_version(tx)?;
+    body["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+    tx.prepare_cached(
+        "INSERT INTO objects (resource, namespace, name, uid, resource_version, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (resource, namespace, name) DO UPDATE SET resource_version=excluded.resource_version, body=excluded.body",
+    )
+    .and_then(|mut s| s.execute(params![res, ns, name, uid, rv, body.to_string()]))
+    .map_err(|e| if e.to_string().contains("UNIQUE constraint failed: objects.uid") { StoreError::Invalid(format!("uid {uid} is taken")) } else { backend(e) })?;
+    tx.prepare_cached("DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3")
+        .and_then(|mut s| s.execute(params![res, ns, name]))
+        .map_err(backend)?;
+    if let Some(owners) = body["metadata"]["ownerReferences"].as_array() {
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO owner_refs (owner_uid, resource, namespace, name) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(backend)?;
+        for owner in owners {
+            if let Some(owner_uid) = owner["uid"].as_str() {
+                insert.execute(params![owner_uid, res, ns, name]).map_err(backend)?;
             }
         }
     }
-    match kind {
-        Kind::Secret => {
-            for key in ["data", "type", "immutable"] {
-                match doc.get(key) {
-                    Some(v) => body[key] = v.clone(),
-                    None => {
-                        if let Some(m) = body.as_object_mut() {
-                            m.remove(key);
-                        }
-                    }
-                }
+    Ok(body)
+}
+
+/// Creates an object: the store assigns uid, creationTimestamp, generation and resourceVersion; a status
+/// in the document is dropped (it is written through the status subresource).
+fn insert_object(
+    tx: &Connection,
+    changes: &mut Changes,
+    res: &str,
+    ns: &str,
+    mut body: Value,
+    has_generation: bool,
+) -> Result<Value, StoreError> {
+    let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    if get_row(tx, res, ns, &name)?.is_some() {
+        return Err(StoreError::AlreadyExists { resource: res.to_string(), name });
+    }
+    let meta = body["metadata"].as_object_mut().ok_or_else(|| StoreError::Invalid("metadata is required".into()))?;
+    for key in SERVER_METADATA {
+        meta.remove(key);
+    }
+    if ns.is_empty() {
+        meta.remove("namespace");
+    } else {
+        meta.insert("namespace".into(), Value::String(ns.to_string()));
+    }
+    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+    if has_generation {
+        meta.insert("generation".into(), Value::from(1));
+    }
+    drop_empty_metadata(&mut body);
+    if let Some(o) = body.as_object_mut() {
+        o.remove("status");
+    }
+    changes.touch(res, ns, &name);
+    store_body(tx, res, ns, body)
+}
+
+/// Replaces metadata and spec of `live` with those of `new`, keeping the store's metadata and the status.
+/// `generation` moves when anything outside metadata and status changes. An object being deleted whose
+/// last finalizer goes is removed.
+fn replace_object(
+    tx: &Connection,
+    changes: &mut Changes,
+    res: &str,
+    live: &Value,
+    new: Value,
+) -> Result<Value, StoreError> {
+    let ns = live["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let name = live["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let mut body = without_status(&new);
+    let Some(meta) = body["metadata"].as_object_mut() else {
+        return Err(StoreError::Invalid("metadata is required".into()));
+    };
+    for key in SERVER_METADATA {
+        match live["metadata"].get(key) {
+            Some(v) => meta.insert(key.to_string(), v.clone()),
+            None => meta.remove(key),
+        };
+    }
+    meta.insert("name".into(), Value::String(name.clone()));
+    if !ns.is_empty() {
+        meta.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    drop_empty_metadata(&mut body);
+    if let Some(status) = live.get("status") {
+        body["status"] = status.clone();
+    }
+    if body == *live {
+        return Ok(body);
+    }
+    let spec_changed = {
+        let strip = |v: &Value| {
+            let mut v = without_status(v);
+            if let Some(o) = v.as_object_mut() {
+                o.remove("metadata");
             }
+            v
+        };
+        strip(&body) != strip(live)
+    };
+    if spec_changed && let Some(g) = body["metadata"]["generation"].as_i64() {
+        body["metadata"]["generation"] = Value::from(g + 1);
+    }
+    changes.touch(res, &ns, &name);
+    let deleting = body["metadata"].get("deletionTimestamp").is_some();
+    if deleting && finalizers(&body).is_empty() {
+        remove_object(tx, changes, res, &ns, &name, &body)?;
+        return Ok(body);
+    }
+    store_body(tx, res, &ns, body)
+}
+
+fn finalizers(body: &Value) -> Vec<String> {
+    body["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// Kubernetes omits empty label, annotation, finalizer and owner lists; so do we, so that an object
+/// written back unchanged compares equal.
+fn drop_empty_metadata(body: &mut Value) {
+    if let Some(meta) = body["metadata"].as_object_mut() {
+        meta.retain(|k, v| {
+            !matches!(k.as_str(), "labels" | "annotations" | "finalizers" | "ownerReferences")
+                || !(v.is_null()
+                    || v.as_object().is_some_and(|o| o.is_empty())
+                    || v.as_array().is_some_and(|a| a.is_empty()))
+        });
+    }
+}
+
+fn delete_object(
+    tx: &Connection,
+    changes: &mut Changes,
+    res: &str,
+    ns: &str,
+    name: &str,
+) -> Result<Deletion, StoreError> {
+    let Some((mut body, _)) = get_row(tx, res, ns, name)? else {
+        return Err(StoreError::NotFound { resource: res.to_string(), name: name.to_string() });
+    };
+    changes.touch(res, ns, name);
+    if !finalizers(&body).is_empty() {
+        if body["metadata"].get("deletionTimestamp").is_none() {
+            body["metadata"]["deletionTimestamp"] = Value::String(now_rfc3339());
+            store_body(tx, res, ns, body)?;
         }
-        Kind::InfraEnv | Kind::NMStateConfig => {
-            let new_spec = doc.get("spec").cloned().unwrap_or(Value::Null);
-            if body.get("spec") != Some(&new_spec) {
-                let generation = body["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
-                body["metadata"]["generation"] = Value::from(generation);
-                body["spec"] = new_spec;
-            }
+        return Ok(Deletion::Pending);
+    }
+    remove_object(tx, changes, res, ns, name, &body)?;
+    Ok(Deletion::Deleted)
+}
+
+/// Removes an object and garbage-collects, in the same transaction, the objects it was the last
+/// remaining owner of (background propagation: dependents with finalizers are only marked).
+fn remove_object(
+    tx: &Connection,
+    changes: &mut Changes,
+    res: &str,
+    ns: &str,
+    name: &str,
+    body: &Value,
+) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3")
+        .and_then(|mut s| s.execute(params![res, ns, name]))
+        .map_err(backend)?;
+    tx.prepare_cached("DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3")
+        .and_then(|mut s| s.execute(params![res, ns, name]))
+        .map_err(backend)?;
+    next_resource_version(tx)?;
+    let Some(uid) = body["metadata"]["uid"].as_str() else { return Ok(()) };
+    let dependents: Vec<(String, String, String)> = tx
+        .prepare_cached("SELECT resource, namespace, name FROM owner_refs WHERE owner_uid=?1")
+        .and_then(|mut s| {
+            s.query_map(params![uid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(backend)?;
+    tx.prepare_cached("DELETE FROM owner_refs WHERE owner_uid=?1")
+        .and_then(|mut s| s.execute(params![uid]))
+        .map_err(backend)?;
+    for (dres, dns, dname) in dependents {
+        let remaining: i64 = tx
+            .prepare_cached(
+                "SELECT COUNT(*) FROM owner_refs o JOIN objects x ON x.uid = o.owner_uid
+                 WHERE o.resource=?1 AND o.namespace=?2 AND o.name=?3",
+            )
+            .and_then(|mut s| s.query_row(params![dres, dns, dname], |r| r.get(0)))
+            .map_err(backend)?;
+        if remaining == 0 && get_row(tx, &dres, &dns, &dname)?.is_some() {
+            delete_object(tx, changes, &dres, &dns, &dname)?;
         }
     }
-    body
+    Ok(())
+}
+
+fn object_key<K: Object>(obj: &K) -> Result<(String, String), StoreError> {
+    let meta = obj.meta();
+    let name = meta.name.clone().ok_or_else(|| StoreError::Invalid("object without a name".into()))?;
+    Ok((namespace_of::<K>(meta.namespace.as_deref()), name))
+}
+
+/// The namespace an object of kind K is stored under: "" for cluster-scoped kinds.
+fn namespace_of<K: Object>(ns: Option<&str>) -> String {
+    if is_namespaced::<K>() { ns.unwrap_or("default").to_string() } else { String::new() }
+}
+
+fn is_namespaced<K: Object>() -> bool {
+    std::any::TypeId::of::<K::Scope>() == std::any::TypeId::of::<k8s_openapi::NamespaceResourceScope>()
 }
 
 impl Store for SqliteStore {
     async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
-        let (res, ns, nm) = (resource_name::<K>(), namespace.to_string(), name.to_string());
-        let body = self.with_conn(move |conn| get_body(conn, &res, &ns, &nm)).await?;
-        body.map(|b| serde_json::from_value(b).map_err(backend)).transpose()
+        let (res, ns, nm) = (resource_name::<K>(), namespace_of::<K>(Some(namespace)), name.to_string());
+        let body = self.with_conn(move |conn| get_row(conn, &res, &ns, &nm)).await?;
+        body.map(|(b, _)| serde_json::from_value(b).map_err(backend)).transpose()
     }
 
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
@@ -307,38 +565,50 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn create<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        let res = resource_name::<K>();
+        let (ns, _) = object_key(obj)?;
+        let body = serde_json::to_value(obj).map_err(backend)?;
+        // Secrets and ConfigMaps have no generation; custom resources do.
+        let has_generation = !K::group(&()).is_empty();
+        let stored = self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation)).await?;
+        serde_json::from_value(stored).map_err(backend)
+    }
+
+    async fn update<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        let res = resource_name::<K>();
+        let (ns, name) = object_key(obj)?;
+        let want_rv = obj.meta().resource_version.clone();
+        let body = serde_json::to_value(obj).map_err(backend)?;
+        let stored = self
+            .write(move |tx, changes| {
+                let Some((live, rv)) = get_row(tx, &res, &ns, &name)? else {
+                    return Err(StoreError::NotFound { resource: res, name });
+                };
+                if want_rv.as_ref().is_some_and(|want| *want != rv.to_string()) {
+                    return Err(conflict(&res, &name));
+                }
+                replace_object(tx, changes, &res, &live, body)
+            })
+            .await?;
+        serde_json::from_value(stored).map_err(backend)
+    }
+
     async fn update_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
         let res = resource_name::<K>();
-        let meta = obj.meta();
-        let ns = meta.namespace.clone().unwrap_or_else(|| "default".into());
-        let name = meta.name.clone().ok_or_else(|| StoreError::Invalid("object without a name".into()))?;
-        let want_rv = meta.resource_version.clone();
+        let (ns, name) = object_key(obj)?;
+        let want_rv = obj.meta().resource_version.clone();
         let status = serde_json::to_value(obj).map_err(backend)?.get("status").cloned();
-        let (r, n, m) = (res.clone(), ns.clone(), name.clone());
-        let (stored, changed) = self
-            .with_conn(move |conn| {
-                let tx = conn.transaction().map_err(backend)?;
-                let row: Option<(String, i64)> = tx
-                    .query_row(
-                        "SELECT body, resource_version FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3",
-                        params![r, n, m],
-                        |row| Ok((row.get(0)?, row.get(1)?)),
-                    )
-                    .optional()
-                    .map_err(backend)?;
-                let Some((text, rv)) = row else {
-                    return Err(StoreError::NotFound { resource: r, name: m });
+        let stored = self
+            .write(move |tx, changes| {
+                let Some((mut body, rv)) = get_row(tx, &res, &ns, &name)? else {
+                    return Err(StoreError::NotFound { resource: res, name });
                 };
-                if let Some(want) = &want_rv
-                    && *want != rv.to_string()
-                {
-                    return Err(StoreError::Conflict(format!(
-                        "Operation cannot be fulfilled on {r} \"{m}\": the object has been modified; please apply your changes to the latest version and try again"
-                    )));
+                if want_rv.as_ref().is_some_and(|want| *want != rv.to_string()) {
+                    return Err(conflict(&res, &name));
                 }
-                let mut body: Value = serde_json::from_str(&text).map_err(backend)?;
                 if body.get("status") == status.as_ref() {
-                    return Ok((body, false));
+                    return Ok(body);
                 }
                 match &status {
                     Some(s) => body["status"] = s.clone(),
@@ -348,21 +618,16 @@ impl Store for SqliteStore {
                         }
                     }
                 }
-                let rv = next_resource_version(&tx)?;
-                body["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-                tx.execute(
-                    "UPDATE objects SET resource_version=?4, body=?5 WHERE resource=?1 AND namespace=?2 AND name=?3",
-                    params![r, n, m, rv, body.to_string()],
-                )
-                .map_err(backend)?;
-                tx.commit().map_err(backend)?;
-                Ok((body, true))
+                changes.touch(&res, &ns, &name);
+                store_body(tx, &res, &ns, body)
             })
             .await?;
-        if changed {
-            self.emit(res, ns, name);
-        }
         serde_json::from_value(stored).map_err(backend)
+    }
+
+    async fn delete<K: Object>(&self, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
+        let (res, ns, nm) = (resource_name::<K>(), namespace_of::<K>(Some(namespace)), name.to_string());
+        self.write(move |tx, changes| delete_object(tx, changes, &res, &ns, &nm)).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
@@ -437,7 +702,85 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         let all: Vec<InfraEnv> = store.list(None).await.unwrap();
         assert_eq!(all.len(), 1);
-        assert!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap().is_some());
-        assert!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap().is_none());
+        assert_eq!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap(), Deletion::Deleted);
+        assert!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap_err().is_not_found());
+    }
+
+    fn owned_secret(name: &str, owner_uid: &str) -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "finalizers": [],
+                         "ownerReferences": [{"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+                                              "name": "a", "uid": owner_uid}]}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn finalizers_hold_deletion_until_removed() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let mut ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        ie.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        let ie = store.update(&ie).await.unwrap();
+        assert_eq!(ie.metadata.generation, Some(1), "metadata changes do not move the generation");
+        assert_eq!(store.delete::<InfraEnv>("ns", "a").await.unwrap(), Deletion::Pending);
+        let mut ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert!(ie.metadata.deletion_timestamp.is_some());
+        ie.metadata.finalizers = None;
+        store.update(&ie).await.unwrap();
+        assert!(store.get::<InfraEnv>("ns", "a").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn dependents_are_collected_with_their_last_owner() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let (ie, _) = store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let uid = ie["metadata"]["uid"].as_str().unwrap();
+        store.create(&owned_secret("plain", uid)).await.unwrap();
+        let mut held = owned_secret("held", uid);
+        held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        store.create(&held).await.unwrap();
+        store.create(&owned_secret("other", "no-such-owner-left")).await.unwrap();
+        assert_eq!(store.delete::<InfraEnv>("ns", "a").await.unwrap(), Deletion::Deleted);
+        use k8s_openapi::api::core::v1::Secret;
+        assert!(store.get::<Secret>("ns", "plain").await.unwrap().is_none());
+        let held: Secret = store.get("ns", "held").await.unwrap().unwrap();
+        assert!(held.metadata.deletion_timestamp.is_some(), "dependents with finalizers are only marked");
+        assert!(store.get::<Secret>("ns", "other").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn apply_keeps_what_controllers_added() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let mut ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        ie.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        ie.metadata.labels.get_or_insert_default().insert("added-by".into(), "controller".into());
+        store.update(&ie).await.unwrap();
+        // Re-applying with a changed key keeps the controller's finalizer and label; a label the
+        // document dropped goes.
+        let mut doc = infraenv_doc("a", "k2");
+        doc["metadata"]["labels"] = serde_json::json!({});
+        store.apply_document(Kind::InfraEnv, doc).await.unwrap();
+        let ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert_eq!(ie.spec.ssh_authorized_key.as_deref(), Some("k2"));
+        assert_eq!(ie.metadata.finalizers, Some(vec!["example.com/hold".to_string()]));
+        let labels = ie.metadata.labels.unwrap();
+        assert_eq!(labels.get("added-by").map(String::as_str), Some("controller"));
+        assert!(!labels.contains_key("a"));
+    }
+
+    #[tokio::test]
+    async fn create_refuses_duplicates_and_update_refuses_stale_versions() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let s = owned_secret("s", "x");
+        let created = store.create(&s).await.unwrap();
+        assert!(matches!(store.create(&s).await, Err(StoreError::AlreadyExists { .. })));
+        let mut a = created.clone();
+        a.metadata.labels = Some([("k".to_string(), "1".to_string())].into());
+        store.update(&a).await.unwrap();
+        let mut b = created;
+        b.metadata.labels = Some([("k".to_string(), "2".to_string())].into());
+        assert!(store.update(&b).await.unwrap_err().is_conflict());
     }
 }

@@ -368,6 +368,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The store key of the kind: `plural.group`, or the plural alone for the core group.
+    pub fn resource(self) -> String {
+        match self.api_version().split_once('/') {
+            Some((group, _)) => format!("{}.{group}", self.plural()),
+            None => self.plural().to_string(),
+        }
+    }
+    /// Cluster-scoped kinds are stored with the namespace "".
+    pub fn namespaced(self) -> bool {
+        true
+    }
+
     pub const ALL: [Kind; 3] = [Kind::InfraEnv, Kind::NMStateConfig, Kind::Secret];
 
     pub fn name(self) -> &'static str {
@@ -484,6 +496,28 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
         }
     };
     Ok((kind, normalized))
+}
+
+/// The admission rules that compare an update with the object it replaces (assisted-service's
+/// validating webhooks): fields that are immutable after creation.
+pub fn validate_update(kind: Kind, live: &Value, new: &Value) -> Result<(), DocumentError> {
+    match kind {
+        Kind::InfraEnv => {
+            if live["spec"].get("clusterRef") != new["spec"].get("clusterRef") {
+                return Err(DocumentError::Invalid(
+                    "Attempted to change Spec.ClusterRef which is immutable after InfraEnv creation.".into(),
+                ));
+            }
+            let arch = |v: &Value| normalize_arch(v["spec"]["cpuArchitecture"].as_str().unwrap_or(""));
+            if arch(live) != arch(new) {
+                return Err(DocumentError::Invalid(
+                    "Attempted to change Spec.CpuArchitecture which is immutable after InfraEnv creation.".into(),
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn typed_from<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, DocumentError> {
