@@ -24,6 +24,8 @@ pub struct App {
     pub store: SqliteStore,
     pub catalog: Arc<Catalog>,
     pub metrics: Arc<Metrics>,
+    pub agent_api: Arc<crate::agentapi::AgentApi>,
+    pub backend: Arc<crate::backend::Backend>,
 }
 
 impl Handler for App {
@@ -51,6 +53,14 @@ fn route_label(path: &str) -> &'static str {
         ["live"] => "/live",
         ["ready"] => "/ready",
         ["metrics"] => "/metrics",
+        ["api", "assisted-install", "v2", "infra-envs", _, "hosts"] => "/v2/infra-envs/:id/hosts",
+        ["api", "assisted-install", "v2", "infra-envs", _, "hosts", _] => "/v2/infra-envs/:id/hosts/:host",
+        ["api", "assisted-install", "v2", "infra-envs", _, "hosts", _, "instructions"] => {
+            "/v2/infra-envs/:id/hosts/:host/instructions"
+        }
+        ["api", "assisted-install", "v2", "infra-envs", _, "hosts", _, "progress"] => {
+            "/v2/infra-envs/:id/hosts/:host/progress"
+        }
         ["images", _] => "/images/:imageID",
         ["images", _, "pxe-initrd"] => "/images/:imageID/pxe-initrd",
         ["images", _, "s390x-initrd-addrsize"] => "/images/:imageID/s390x-initrd-addrsize",
@@ -105,6 +115,9 @@ impl App {
     async fn route(&self, req: Request<Bytes>) -> Response<Body> {
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        if let Some(resp) = self.agent_api.handle(&req, &segs).await {
+            return resp;
+        }
         let image_route = matches!(segs.first(), Some(&("images" | "byid" | "boot-artifacts")))
             || segs.starts_with(&["api", "assisted-install"]);
         if image_route && req.method() != Method::GET && req.method() != Method::HEAD {
@@ -344,11 +357,17 @@ impl App {
                 &format!("the server could not find the requested resource ({plural})"),
             );
         };
-        // Namespaced kinds need a namespace in item paths; cluster-scoped kinds must not have one.
-        let namespace = match (kind.namespaced(), namespace) {
-            (true, Some("")) | (false, Some(_)) if name.is_some() || namespace != Some("") => return not_found(),
-            (false, _) => Some(""),
-            (true, ns) => ns,
+        // Namespaced kinds have item paths under a namespace; cluster-scoped kinds never do.
+        let namespace = if kind.namespaced() {
+            match namespace {
+                Some("") => return not_found(),
+                ns => ns,
+            }
+        } else {
+            match namespace {
+                Some(ns) if !ns.is_empty() => return not_found(),
+                _ => Some(""),
+            }
         };
         let result = match (req.method().clone(), namespace, name) {
             (Method::GET, ns, None) => self.store.list_documents(kind, ns).await.map(|items| {
@@ -369,6 +388,16 @@ impl App {
             (Method::PATCH, Some(ns), Some(name)) => self.patch(kind, ns, name, req).await,
             (Method::DELETE, Some(ns), Some(name)) => match self.store.delete_document(kind, ns, name).await {
                 Ok(deletion) => {
+                    // An InfraEnv goes at once unless hosts hold it (then its condition says which).
+                    let deletion = if kind == Kind::InfraEnv && deletion == crate::store::Deletion::Pending {
+                        let _ = infraenv::reconcile_with(&self.images, Some(&self.backend), ns, name).await;
+                        match self.store.get_document(kind, ns, name).await {
+                            Ok(None) => crate::store::Deletion::Deleted,
+                            _ => deletion,
+                        }
+                    } else {
+                        deletion
+                    };
                     let doc = self.store.get_document(kind, ns, name).await.ok().flatten();
                     Ok(match (deletion, doc) {
                         (crate::store::Deletion::Pending, Some(doc)) => crate::http::json(StatusCode::ACCEPTED, &doc),
@@ -434,7 +463,7 @@ impl App {
             match self.store.replace_document(kind, validated).await {
                 Ok(stored) => {
                     if kind == Kind::InfraEnv {
-                        let _ = infraenv::reconcile(&self.images, ns, name).await;
+                        let _ = infraenv::reconcile_with(&self.images, Some(&self.backend), ns, name).await;
                     }
                     let current = self.store.get_document(kind, ns, name).await?.unwrap_or(stored);
                     return Ok(crate::http::json(StatusCode::OK, &current));
@@ -489,7 +518,7 @@ impl App {
         // InfraEnvs reference (secrets, NMStateConfigs) reach them through the controller's queue, which
         // folds a burst of changes into one reconcile per InfraEnv.
         if kind == Kind::InfraEnv {
-            let _ = infraenv::reconcile(&self.images, &ns, &name).await;
+            let _ = infraenv::reconcile_with(&self.images, Some(&self.backend), &ns, &name).await;
         }
         let current = self.store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))

@@ -63,6 +63,23 @@ enum Command {
         #[arg(short = 'n', long, default_value = "default")]
         namespace: String,
     },
+    /// Change fields of a resource with a JSON merge patch, like `kubectl patch --type merge`.
+    Patch {
+        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
+        server: String,
+        kind: String,
+        name: String,
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Patch type; only `merge` (RFC 7386) is supported.
+        #[arg(long = "type", default_value = "merge")]
+        patch_type: String,
+        /// The patch, as JSON.
+        #[arg(short = 'p', long = "patch")]
+        patch: String,
+    },
+    /// Drive the agent API as a fleet of discovery agents would (for load tests and demos).
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -180,13 +197,45 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         agent_image: args.ironic_agent_image.clone(),
         agent_image_arm: args.ironic_agent_image_arm.clone(),
     };
+    let agent_auth = crate::auth::AgentAuth::load_or_create(&data_dir).context("agent authentication key")?;
+    config.agent_auth = Some(agent_auth.clone());
     let config = Arc::new(config);
     let images = crate::image::Images::new(store.clone(), catalog.clone(), config);
     let metrics = crate::metrics::Metrics::new();
-    let app = Arc::new(crate::api::App { images: images.clone(), store, catalog: catalog.clone(), metrics });
+    let backend = crate::backend::Backend::load(
+        store.clone(),
+        Arc::new(crate::backend::SystemClock),
+        crate::backend::BackendConfig::default(),
+    )
+    .await
+    .context("loading host records")?;
+    let agent_api = Arc::new(crate::agentapi::AgentApi {
+        backend: backend.clone(),
+        images: images.clone(),
+        auth: agent_auth.clone(),
+    });
+    let app = Arc::new(crate::api::App {
+        images: images.clone(),
+        store: store.clone(),
+        catalog: catalog.clone(),
+        metrics,
+        agent_api,
+        backend: backend.clone(),
+    });
+    let hub = Arc::new(crate::controllers::Hub {
+        agents: crate::controllers::agent::AgentContext {
+            store: store.clone(),
+            backend: backend.clone(),
+            auth: agent_auth,
+            service_base_url: base_url.clone(),
+            agent_image: args.agent_image.clone(),
+        },
+        clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
+    });
 
     tokio::spawn(crate::catalog::load_all(catalog.clone(), data_dir.join("os-images"), digests));
-    tokio::spawn(crate::controllers::run_infraenv_controller(images));
+    tokio::spawn(crate::controllers::run_infraenv_controller_with(images, Some(backend)));
+    tokio::spawn(crate::controllers::run_host_controllers(hub, 4, std::time::Duration::from_secs(10)));
 
     // Scripts and tests read this line to learn the address (useful with --listen ...:0).
     println!("bootstream listening on http://{addr} (base URL {base_url}, data dir {})", data_dir.display());
@@ -250,6 +299,23 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
             println!("{} \"{name}\" deleted", display_kind(kind));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Patch { server, kind, name, namespace, patch_type, patch } => {
+            let kind = parse_kind(&kind)?;
+            if patch_type != "merge" {
+                anyhow::bail!("--type {patch_type} is not supported; use --type merge");
+            }
+            let body: Value = serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
+            call(
+                client
+                    .patch(object_url(&server, kind, &namespace, &name))
+                    .header("content-type", "application/merge-patch+json")
+                    .body(body.to_string()),
+            )
+            .await?;
+            println!("{} \"{name}\" patched", display_kind(kind));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Simulate(args) => crate::simulate::run(args).await,
         Command::Serve(_) => unreachable!("serve runs on its own runtime"),
     }
 }
@@ -271,7 +337,11 @@ fn display_kind(kind: Kind) -> String {
 }
 
 fn namespace_url(server: &str, kind: Kind, namespace: &str) -> String {
-    format!("{}{}/namespaces/{namespace}", server.trim_end_matches('/'), kind.api_prefix())
+    if kind.namespaced() {
+        format!("{}{}/namespaces/{namespace}", server.trim_end_matches('/'), kind.api_prefix())
+    } else {
+        format!("{}{}", server.trim_end_matches('/'), kind.api_prefix())
+    }
 }
 
 fn object_url(server: &str, kind: Kind, namespace: &str, name: &str) -> String {
@@ -406,6 +476,37 @@ fn print_table(kind: Kind, v: &Value, single: bool) {
                     it["metadata"]["namespace"].as_str().unwrap_or(""),
                     it["metadata"]["name"].as_str().unwrap_or(""),
                     ifaces.join(",")
+                );
+            }
+        }
+        Kind::Agent => {
+            println!("{:<12} {:<38} {:<20} {:<9} {:<8} {:<30} STAGE", "NAMESPACE", "NAME", "CLUSTER", "APPROVED", "ROLE", "STATE");
+            for it in items {
+                println!(
+                    "{:<12} {:<38} {:<20} {:<9} {:<8} {:<30} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    it["spec"]["clusterDeploymentName"]["name"].as_str().unwrap_or(""),
+                    it["spec"]["approved"].as_bool().unwrap_or(false),
+                    it["status"]["role"].as_str().unwrap_or(""),
+                    it["status"]["debugInfo"]["state"].as_str().unwrap_or(""),
+                    it["status"]["progress"]["currentStage"].as_str().unwrap_or("")
+                );
+            }
+        }
+        Kind::ClusterDeployment | Kind::AgentClusterInstall | Kind::ClusterImageSet => {
+            println!("{:<24} {:<32} STATUS", "NAMESPACE", "NAME");
+            for it in items {
+                let status = match kind {
+                    Kind::ClusterDeployment => format!("installed={}", it["spec"]["installed"].as_bool().unwrap_or(false)),
+                    Kind::AgentClusterInstall => it["status"]["debugInfo"]["state"].as_str().unwrap_or("").to_string(),
+                    _ => it["spec"]["releaseImage"].as_str().unwrap_or("").to_string(),
+                };
+                println!(
+                    "{:<24} {:<32} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    status
                 );
             }
         }

@@ -11,10 +11,14 @@
 //!   the reconcilers and the REST API.
 //! - [`cli`]: the `bootstream` command line.
 
+pub mod agentapi;
 pub mod api;
+pub mod auth;
+pub mod backend;
 pub mod catalog;
 pub mod cli;
 pub mod controllers;
+pub mod hosts;
 pub mod http;
 pub mod ignition;
 pub mod image;
@@ -29,5 +33,7 @@ pub mod plan;
 pub mod remaster;
 pub mod resources;
 pub mod sample;
+pub mod simulate;
+pub mod spoke;
 pub mod staticnet;
 pub mod store;

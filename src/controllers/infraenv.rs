@@ -123,11 +123,126 @@ async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, Ima
     })
 }
 
+pub const INFRAENV_FINALIZER: &str = "infraenv.agent-install.openshift.io/ai-deprovision";
+/// The condition that names the hosts keeping a deleted InfraEnv.
+pub const DELETION_BLOCKED_CONDITION: &str = "DeletionBlocked";
+
 /// Reconciles one InfraEnv: fetches it, computes its status, writes it if it changed.
 pub async fn reconcile<S: Store>(images: &Images<S>, namespace: &str, name: &str) -> Result<Action, StoreError> {
-    let Some(ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
+    reconcile_with(images, None, namespace, name).await
+}
+
+/// Host states an InfraEnv may be deleted with (the teardown rule of spec-controllers §3.9, legacy
+/// behavior): hosts in the pool, and installed ones.
+fn deletable_with_infraenv(status: crate::hosts::HostStatus) -> bool {
+    use crate::hosts::HostStatus::*;
+    matches!(
+        status,
+        InsufficientUnbound
+            | DisconnectedUnbound
+            | DiscoveringUnbound
+            | KnownUnbound
+            | Installed
+            | AddedToExistingCluster
+            | Unbinding
+            | UnbindingPendingUserAction
+    )
+}
+
+/// Deletion of an InfraEnv: its deletable hosts go with it; while any other host remains the
+/// InfraEnv stays, with a condition naming those hosts.
+async fn handle_deletion<S: Store>(
+    images: &Images<S>,
+    backend: &crate::backend::Backend,
+    ie: InfraEnv,
+) -> Result<Action, StoreError> {
+    if !ie.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == INFRAENV_FINALIZER)) {
+        return Ok(Action::Done);
+    }
+    let uid = ie.metadata.uid.clone().unwrap_or_default();
+    let hosts = backend.hosts(|h| h.infra_env_id == uid).await;
+    let blocking: Vec<String> = hosts
+        .iter()
+        .filter(|h| !deletable_with_infraenv(h.status))
+        .map(|h| format!("{} ({})", h.id, h.status))
+        .collect();
+    if !blocking.is_empty() {
+        let mut ie = ie;
+        let status = ie.status.get_or_insert_default();
+        let changed = set_condition(
+            &mut status.conditions,
+            Condition {
+                type_: DELETION_BLOCKED_CONDITION.into(),
+                status: "True".into(),
+                reason: "HostsBoundToCluster".into(),
+                message: format!(
+                    "Failed to delete infraEnv, existing hosts are bound to a cluster and not installed: {}",
+                    blocking.join(", ")
+                ),
+                last_transition_time: None,
+                last_heartbeat_time: None,
+            },
+            Time(crate::resources::now_seconds()),
+        );
+        if changed {
+            match images.store.update_status(&ie).await {
+                Ok(_) | Err(StoreError::Conflict(_)) => {}
+                Err(e) if e.is_not_found() => return Ok(Action::Done),
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(Action::RequeueAfter(Duration::from_secs(60)));
+    }
+    // The Agents (owned by the InfraEnv) are garbage-collected with it and their finalizers
+    // deregister the hosts; hosts whose Agent is already gone are deregistered here.
+    for h in hosts {
+        let ns = ie.metadata.namespace.clone().unwrap_or_default();
+        if images.store.get::<crate::resources::Agent>(&ns, &h.id).await?.is_none() {
+            let _ = backend.deregister_host(&h.id).await;
+        }
+    }
+    let mut ie = ie;
+    if let Some(f) = ie.metadata.finalizers.as_mut() {
+        f.retain(|x| x != INFRAENV_FINALIZER);
+    }
+    match images.store.update(&ie).await {
+        Ok(_) => Ok(Action::Done),
+        Err(e) if e.is_not_found() => Ok(Action::Done),
+        Err(StoreError::Conflict(_)) => Ok(Action::RequeueAfter(Duration::ZERO)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reconciles one InfraEnv; with a backend it also owns the InfraEnv's deletion (finalizer).
+pub async fn reconcile_with<S: Store>(
+    images: &Images<S>,
+    backend: Option<&crate::backend::Backend>,
+    namespace: &str,
+    name: &str,
+) -> Result<Action, StoreError> {
+    let Some(mut ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
         return Ok(Action::Done);
     };
+    if let Some(backend) = backend {
+        if ie.metadata.deletion_timestamp.is_some() {
+            return handle_deletion(images, backend, ie).await;
+        }
+        let finalizers = ie.metadata.finalizers.get_or_insert_default();
+        if !finalizers.iter().any(|f| f == INFRAENV_FINALIZER) {
+            finalizers.push(INFRAENV_FINALIZER.to_string());
+            let status = ie.status.clone();
+            match images.store.update(&ie).await {
+                Ok(updated) => {
+                    ie = updated;
+                    ie.status = status;
+                }
+                Err(StoreError::Conflict(_)) => return Ok(Action::RequeueAfter(Duration::ZERO)),
+                Err(e) => return Err(e),
+            }
+        }
+    } else if ie.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::Done);
+    }
     let now = Time(crate::resources::now_seconds());
     let (status, action) = desired_status(images, &ie, now).await;
     if ie.status.as_ref() != Some(&status) {

@@ -2,6 +2,9 @@
 //! runs them on changes (a de-duplicating work queue fed by the store's change feed, the catalog, and
 //! requeue timers), in the manner of kube-rs's `Controller`.
 
+pub mod agent;
+pub mod agent_conditions;
+pub mod cluster;
 pub mod infraenv;
 
 use std::collections::{BTreeSet, VecDeque};
@@ -11,24 +14,36 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use tokio::sync::{Notify, broadcast};
 
+use crate::backend::Backend;
 use crate::image::Images;
 use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
 
 type Key = (String, String);
 
-/// Keys waiting to be reconciled, each at most once in the queue.
+/// Keys waiting to be reconciled, each at most once in the queue, and never reconciled by two
+/// workers at once: a key pushed while a worker has it is queued again when that worker is done.
 #[derive(Default)]
-struct WorkQueue {
-    inner: std::sync::Mutex<(VecDeque<Key>, BTreeSet<Key>)>,
+pub struct WorkQueue {
+    inner: std::sync::Mutex<QueueState>,
     notify: Notify,
 }
 
+#[derive(Default)]
+struct QueueState {
+    queue: VecDeque<Key>,
+    queued: BTreeSet<Key>,
+    active: BTreeSet<Key>,
+    dirty: BTreeSet<Key>,
+}
+
 impl WorkQueue {
-    fn push(&self, key: Key) {
-        let mut g = self.inner.lock().unwrap();
-        if g.1.insert(key.clone()) {
-            g.0.push_back(key);
+    pub fn push(&self, key: Key) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.active.contains(&key) {
+            g.dirty.insert(key);
+        } else if g.queued.insert(key.clone()) {
+            g.queue.push_back(key);
             self.notify.notify_one();
         }
     }
@@ -36,19 +51,76 @@ impl WorkQueue {
         loop {
             let notified = self.notify.notified();
             {
-                let mut g = self.inner.lock().unwrap();
-                if let Some(k) = g.0.pop_front() {
-                    g.1.remove(&k);
+                let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(k) = g.queue.pop_front() {
+                    g.queued.remove(&k);
+                    g.active.insert(k.clone());
+                    if !g.queue.is_empty() {
+                        self.notify.notify_one();
+                    }
                     return k;
                 }
             }
             notified.await;
         }
     }
+    fn done(&self, key: &Key) {
+        let requeue = {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            g.active.remove(key);
+            g.dirty.remove(key)
+        };
+        if requeue {
+            self.push(key.clone());
+        }
+    }
+    /// Keys queued or being reconciled (for tests and metrics).
+    pub fn pending(&self) -> usize {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.queue.len() + g.active.len()
+    }
+}
+
+/// Runs `workers` reconcile loops over `queue`.
+pub async fn run_workers<F, Fut>(name: &'static str, queue: Arc<WorkQueue>, workers: usize, reconcile: F)
+where
+    F: Fn(Key) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<infraenv::Action, crate::store::StoreError>> + Send,
+{
+    let reconcile = Arc::new(reconcile);
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let queue = queue.clone();
+        let reconcile = reconcile.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let key = queue.pop().await;
+                let result = reconcile(key.clone()).await;
+                queue.done(&key);
+                match result {
+                    Ok(infraenv::Action::Done) => {}
+                    Ok(infraenv::Action::RequeueAfter(d)) if d.is_zero() => queue.push(key),
+                    Ok(infraenv::Action::RequeueAfter(d)) => requeue_later(&queue, key, d),
+                    Err(e) => {
+                        tracing::warn!(controller = name, namespace = %key.0, name = %key.1, "reconcile failed: {e}");
+                        requeue_later(&queue, key, Duration::from_secs(10));
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
 }
 
 /// Runs the InfraEnv controller until the task is dropped.
 pub async fn run_infraenv_controller<S: Store>(images: Arc<Images<S>>) {
+    run_infraenv_controller_with(images, None).await
+}
+
+/// The InfraEnv controller; with a backend, InfraEnv deletion follows the host teardown rule.
+pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, backend: Option<Arc<Backend>>) {
     let queue = Arc::new(WorkQueue::default());
     let mut events = images.store.subscribe();
     let mut catalog = images.catalog.subscribe();
@@ -80,7 +152,9 @@ pub async fn run_infraenv_controller<S: Store>(images: Arc<Images<S>>) {
     let worker = async {
         loop {
             let (ns, name) = queue.pop().await;
-            match infraenv::reconcile(&images, &ns, &name).await {
+            let result = infraenv::reconcile_with(&images, backend.as_deref(), &ns, &name).await;
+            queue.done(&(ns.clone(), name.clone()));
+            match result {
                 Ok(infraenv::Action::Done) => {}
                 Ok(infraenv::Action::RequeueAfter(d)) => requeue_later(&queue, (ns, name), d),
                 Err(e) => {
@@ -144,4 +218,153 @@ pub async fn infraenvs_affected_by<S: Store>(store: &S, resource: &str, namespac
     keys.sort();
     keys.dedup();
     keys
+}
+
+/// Everything the agent and cluster controllers work with.
+pub struct Hub<S: Store> {
+    pub agents: agent::AgentContext<S>,
+    pub clusters: cluster::ClusterContext<S>,
+}
+
+/// Runs the agent and cluster controllers and the host monitor until the task is dropped.
+pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usize, monitor_every: Duration) {
+    let agent_queue = Arc::new(WorkQueue::default());
+    let cluster_queue = Arc::new(WorkQueue::default());
+    let store = hub.agents.store.clone();
+    let backend = hub.agents.backend.clone();
+
+    // Everything once at start: the state may have changed while we were not running.
+    for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
+        agent_queue.push(key_of(&a.metadata));
+    }
+    for cd in store.list::<crate::resources::ClusterDeployment>(None).await.unwrap_or_default() {
+        cluster_queue.push(key_of(&cd.metadata));
+    }
+
+    let store_feeder = {
+        let (store, aq, cq) = (store.clone(), agent_queue.clone(), cluster_queue.clone());
+        let mut events = store.subscribe();
+        async move {
+            loop {
+                match events.recv().await {
+                    Ok(ev) => route_store_event(&store, &aq, &cq, ev).await,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
+                            aq.push(key_of(&a.metadata));
+                        }
+                        for cd in store.list::<crate::resources::ClusterDeployment>(None).await.unwrap_or_default() {
+                            cq.push(key_of(&cd.metadata));
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    };
+    let host_feeder = {
+        let (store, backend, aq, cq) = (store.clone(), backend.clone(), agent_queue.clone(), cluster_queue.clone());
+        let mut changes = backend.subscribe();
+        async move {
+            let mut namespaces: std::collections::HashMap<String, String> = Default::default();
+            loop {
+                let change = match changes.recv().await {
+                    Ok(c) => c,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
+                            aq.push(key_of(&a.metadata));
+                        }
+                        for cd in store.list::<crate::resources::ClusterDeployment>(None).await.unwrap_or_default() {
+                            cq.push(key_of(&cd.metadata));
+                        }
+                        continue;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                let ns = match namespaces.get(&change.infra_env_id) {
+                    Some(ns) => ns.clone(),
+                    None => match store.get_by_uid::<crate::resources::InfraEnv>(&change.infra_env_id).await {
+                        Ok(Some(ie)) => {
+                            let ns = ie.metadata.namespace.unwrap_or_default();
+                            namespaces.insert(change.infra_env_id.clone(), ns.clone());
+                            ns
+                        }
+                        _ => continue,
+                    },
+                };
+                aq.push((ns, change.host_id.clone()));
+                if let Some(host) = backend.host(&change.host_id).await
+                    && let Some(cid) = &host.cluster_id
+                    && let Some(c) = backend.cluster(cid).await
+                {
+                    cq.push((c.namespace, c.name));
+                }
+            }
+        }
+    };
+    let monitor = {
+        let backend = backend.clone();
+        async move {
+            loop {
+                tokio::time::sleep(monitor_every).await;
+                let changed = backend.refresh_all().await;
+                if changed > 0 {
+                    tracing::debug!(changed, "host monitor");
+                }
+            }
+        }
+    };
+    let agents = {
+        let hub = hub.clone();
+        run_workers("agent", agent_queue.clone(), agent_workers, move |(ns, name)| {
+            let hub = hub.clone();
+            async move { agent::reconcile(&hub.agents, &ns, &name).await }
+        })
+    };
+    let clusters = {
+        let hub = hub.clone();
+        run_workers("clusterdeployment", cluster_queue.clone(), 1, move |(ns, name)| {
+            let hub = hub.clone();
+            async move { cluster::reconcile(&hub.clusters, &ns, &name).await }
+        })
+    };
+    tokio::join!(store_feeder, host_feeder, monitor, agents, clusters);
+}
+
+fn key_of(meta: &crate::resources::ObjectMeta) -> Key {
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+/// Which Agent and ClusterDeployment keys a store change concerns.
+async fn route_store_event<S: Store>(store: &S, agents: &WorkQueue, clusters: &WorkQueue, ev: ChangeEvent) {
+    let ChangeEvent { resource, namespace, name } = ev;
+    if resource == resource_name::<crate::resources::Agent>() {
+        agents.push((namespace.clone(), name.clone()));
+        // A cluster waits for its agents (approval, binding).
+        if let Ok(Some(a)) = store.get::<crate::resources::Agent>(&namespace, &name).await
+            && let Some(r) = a.spec.cluster_deployment_name
+        {
+            clusters.push((r.namespace, r.name));
+        }
+    } else if resource == resource_name::<crate::resources::ClusterDeployment>() {
+        clusters.push((namespace, name));
+    } else if resource == resource_name::<crate::resources::AgentClusterInstall>() {
+        match store.get::<crate::resources::AgentClusterInstall>(&namespace, &name).await {
+            Ok(Some(aci)) => clusters.push((namespace, aci.spec.cluster_deployment_ref.name)),
+            // Gone: its ClusterDeployment may be waiting for that.
+            _ => {
+                for cd in store.list::<crate::resources::ClusterDeployment>(Some(&namespace)).await.unwrap_or_default() {
+                    if cd.cluster_install_name().as_deref() == Some(name.as_str()) {
+                        clusters.push(key_of(&cd.metadata));
+                    }
+                }
+            }
+        }
+    } else if resource == resource_name::<crate::resources::InfraEnv>() {
+        // Agents copy InfraEnv settings (auto-approval, labels).
+        for a in store.list::<crate::resources::Agent>(Some(&namespace)).await.unwrap_or_default() {
+            if a.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name) {
+                agents.push(key_of(&a.metadata));
+            }
+        }
+    }
 }

@@ -48,6 +48,8 @@ pub struct ServiceConfig {
     /// ISO type of InfraEnvs that do not set `spec.imageType` (assisted's `ISO_IMAGE_TYPE`).
     pub default_image_type: ImageType,
     pub ironic: IronicDefaults,
+    /// Per-InfraEnv agent tokens; None serves images whose agent sends no token (tests of images alone).
+    pub agent_auth: Option<crate::auth::AgentAuth>,
 }
 
 impl ServiceConfig {
@@ -58,6 +60,7 @@ impl ServiceConfig {
             data_dir,
             default_image_type: ImageType::FullIso,
             ironic: IronicDefaults::default(),
+            agent_auth: None,
         }
     }
 }
@@ -201,11 +204,13 @@ impl<S: Store> Images<S> {
         let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
         check_unsupported(ie)?;
         if let Some(cd) = &ie.spec.cluster_ref {
-            // ClusterDeployments are not part of the embedded store yet, so a clusterRef cannot resolve.
-            return Err(ImageError::MissingClusterDeployment(format!(
-                "clusterdeployments.hive.openshift.io \"{}\" not found",
-                cd.name
-            )));
+            let found: Option<crate::resources::ClusterDeployment> = self.store.get(&cd.namespace, &cd.name).await?;
+            if found.is_none() {
+                return Err(ImageError::MissingClusterDeployment(format!(
+                    "clusterdeployments.hive.openshift.io \"{}\" not found",
+                    cd.name
+                )));
+            }
         }
         let secret_name = &ie.spec.pull_secret_ref.name;
         let secret: Option<Secret> = self.store.get(ns, secret_name).await?;
@@ -345,7 +350,7 @@ impl<S: Store> Images<S> {
             ignition_config_override: ie.spec.ignition_config_override.clone().filter(|s| !s.trim().is_empty()),
             internal_ignition_override,
             agent_image: self.config.agent_image.clone(),
-            agent_token: None,
+            agent_token: self.config.agent_auth.as_ref().map(|a| a.token(&uid)),
             insecure_skip_verify: false,
             ca_cert_pem: None,
         };

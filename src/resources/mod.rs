@@ -12,6 +12,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod agent;
+pub mod hive;
+
+pub use agent::Agent;
+pub use hive::{AgentClusterInstall, ClusterDeployment, ClusterImageSet};
+
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 /// Label put on Agents (and BMHs, PPIs) naming their InfraEnv.
@@ -365,6 +371,10 @@ pub enum Kind {
     InfraEnv,
     NMStateConfig,
     Secret,
+    Agent,
+    ClusterDeployment,
+    AgentClusterInstall,
+    ClusterImageSet,
 }
 
 impl Kind {
@@ -377,22 +387,36 @@ impl Kind {
     }
     /// Cluster-scoped kinds are stored with the namespace "".
     pub fn namespaced(self) -> bool {
-        true
+        self != Kind::ClusterImageSet
     }
 
-    pub const ALL: [Kind; 3] = [Kind::InfraEnv, Kind::NMStateConfig, Kind::Secret];
+    pub const ALL: [Kind; 7] = [
+        Kind::InfraEnv,
+        Kind::NMStateConfig,
+        Kind::Secret,
+        Kind::Agent,
+        Kind::ClusterDeployment,
+        Kind::AgentClusterInstall,
+        Kind::ClusterImageSet,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::InfraEnv => "InfraEnv",
             Kind::NMStateConfig => "NMStateConfig",
             Kind::Secret => "Secret",
+            Kind::Agent => "Agent",
+            Kind::ClusterDeployment => "ClusterDeployment",
+            Kind::AgentClusterInstall => "AgentClusterInstall",
+            Kind::ClusterImageSet => "ClusterImageSet",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::InfraEnv | Kind::NMStateConfig => "agent-install.openshift.io/v1beta1",
+            Kind::InfraEnv | Kind::NMStateConfig | Kind::Agent => "agent-install.openshift.io/v1beta1",
             Kind::Secret => "v1",
+            Kind::ClusterDeployment | Kind::ClusterImageSet => "hive.openshift.io/v1",
+            Kind::AgentClusterInstall => "extensions.hive.openshift.io/v1beta1",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -400,13 +424,19 @@ impl Kind {
             Kind::InfraEnv => "infraenvs",
             Kind::NMStateConfig => "nmstateconfigs",
             Kind::Secret => "secrets",
+            Kind::Agent => "agents",
+            Kind::ClusterDeployment => "clusterdeployments",
+            Kind::AgentClusterInstall => "agentclusterinstalls",
+            Kind::ClusterImageSet => "clusterimagesets",
         }
     }
     /// REST path prefix of the kind's collection, Kubernetes style (`/apis/<group>/<version>` or `/api/v1`).
     pub fn api_prefix(self) -> &'static str {
         match self {
-            Kind::InfraEnv | Kind::NMStateConfig => "/apis/agent-install.openshift.io/v1beta1",
+            Kind::InfraEnv | Kind::NMStateConfig | Kind::Agent => "/apis/agent-install.openshift.io/v1beta1",
             Kind::Secret => "/api/v1",
+            Kind::ClusterDeployment | Kind::ClusterImageSet => "/apis/hive.openshift.io/v1",
+            Kind::AgentClusterInstall => "/apis/extensions.hive.openshift.io/v1beta1",
         }
     }
     /// Accepts the names users type on the command line: `infraenv`, `infraenvs`, `InfraEnv`, `secret`...
@@ -414,7 +444,15 @@ impl Kind {
         let lower = name.to_ascii_lowercase();
         Kind::ALL.into_iter().find(|k| {
             let singular = k.name().to_ascii_lowercase();
-            lower == singular || lower == k.plural() || lower.split('.').next() == Some(k.plural())
+            let short = match k {
+                Kind::ClusterDeployment => "cd",
+                Kind::AgentClusterInstall => "aci",
+                _ => "",
+            };
+            lower == singular
+                || lower == k.plural()
+                || lower == short
+                || lower.split('.').next() == Some(k.plural())
         })
     }
     pub fn from_plural(plural: &str) -> Option<Kind> {
@@ -489,6 +527,33 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
             validate_nmstateconfig(&typed)?;
             serde_json::to_value(&typed).expect("typed resources serialize")
         }
+        Kind::Agent => {
+            let mut typed: Agent = typed_from(doc)?;
+            typed.status = None;
+            agent::validate_agent(&typed).map_err(DocumentError::Invalid)?;
+            if let Some(r) = &typed.spec.cluster_deployment_name
+                && (r.name.is_empty() || r.namespace.is_empty())
+            {
+                return Err(DocumentError::Invalid(
+                    "spec.clusterDeploymentName: both name and namespace are required".into(),
+                ));
+            }
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+        Kind::ClusterDeployment => {
+            let mut typed: ClusterDeployment = typed_from(doc)?;
+            typed.status = None;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+        Kind::AgentClusterInstall => {
+            let mut typed: AgentClusterInstall = typed_from(doc)?;
+            typed.status = None;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+        Kind::ClusterImageSet => {
+            let typed: ClusterImageSet = typed_from(doc)?;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
         Kind::Secret => {
             let mut typed: Secret = typed_from(doc)?;
             fold_string_data(&mut typed);
@@ -515,6 +580,15 @@ pub fn validate_update(kind: Kind, live: &Value, new: &Value) -> Result<(), Docu
                 ));
             }
             Ok(())
+        }
+        Kind::Agent => {
+            let old: Agent = serde_json::from_value(live.clone()).map_err(|e| DocumentError::Invalid(e.to_string()))?;
+            let mut new_doc = new.clone();
+            if let Some(o) = new_doc.as_object_mut() {
+                o.remove("status");
+            }
+            let new: Agent = serde_json::from_value(new_doc).map_err(|e| DocumentError::Invalid(e.to_string()))?;
+            agent::validate_agent_update(&old, &new).map_err(DocumentError::Invalid)
         }
         _ => Ok(()),
     }

@@ -1,0 +1,114 @@
+//! Agent authentication: each InfraEnv's discovery image carries a token (`PULL_SECRET_TOKEN`, sent by
+//! the agent as `X-Secret-Key`) that is valid for that InfraEnv only. Tokens are HMAC-SHA256 of the
+//! InfraEnv id under a key generated once per data dir, so they survive restarts, need no storage per
+//! InfraEnv, and a token leaked from one InfraEnv's image cannot register hosts into another.
+
+use std::io::Write;
+use std::path::Path;
+
+use base64::Engine;
+use hmac::{KeyInit, Mac};
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// The header the discovery agent authenticates with (swagger `agentAuth`).
+pub const AGENT_AUTH_HEADER: &str = "X-Secret-Key";
+
+#[derive(Clone)]
+pub struct AgentAuth {
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for AgentAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentAuth(..)")
+    }
+}
+
+impl AgentAuth {
+    pub fn from_key(key: [u8; 32]) -> AgentAuth {
+        AgentAuth { key }
+    }
+
+    /// Loads the key from `dir/agent-auth.key`, creating it (mode 0600) on first start.
+    pub fn load_or_create(dir: &Path) -> std::io::Result<AgentAuth> {
+        let path = dir.join("agent-auth.key");
+        match std::fs::read(&path) {
+            Ok(bytes) if bytes.len() == 32 => {
+                let mut key = [0u8; 32];
+                key.copy_from_slice(&bytes);
+                Ok(AgentAuth { key })
+            }
+            Ok(bytes) => Err(std::io::Error::other(format!(
+                "{} holds {} bytes, expected 32; remove it to generate a new key (existing discovery images stop working)",
+                path.display(),
+                bytes.len()
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut key = [0u8; 32];
+                key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+                key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+                let tmp = dir.join("agent-auth.key.tmp");
+                {
+                    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode_0600().open(&tmp)?;
+                    f.write_all(&key)?;
+                    f.sync_all()?;
+                }
+                std::fs::rename(&tmp, &path)?;
+                Ok(AgentAuth { key })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn mac(&self, infra_env_id: &str) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(b"bootstream agent token v1\0");
+        mac.update(infra_env_id.as_bytes());
+        mac
+    }
+
+    /// The token agents booted from this InfraEnv's image present.
+    pub fn token(&self, infra_env_id: &str) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.mac(infra_env_id).finalize().into_bytes())
+    }
+
+    /// Checks a presented token in constant time.
+    pub fn verify(&self, infra_env_id: &str, token: &str) -> bool {
+        let Ok(raw) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token.trim()) else {
+            return false;
+        };
+        self.mac(infra_env_id).verify_slice(&raw).is_ok()
+    }
+}
+
+trait Mode0600 {
+    fn mode_0600(&mut self) -> &mut Self;
+}
+
+impl Mode0600 for std::fs::OpenOptions {
+    fn mode_0600(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o600)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_per_infraenv_and_survive_reloading_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = AgentAuth::load_or_create(dir.path()).unwrap();
+        let t = auth.token("ie-1");
+        assert!(auth.verify("ie-1", &t));
+        assert!(!auth.verify("ie-2", &t));
+        assert!(!auth.verify("ie-1", "not a token"));
+        assert!(!auth.verify("ie-1", ""));
+        let again = AgentAuth::load_or_create(dir.path()).unwrap();
+        assert!(again.verify("ie-1", &t));
+        let other = AgentAuth::load_or_create(tempfile::tempdir().unwrap().path()).unwrap();
+        assert!(!other.verify("ie-1", &t));
+    }
+}

@@ -1,0 +1,646 @@
+//! The agent controller (spec-controllers §2): keeps an Agent and its backend host in step. The spec
+//! flows to the host (binding, unbinding, approval, host parameters); the host flows back into the
+//! status (state, inventory, progress, conditions), labels and disaster-recovery annotations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::auth::AgentAuth;
+use crate::backend::{ApiError, Backend};
+use crate::hosts::{Host, HostKind, HostStatus};
+use crate::controllers::agent_conditions::*;
+use crate::resources::agent::*;
+use crate::resources::hive::{AgentClusterInstall, ClusterDeployment};
+use crate::resources::{Condition, INFRAENV_NAME_LABEL, InfraEnv, Time, set_condition};
+use crate::spoke::{ReclaimAgentConfig, SpokeClient};
+use crate::store::{Store, StoreError};
+
+/// What the controller needs besides the store.
+pub struct AgentContext<S: Store> {
+    pub store: S,
+    pub backend: Arc<Backend>,
+    pub auth: AgentAuth,
+    /// Where the reclaim agent on a spoke node reaches the agent API.
+    pub service_base_url: String,
+    pub agent_image: String,
+}
+
+pub use super::infraenv::Action;
+
+const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
+
+/// Why the spec could not be synced: input errors wait for the user, backend errors are retried.
+#[derive(Debug, Clone)]
+pub struct SyncError {
+    pub input: bool,
+    pub message: String,
+}
+
+impl SyncError {
+    fn input(message: impl Into<String>) -> SyncError {
+        SyncError { input: true, message: message.into() }
+    }
+    fn backend(message: impl Into<String>) -> SyncError {
+        SyncError { input: false, message: message.into() }
+    }
+    fn from_api(e: ApiError) -> SyncError {
+        SyncError { input: e.is_client_error(), message: e.message }
+    }
+}
+
+pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
+    let Some(mut agent) = ctx.store.get::<Agent>(ns, name).await? else {
+        return Ok(Action::Done);
+    };
+
+    // §2.8: deletion and the finalizer.
+    if agent.metadata.deletion_timestamp.is_some() {
+        return handle_deletion(ctx, agent).await;
+    }
+    let finalizers = agent.metadata.finalizers.get_or_insert_default();
+    if !finalizers.iter().any(|f| f == AGENT_FINALIZER) {
+        finalizers.push(AGENT_FINALIZER.to_string());
+        ctx.store.update(&agent).await?;
+        return Ok(Action::RequeueAfter(Duration::ZERO));
+    }
+
+    // §2.9: an Agent whose host record is gone (a restored backup) gets it back.
+    let Some(mut host) = ctx.backend.host(name).await else {
+        return restore_host(ctx, agent).await;
+    };
+
+    // §2.8: once an unbound host is back in the pool, remove its node from the cluster it left.
+    let mut requeue: Option<Duration> = None;
+    if let Some(info) = agent.status.as_ref().and_then(|s| s.deprovision_info.clone())
+        && !matches!(
+            host.status,
+            HostStatus::Unbinding
+                | HostStatus::UnbindingPendingUserAction
+                | HostStatus::Reclaiming
+                | HostStatus::ReclaimingRebooting
+        )
+    {
+        match clean_unbound_spoke_node(ctx, &agent, &info).await {
+            Ok(()) => agent.status.get_or_insert_default().deprovision_info = None,
+            Err(message) => {
+                agent.status.get_or_insert_default().deprovision_info =
+                    Some(DeprovisionInfo { message, ..info });
+                requeue = Some(REQUEUE_ON_ERROR);
+            }
+        }
+    }
+
+    let infraenv = match agent.metadata.labels.as_ref().and_then(|l| l.get(INFRAENV_NAME_LABEL)) {
+        Some(ie) => ctx.store.get::<InfraEnv>(ns, ie).await?,
+        None => None,
+    };
+
+    // §2.3: labels, annotations and the InfraEnv owner.
+    let desired = desired_metadata(&agent, &host, infraenv.as_ref());
+    if desired.metadata != agent.metadata {
+        agent.metadata = desired.metadata;
+        let status = agent.status.clone();
+        agent = ctx.store.update(&agent).await?;
+        agent.status = status;
+    }
+
+    let sync = sync_spec(ctx, &mut agent, &mut host, infraenv.as_ref()).await;
+    if let Err(e) = &sync
+        && !e.input
+    {
+        requeue = Some(REQUEUE_ON_ERROR);
+    }
+    // Reread: binding and unbinding change the host.
+    let host = ctx.backend.host(name).await;
+    update_status(ctx, agent, host.as_ref(), &sync).await?;
+    Ok(requeue.map(Action::RequeueAfter).unwrap_or(Action::Done))
+}
+
+/// Steps 6–9 of §2.4. Returns the SpecSynced outcome.
+async fn sync_spec<S: Store>(
+    ctx: &AgentContext<S>,
+    agent: &mut Agent,
+    host: &mut Host,
+    infraenv: Option<&InfraEnv>,
+) -> Result<(), SyncError> {
+    let ns = agent.metadata.namespace.clone().unwrap_or_default();
+    // Unbind: the Agent no longer names a cluster but the host is bound.
+    match (&agent.spec.cluster_deployment_name, &host.cluster_id) {
+        (None, Some(_)) => {
+            if host.status.is_installing() && host.kind != HostKind::AddToExistingClusterHost {
+                return Err(SyncError::input(format!(
+                    "cancelling non-day-2 host [{}] in the middle of installation is not allowed",
+                    host.id
+                )));
+            }
+            return unbind(ctx, agent, host, infraenv).await;
+        }
+        (Some(cd_ref), cluster_id) => {
+            let cd = match ctx.store.get::<ClusterDeployment>(&cd_ref.namespace, &cd_ref.name).await {
+                Ok(Some(cd)) => cd,
+                Ok(None) => {
+                    return Err(SyncError::backend(format!(
+                        "failed to get clusterDeployment with name {} in namespace {}: clusterdeployments.hive.openshift.io \"{}\" not found",
+                        cd_ref.name, cd_ref.namespace, cd_ref.name
+                    )));
+                }
+                Err(e) => {
+                    return Err(SyncError::backend(format!(
+                        "failed to get clusterDeployment with name {} in namespace {}: {e}",
+                        cd_ref.name, cd_ref.namespace
+                    )));
+                }
+            };
+            let cd_name = cd.metadata.name.clone().unwrap_or_default();
+            let Some(cluster) = ctx.backend.cluster_by_kube_key(&cd_ref.namespace, &cd_name).await else {
+                return Err(SyncError::backend(format!(
+                    "failed to find cluster for clusterDeployment {}/{}: record not found",
+                    cd_ref.namespace, cd_name
+                )));
+            };
+            match cluster_id {
+                None => {
+                    let arch = infraenv.map(|ie| ie.cpu_architecture()).unwrap_or_else(|| "x86_64".into());
+                    *host = ctx.backend.bind_host(&host.id, &cluster.id, &arch).await.map_err(SyncError::from_api)?;
+                    return Ok(());
+                }
+                Some(cid) if *cid != cluster.id => return unbind(ctx, agent, host, infraenv).await,
+                Some(_) => {}
+            }
+        }
+        (None, None) => {}
+    }
+
+    // Auto-approval (§2.3).
+    if !agent.spec.approved
+        && infraenv.and_then(|ie| ie.spec.agent_approval.as_ref()).is_some_and(|a| a.auto_approve)
+    {
+        agent.spec.approved = true;
+        let status = agent.status.clone();
+        *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
+        agent.status = status;
+    }
+
+    // §2.1: the spec pushed to the host.
+    let spec = agent.spec.clone();
+    let installer_args = match spec.installer_args.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => String::new(),
+        Some(text) => match serde_json::from_str::<Vec<String>>(text) {
+            Ok(args) => serde_json::to_string(&args).expect("strings serialize"),
+            Err(e) => {
+                return Err(SyncError::input(format!(
+                    "Fail to unmarshal installer args for host {} in infraEnv {}: {e}",
+                    host.id, host.infra_env_id
+                )));
+            }
+        },
+    };
+    let node_labels = spec
+        .node_labels
+        .as_ref()
+        .filter(|m| !m.is_empty())
+        .map(|m| serde_json::to_string(m).expect("labels serialize"))
+        .unwrap_or_default();
+    let params_allowed = host.status.accepts_host_parameters();
+    *host = ctx
+        .backend
+        .update_host(&host.id, |h| {
+            h.approved = spec.approved;
+            if params_allowed {
+                if let Some(v) = spec.hostname.as_deref().filter(|v| !v.is_empty()) {
+                    h.requested_hostname = v.to_string();
+                }
+                if let Some(v) = spec.role.as_deref().filter(|v| !v.is_empty()) {
+                    h.role = v.to_string();
+                }
+                if let Some(v) = spec.machine_config_pool.as_deref().filter(|v| !v.is_empty()) {
+                    h.machine_config_pool_name = v.to_string();
+                }
+                if let Some(v) = spec.installation_disk_path.as_deref().filter(|v| !v.is_empty()) {
+                    h.installation_disk_path = v.to_string();
+                } else if let Some(v) = spec.installation_disk_id.as_deref().filter(|v| !v.is_empty()) {
+                    h.installation_disk_id = v.to_string();
+                }
+                h.node_labels = node_labels;
+            }
+            h.installer_args = installer_args;
+            h.ignition_config_overrides = spec.ignition_config_overrides.clone().unwrap_or_default();
+            Ok(())
+        })
+        .await
+        .map_err(SyncError::from_api)?;
+
+    // Day 2: an approved, ready host of an installed cluster installs on its own.
+    if host.kind == HostKind::AddToExistingClusterHost && host.status == HostStatus::Known && host.approved {
+        *host = ctx
+            .backend
+            .fire_event(&host.id, crate::hosts::machine::Event::InstallHost)
+            .await
+            .map_err(SyncError::from_api)?;
+    }
+    let _ = ns;
+    Ok(())
+}
+
+/// §2.7: unbinds the host, with reclaim when the node can be rebooted into discovery by an agent we
+/// start on it.
+async fn unbind<S: Store>(
+    ctx: &AgentContext<S>,
+    agent: &mut Agent,
+    host: &mut Host,
+    infraenv: Option<&InfraEnv>,
+) -> Result<(), SyncError> {
+    let cluster = match &host.cluster_id {
+        Some(cid) => ctx.backend.cluster(cid).await,
+        None => None,
+    };
+    let mut reclaim = false;
+    let mut deprovision = None;
+    if let Some(cluster) = cluster.filter(|c| !c.name.is_empty() && !c.namespace.is_empty()) {
+        // Reclaim is for installed nodes only: ReclaimHost has no rule for hosts mid-installation, where
+        // a plain unbind is what works (spec-controllers §11).
+        let installed = matches!(host.status, HostStatus::Installed | HostStatus::AddedToExistingCluster);
+        let node_name = agent
+            .spec
+            .hostname
+            .clone()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| host.hostname());
+        if installed {
+            match run_reclaim_agent(ctx, &cluster.namespace, &cluster.name, host, &node_name).await {
+                Ok(()) => reclaim = true,
+                Err(e) => tracing::info!(host = %host.id, "not reclaiming, the host waits for a reboot: {e}"),
+            }
+        }
+        deprovision = Some(DeprovisionInfo {
+            cluster_name: cluster.name.clone(),
+            cluster_namespace: cluster.namespace.clone(),
+            node_name,
+            message: "Waiting for host to unbind to do spoke cleanup".to_string(),
+        });
+    }
+    let ie_cluster = infraenv
+        .and_then(|ie| ie.spec.cluster_ref.as_ref())
+        .map(|r| format!("{}/{}", r.namespace, r.name));
+    *host = ctx
+        .backend
+        .unbind_host(&host.id, reclaim, ie_cluster.as_deref())
+        .await
+        .map_err(SyncError::from_api)?;
+    let status = agent.status.get_or_insert_default();
+    if deprovision.is_some() {
+        status.deprovision_info = deprovision;
+    }
+    status.csr_status = Default::default();
+    Ok(())
+}
+
+/// The admin kubeconfig of a ClusterDeployment's cluster, as a spoke client.
+async fn spoke_client<S: Store>(ctx: &AgentContext<S>, cd_ns: &str, cd_name: &str) -> Result<Option<SpokeClient>, String> {
+    let cd = ctx.store.get::<ClusterDeployment>(cd_ns, cd_name).await.map_err(|e| e.to_string())?;
+    let secret_ref = cd.as_ref().and_then(|cd| cd.admin_kubeconfig_secret_name());
+    let secret_name = crate::spoke::kubeconfig_secret_name(cd_name, secret_ref.as_deref());
+    let Some(secret) = ctx.store.get::<Secret>(cd_ns, &secret_name).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let Some(kubeconfig) = secret.data.as_ref().and_then(|d| d.get("kubeconfig")) else {
+        return Err(format!("secret {secret_name} did not contain key kubeconfig"));
+    };
+    SpokeClient::from_kubeconfig(&kubeconfig.0).await.map(Some).map_err(|e| e.to_string())
+}
+
+/// §7.2: starts the reclaim agent on the node through the cluster's admin kubeconfig.
+async fn run_reclaim_agent<S: Store>(
+    ctx: &AgentContext<S>,
+    cd_ns: &str,
+    cd_name: &str,
+    host: &Host,
+    node_name: &str,
+) -> Result<(), String> {
+    let client = spoke_client(ctx, cd_ns, cd_name)
+        .await?
+        .ok_or_else(|| format!("the admin kubeconfig of {cd_ns}/{cd_name} is missing"))?;
+    let cfg = ReclaimAgentConfig {
+        node_name: node_name.to_string(),
+        infra_env_id: host.infra_env_id.clone(),
+        host_id: host.id.clone(),
+        service_base_url: ctx.service_base_url.clone(),
+        agent_image: ctx.agent_image.clone(),
+        auth_token: ctx.auth.token(&host.infra_env_id),
+        skip_cert_verification: false,
+        ca_cert: None,
+    };
+    client.ensure_reclaim_agent(&cfg).await.map_err(|e| e.to_string())
+}
+
+/// §2.8 `cleanUnboundSpokeNode`.
+async fn clean_unbound_spoke_node<S: Store>(
+    ctx: &AgentContext<S>,
+    agent: &Agent,
+    info: &DeprovisionInfo,
+) -> Result<(), String> {
+    if has_annotation(agent, SKIP_SPOKE_CLEANUP_ANNOTATION) {
+        return Ok(());
+    }
+    let client = match spoke_client(ctx, &info.cluster_namespace, &info.cluster_name).await? {
+        Some(c) => c,
+        None => {
+            tracing::warn!(agent = ?agent.metadata.name, "no admin kubeconfig for {}/{}; skipping spoke cleanup", info.cluster_namespace, info.cluster_name);
+            return Ok(());
+        }
+    };
+    client.remove_spoke_resources(&info.node_name).await.map_err(|e| e.to_string())
+}
+
+fn has_annotation(agent: &Agent, key: &str) -> bool {
+    agent.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
+}
+
+/// §2.8 `handleAgentFinalizer`.
+async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Action, StoreError> {
+    let name = agent.metadata.name.clone().unwrap_or_default();
+    let ns = agent.metadata.namespace.clone().unwrap_or_default();
+    if !agent.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == AGENT_FINALIZER)) {
+        return Ok(Action::Done);
+    }
+    let host = ctx.backend.host(&name).await;
+    let spoke_resources_exist = host.as_ref().is_some_and(|h| h.progress.current_stage == "Done")
+        || agent
+            .status
+            .as_ref()
+            .is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()));
+    if !has_annotation(&agent, SKIP_SPOKE_CLEANUP_ANNOTATION)
+        && let Some(cd_ref) = agent.spec.cluster_deployment_name.clone()
+        && spoke_resources_exist
+    {
+        let alive = cluster_alive(ctx, &cd_ref.namespace, &cd_ref.name).await? && infraenv_alive(ctx, &agent).await?;
+        if alive {
+            let node = agent.spec.hostname.clone().filter(|h| !h.is_empty()).or(host.as_ref().map(Host::hostname)).unwrap_or_default();
+            let result = match spoke_client(ctx, &cd_ref.namespace, &cd_ref.name).await {
+                Ok(Some(client)) => client.remove_spoke_resources(&node).await.map_err(|e| e.to_string()),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                let status = agent.status.get_or_insert_default();
+                set_condition(
+                    &mut status.conditions,
+                    condition(CLEANUP, "False", "CleanupFailed", &format!("failed to clean spoke cluster resources: {e}")),
+                    Time(crate::resources::now_seconds()),
+                );
+                ctx.store.update_status(&agent).await?;
+                return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+            }
+        } else {
+            tracing::info!(agent = %name, "skipping spoke resource removal for deleted cluster");
+        }
+    }
+    if let Err(e) = ctx.backend.deregister_host(&name).await {
+        tracing::warn!(agent = %name, "failed to deregister host: {e}");
+        return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+    }
+    if let Some(f) = agent.metadata.finalizers.as_mut() {
+        f.retain(|f| f != AGENT_FINALIZER);
+    }
+    match ctx.store.update(&agent).await {
+        Ok(_) => Ok(Action::Done),
+        Err(e) if e.is_not_found() => Ok(Action::Done),
+        Err(e) => Err(e),
+    }
+    .inspect(|_| tracing::debug!(namespace = %ns, agent = %name, "agent deleted"))
+}
+
+async fn cluster_alive<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) -> Result<bool, StoreError> {
+    let Some(cd) = ctx.store.get::<ClusterDeployment>(ns, name).await? else { return Ok(false) };
+    if cd.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    let Some(aci_name) = cd.cluster_install_name() else { return Ok(false) };
+    Ok(ctx
+        .store
+        .get::<AgentClusterInstall>(ns, &aci_name)
+        .await?
+        .is_some_and(|aci| aci.metadata.deletion_timestamp.is_none()))
+}
+
+async fn infraenv_alive<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> Result<bool, StoreError> {
+    let ns = agent.metadata.namespace.clone().unwrap_or_default();
+    let Some(ie) = agent.metadata.labels.as_ref().and_then(|l| l.get(INFRAENV_NAME_LABEL)) else { return Ok(false) };
+    Ok(ctx.store.get::<InfraEnv>(&ns, ie).await?.is_some_and(|ie| ie.metadata.deletion_timestamp.is_none()))
+}
+
+/// §2.9 `restoreHostByAgent`.
+async fn restore_host<S: Store>(ctx: &AgentContext<S>, agent: Agent) -> Result<Action, StoreError> {
+    let ns = agent.metadata.namespace.clone().unwrap_or_default();
+    let name = agent.metadata.name.clone().unwrap_or_default();
+    let Some(ie_name) = agent.metadata.labels.as_ref().and_then(|l| l.get(INFRAENV_NAME_LABEL)).cloned() else {
+        tracing::warn!(agent = %name, "Missing InfraEnv name label");
+        return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+    };
+    let Some(ie) = ctx.store.get::<InfraEnv>(&ns, &ie_name).await? else {
+        return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+    };
+    let cluster_id = match &agent.spec.cluster_deployment_name {
+        Some(r) => ctx.backend.cluster_by_kube_key(&r.namespace, &r.name).await.map(|c| c.id),
+        None => None,
+    };
+    let annotations = agent.metadata.annotations.clone().unwrap_or_default();
+    let created = agent.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_else(crate::resources::now_seconds);
+    let mut host = Host::new_registered(&name, ie.metadata.uid.as_deref().unwrap_or_default(), cluster_id.clone(), "", created);
+    host.checked_in_at = Some(created);
+    host.status = annotations
+        .get(STATE_ANNOTATION)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if cluster_id.is_some() { HostStatus::Known } else { HostStatus::KnownUnbound });
+    if let Some(role) = annotations.get(ROLE_ANNOTATION) {
+        host.role = role.clone();
+        host.suggested_role = role.clone();
+    }
+    host.inventory = annotations.get(INVENTORY_ANNOTATION).cloned();
+    host.validations_info = annotations.get(VALIDATIONS_INFO_ANNOTATION).cloned();
+    if let Some(stage) = annotations.get(CURRENT_STAGE_ANNOTATION) {
+        host.progress.current_stage = stage.clone();
+    }
+    host.approved = agent.spec.approved;
+    if let Err(e) = ctx.backend.restore_host(host).await {
+        let mut agent = agent;
+        let status = agent.status.get_or_insert_default();
+        set_condition(
+            &mut status.conditions,
+            condition(
+                SPEC_SYNCED,
+                "False",
+                REASON_INPUT_ERROR,
+                &format!("{MESSAGE_SYNC_INPUT_ERROR}{}. Cannot restore.", e.message),
+            ),
+            Time(crate::resources::now_seconds()),
+        );
+        ctx.store.update_status(&agent).await?;
+    }
+    Ok(Action::RequeueAfter(Duration::from_secs(60)))
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: None,
+        last_heartbeat_time: None,
+    }
+}
+
+struct DesiredMetadata {
+    metadata: crate::resources::ObjectMeta,
+}
+
+/// §2.3: labels and annotations the controller maintains.
+fn desired_metadata(agent: &Agent, host: &Host, infraenv: Option<&InfraEnv>) -> DesiredMetadata {
+    let mut meta = agent.metadata.clone();
+    let labels = meta.labels.get_or_insert_default();
+    if let Some(ie) = infraenv {
+        labels.insert(INFRAENV_NAME_LABEL.to_string(), ie.metadata.name.clone().unwrap_or_default());
+        let owners = meta.owner_references.get_or_insert_default();
+        let uid = ie.metadata.uid.clone().unwrap_or_default();
+        if !owners.iter().any(|o| o.uid == uid) {
+            owners.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "agent-install.openshift.io/v1beta1".into(),
+                kind: "InfraEnv".into(),
+                name: ie.metadata.name.clone().unwrap_or_default(),
+                uid,
+                ..Default::default()
+            });
+        }
+    }
+    let labels = meta.labels.get_or_insert_default();
+    labels.insert(
+        CD_NAMESPACE_LABEL.to_string(),
+        agent.spec.cluster_deployment_name.as_ref().map(|r| r.namespace.clone()).unwrap_or_default(),
+    );
+    if let Some(inv) = host.parsed_inventory() {
+        let mut put = |key: &str, value: String| {
+            let v = sanitize_label_value(&value);
+            if valid_label_value(&v) {
+                labels.insert(format!("inventory.agent-install.openshift.io/{key}"), v);
+            }
+        };
+        put(
+            "storage-hasnonrotationaldisk",
+            inv.disks.iter().any(|d| d.drive_type == "SSD").to_string(),
+        );
+        put("cpu-architecture", inv.cpu.architecture.clone());
+        put(
+            "cpu-virtenabled",
+            inv.cpu.flags.iter().any(|f| f == "vmx" || f == "svm").to_string(),
+        );
+        put("host-manufacturer", inv.system_vendor.manufacturer.clone());
+        put("host-productname", inv.system_vendor.product_name.clone());
+        put("host-isvirtual", inv.system_vendor.virtual_.to_string());
+    }
+    let ann = meta.annotations.get_or_insert_default();
+    ann.insert(STATE_ANNOTATION.to_string(), host.status.as_str().to_string());
+    ann.insert(ROLE_ANNOTATION.to_string(), host.role.clone());
+    ann.insert(INVENTORY_VERSION_ANNOTATION.to_string(), "0.1".to_string());
+    match &host.inventory {
+        Some(inv) => ann.insert(INVENTORY_ANNOTATION.to_string(), inv.clone()),
+        None => ann.remove(INVENTORY_ANNOTATION),
+    };
+    match &host.validations_info {
+        Some(v) => ann.insert(VALIDATIONS_INFO_ANNOTATION.to_string(), v.clone()),
+        None => ann.remove(VALIDATIONS_INFO_ANNOTATION),
+    };
+    if host.progress.current_stage.is_empty() {
+        ann.remove(CURRENT_STAGE_ANNOTATION);
+    } else {
+        ann.insert(CURRENT_STAGE_ANNOTATION.to_string(), host.progress.current_stage.clone());
+    }
+    DesiredMetadata { metadata: meta }
+}
+
+fn sanitize_label_value(v: &str) -> String {
+    v.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
+}
+
+fn valid_label_value(v: &str) -> bool {
+    v.len() <= 63
+        && (v.is_empty()
+            || (v.starts_with(|c: char| c.is_ascii_alphanumeric()) && v.ends_with(|c: char| c.is_ascii_alphanumeric())))
+}
+
+/// Step 10: the status from the host and the sync outcome.
+async fn update_status<S: Store>(
+    ctx: &AgentContext<S>,
+    mut agent: Agent,
+    host: Option<&Host>,
+    sync: &Result<(), SyncError>,
+) -> Result<(), StoreError> {
+    let before = agent.status.clone();
+    let now = Time(crate::resources::now_seconds());
+    let status = agent.status.get_or_insert_default();
+    for c in agent_conditions(host, sync, agent.spec.approved) {
+        set_condition(&mut status.conditions, c, now.clone());
+    }
+    match host {
+        Some(h) => {
+            status.debug_info.state = h.status.as_str().to_string();
+            status.debug_info.state_info = h.status_info.clone();
+            status.bootstrap = h.bootstrap;
+            status.role = if h.role == "auto-assign" && !h.suggested_role.is_empty() { h.suggested_role.clone() } else { h.role.clone() };
+            status.inventory = h.parsed_inventory().map(|i| AgentInventory::from_host(&i, h)).unwrap_or_default();
+            status.progress = AgentProgress::from_host(h);
+            status.validations_info = h.validations_info.as_deref().and_then(|v| serde_json::from_str(v).ok());
+            status.installation_disk_id = h.installation_disk_id.clone();
+            status.kind = h.kind.as_str().to_string();
+            if status.debug_info.events_url.is_empty() {
+                status.debug_info.events_url =
+                    format!("{}/api/assisted-install/v2/events?host_id={}", ctx.service_base_url, h.id);
+            }
+        }
+        None => {
+            status.debug_info.state.clear();
+            status.debug_info.state_info.clear();
+        }
+    }
+    if agent.status != before {
+        ctx.store.update_status(&agent).await?;
+    }
+    Ok(())
+}
+
+/// §2.5–§2.6: the six conditions of an Agent.
+pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, approved: bool) -> Vec<Condition> {
+    let synced = match sync {
+        Ok(()) => condition(SPEC_SYNCED, "True", REASON_SYNC_OK, MESSAGE_SYNC_OK),
+        Err(e) if e.input => condition(
+            SPEC_SYNCED,
+            "False",
+            REASON_INPUT_ERROR,
+            &format!("{MESSAGE_SYNC_INPUT_ERROR}{}", e.message),
+        ),
+        Err(e) => condition(
+            SPEC_SYNCED,
+            "False",
+            REASON_BACKEND_ERROR,
+            &format!("{MESSAGE_SYNC_BACKEND_ERROR}{}", e.message),
+        ),
+    };
+    let Some(host) = host else {
+        let mut out = vec![synced];
+        for t in [INSTALLED, CONNECTED, REQUIREMENTS_MET, VALIDATED, BOUND] {
+            out.push(condition(t, "Unknown", REASON_NOT_AVAILABLE, MESSAGE_NOT_AVAILABLE));
+        }
+        return out;
+    };
+    from_host(host, approved, synced)
+}
+
+pub fn agent_key_of(host_infra_env_ns: &str, host_id: &str) -> (String, String) {
+    (host_infra_env_ns.to_string(), host_id.to_string())
+}
+
+#[allow(dead_code)]
+fn _unused(_: BTreeMap<String, String>) {}

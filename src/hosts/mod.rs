@@ -1,0 +1,354 @@
+//! Hosts as the agent API knows them: the backend host record, its state machine
+//! ([`machine`], spec-controllers §1), the steps an agent is told to run ([`instructions`], §1.4) and the
+//! hardware validations that decide whether a pool host is ready to be bound ([`validations`]).
+//!
+//! Everything here is pure: no I/O, no clock (time comes in through [`machine::Context`]).
+
+pub mod instructions;
+pub mod machine;
+pub mod validations;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+macro_rules! host_statuses {
+    ($($variant:ident => $text:literal,)*) => {
+        /// Every host state string of assisted-service (`models/host.go`); the strings are API.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum HostStatus {
+            $(#[serde(rename = $text)] $variant,)*
+        }
+
+        impl HostStatus {
+            pub const ALL: &[HostStatus] = &[$(HostStatus::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(HostStatus::$variant => $text,)* }
+            }
+        }
+
+        impl std::str::FromStr for HostStatus {
+            type Err = String;
+            fn from_str(s: &str) -> Result<HostStatus, String> {
+                match s { $($text => Ok(HostStatus::$variant),)* other => Err(format!("unknown host status {other:?}")) }
+            }
+        }
+    };
+}
+
+host_statuses! {
+    Discovering => "discovering",
+    Known => "known",
+    Insufficient => "insufficient",
+    Disconnected => "disconnected",
+    PendingForInput => "pending-for-input",
+    PreparingForInstallation => "preparing-for-installation",
+    PreparingSuccessful => "preparing-successful",
+    PreparingFailed => "preparing-failed",
+    Installing => "installing",
+    InstallingInProgress => "installing-in-progress",
+    InstallingPendingUserAction => "installing-pending-user-action",
+    Installed => "installed",
+    AddedToExistingCluster => "added-to-existing-cluster",
+    Error => "error",
+    Cancelled => "cancelled",
+    Resetting => "resetting",
+    ResettingPendingUserAction => "resetting-pending-user-action",
+    Binding => "binding",
+    Unbinding => "unbinding",
+    UnbindingPendingUserAction => "unbinding-pending-user-action",
+    Reclaiming => "reclaiming",
+    ReclaimingRebooting => "reclaiming-rebooting",
+    DiscoveringUnbound => "discovering-unbound",
+    InsufficientUnbound => "insufficient-unbound",
+    KnownUnbound => "known-unbound",
+    DisconnectedUnbound => "disconnected-unbound",
+    DisabledUnbound => "disabled-unbound",
+}
+
+impl std::fmt::Display for HostStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl HostStatus {
+    /// The agent controller's "installing statuses" (§2.4 step 6).
+    pub fn is_installing(self) -> bool {
+        use HostStatus::*;
+        matches!(
+            self,
+            PreparingForInstallation
+                | PreparingFailed
+                | PreparingSuccessful
+                | Installing
+                | InstallingInProgress
+                | InstallingPendingUserAction
+        )
+    }
+
+    /// States in which host parameters from the Agent spec are applied (§2.1).
+    pub fn accepts_host_parameters(self) -> bool {
+        use HostStatus::*;
+        matches!(
+            self,
+            Discovering
+                | Known
+                | Disconnected
+                | Insufficient
+                | PendingForInput
+                | DiscoveringUnbound
+                | KnownUnbound
+                | DisconnectedUnbound
+                | InsufficientUnbound
+                | Binding
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HostKind {
+    #[default]
+    Host,
+    AddToExistingClusterHost,
+}
+
+impl HostKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostKind::Host => "Host",
+            HostKind::AddToExistingClusterHost => "AddToExistingClusterHost",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    #[serde(default)]
+    pub current_stage: String,
+    #[serde(default)]
+    pub progress_info: String,
+    #[serde(default)]
+    pub installation_percentage: i64,
+    #[serde(default)]
+    pub stage_started_at: Option<Timestamp>,
+    #[serde(default)]
+    pub stage_updated_at: Option<Timestamp>,
+}
+
+/// The backend record of a host (assisted's `hosts` table, the fields this product uses).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub id: String,
+    pub infra_env_id: String,
+    pub cluster_id: Option<String>,
+    pub status: HostStatus,
+    pub status_info: String,
+    pub status_updated_at: Timestamp,
+    #[serde(default)]
+    pub kind: HostKind,
+    pub role: String,
+    #[serde(default)]
+    pub suggested_role: String,
+    #[serde(default)]
+    pub bootstrap: bool,
+    /// The inventory JSON as the agent sent it.
+    #[serde(default)]
+    pub inventory: Option<String>,
+    /// `{"hardware": [{"id", "status", "message"}, ...]}` as JSON text.
+    #[serde(default)]
+    pub validations_info: Option<String>,
+    #[serde(default)]
+    pub progress: Progress,
+    #[serde(default)]
+    pub checked_in_at: Option<Timestamp>,
+    pub registered_at: Timestamp,
+    #[serde(default)]
+    pub discovery_agent_version: String,
+    #[serde(default)]
+    pub approved: bool,
+    #[serde(default)]
+    pub requested_hostname: String,
+    #[serde(default)]
+    pub installation_disk_id: String,
+    #[serde(default)]
+    pub installation_disk_path: String,
+    #[serde(default)]
+    pub installer_args: String,
+    #[serde(default)]
+    pub ignition_config_overrides: String,
+    #[serde(default)]
+    pub machine_config_pool_name: String,
+    /// JSON object text; empty for none.
+    #[serde(default)]
+    pub node_labels: String,
+    #[serde(default)]
+    pub images_status: String,
+    #[serde(default)]
+    pub logs_info: String,
+    #[serde(default)]
+    pub connectivity: String,
+    #[serde(default)]
+    pub domain_name_resolutions: String,
+    #[serde(default)]
+    pub free_addresses: String,
+    #[serde(default)]
+    pub api_vip_connectivity: String,
+    #[serde(default)]
+    pub ntp_sources: String,
+}
+
+impl Host {
+    /// A host record before its first transition (status is overwritten by RegisterHost).
+    pub fn new_registered(
+        id: &str,
+        infra_env_id: &str,
+        cluster_id: Option<String>,
+        agent_version: &str,
+        now: Timestamp,
+    ) -> Host {
+        Host {
+            id: id.to_string(),
+            infra_env_id: infra_env_id.to_string(),
+            cluster_id,
+            status: HostStatus::DiscoveringUnbound,
+            status_info: String::new(),
+            status_updated_at: now,
+            kind: HostKind::Host,
+            role: "auto-assign".into(),
+            suggested_role: String::new(),
+            bootstrap: false,
+            inventory: None,
+            validations_info: None,
+            progress: Progress::default(),
+            checked_in_at: None,
+            registered_at: now,
+            discovery_agent_version: agent_version.to_string(),
+            approved: false,
+            requested_hostname: String::new(),
+            installation_disk_id: String::new(),
+            installation_disk_path: String::new(),
+            installer_args: String::new(),
+            ignition_config_overrides: String::new(),
+            machine_config_pool_name: String::new(),
+            node_labels: String::new(),
+            images_status: String::new(),
+            logs_info: String::new(),
+            connectivity: String::new(),
+            domain_name_resolutions: String::new(),
+            free_addresses: String::new(),
+            api_vip_connectivity: String::new(),
+            ntp_sources: String::new(),
+        }
+    }
+
+    pub fn is_unbound(&self) -> bool {
+        self.cluster_id.is_none()
+    }
+
+    pub fn parsed_inventory(&self) -> Option<Inventory> {
+        self.inventory.as_deref().and_then(|i| serde_json::from_str(i).ok())
+    }
+
+    /// The requested hostname, else the one the inventory reports.
+    pub fn hostname(&self) -> String {
+        if !self.requested_hostname.is_empty() {
+            return self.requested_hostname.clone();
+        }
+        self.parsed_inventory().map(|i| i.hostname).unwrap_or_default()
+    }
+}
+
+/// The agent's inventory (swagger `inventory`), the parts this product reads. Unknown fields are
+/// ignored so that inventories of any agent version parse.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Inventory {
+    pub hostname: String,
+    pub bmc_address: String,
+    pub bmc_v6address: String,
+    pub memory: Memory,
+    pub cpu: Cpu,
+    pub interfaces: Vec<Interface>,
+    pub disks: Vec<Disk>,
+    pub boot: Boot,
+    pub system_vendor: SystemVendor,
+    pub gpus: Vec<serde_json::Value>,
+    pub timestamp: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Memory {
+    pub physical_bytes: i64,
+    pub usable_bytes: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cpu {
+    pub count: i64,
+    pub frequency: f64,
+    pub flags: Vec<String>,
+    pub model_name: String,
+    pub architecture: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Interface {
+    pub name: String,
+    pub mac_address: String,
+    pub ipv4_addresses: Vec<String>,
+    pub ipv6_addresses: Vec<String>,
+    pub speed_mbps: i64,
+    pub vendor: String,
+    pub product: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Disk {
+    pub id: String,
+    pub name: String,
+    pub path: String,
+    pub by_path: String,
+    pub by_id: String,
+    pub drive_type: String,
+    pub size_bytes: i64,
+    pub serial: String,
+    pub model: String,
+    pub vendor: String,
+    pub wwn: String,
+    pub hctl: String,
+    pub bootable: bool,
+    pub installation_eligibility: Option<Eligibility>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Eligibility {
+    pub eligible: bool,
+    pub not_eligible_reasons: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Boot {
+    pub current_boot_mode: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SystemVendor {
+    pub manufacturer: String,
+    pub product_name: String,
+    pub serial_number: String,
+    #[serde(rename = "virtual")]
+    pub virtual_: bool,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,119 @@
+//! The hardware validations that decide whether an unbound host may be bound (spec-controllers §1.3,
+//! RefreshHost pool rules: minimum disks, CPU, memory and a valid hostname). The thresholds are
+//! assisted-service's minimal host requirements for hosts outside a cluster (2 cores, 8 GiB, one
+//! eligible disk of at least 20 GB).
+
+use serde_json::json;
+
+use super::{Host, Inventory};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requirements {
+    pub min_cpu_cores: i64,
+    pub min_memory_bytes: i64,
+    pub min_disk_bytes: i64,
+}
+
+impl Default for Requirements {
+    fn default() -> Requirements {
+        Requirements { min_cpu_cores: 2, min_memory_bytes: 8 << 30, min_disk_bytes: 20_000_000_000 }
+    }
+}
+
+/// One validation result, as `validations_info` lists them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Validation {
+    pub id: &'static str,
+    pub passed: bool,
+    pub message: String,
+}
+
+pub fn validate(host: &Host, inventory: &Inventory, req: &Requirements) -> Vec<Validation> {
+    let cores = inventory.cpu.count;
+    let memory = inventory.memory.physical_bytes;
+    let eligible = inventory
+        .disks
+        .iter()
+        .filter(|d| match &d.installation_eligibility {
+            Some(e) => e.eligible,
+            None => matches!(d.drive_type.as_str(), "HDD" | "SSD") && d.size_bytes >= req.min_disk_bytes,
+        })
+        .count();
+    let hostname = host.hostname();
+    let hostname_problem = hostname_problem(&hostname);
+    vec![
+        Validation {
+            id: "has-min-cpu-cores",
+            passed: cores >= req.min_cpu_cores,
+            message: if cores >= req.min_cpu_cores {
+                "Sufficient CPU cores".into()
+            } else {
+                format!("The host has {cores} CPU cores; at least {} are required", req.min_cpu_cores)
+            },
+        },
+        Validation {
+            id: "has-min-memory",
+            passed: memory >= req.min_memory_bytes,
+            message: if memory >= req.min_memory_bytes {
+                "Sufficient minimum RAM".into()
+            } else {
+                format!(
+                    "The host has {:.2} GiB of RAM; at least {} GiB are required",
+                    memory as f64 / (1u64 << 30) as f64,
+                    req.min_memory_bytes >> 30
+                )
+            },
+        },
+        Validation {
+            id: "has-min-valid-disks",
+            passed: eligible > 0,
+            message: if eligible > 0 {
+                "Sufficient disk capacity".into()
+            } else {
+                format!("No eligible disks were found; a disk of at least {} GB is required", req.min_disk_bytes / 1_000_000_000)
+            },
+        },
+        Validation {
+            id: "hostname-valid",
+            passed: hostname_problem.is_none(),
+            message: match &hostname_problem {
+                None => format!("Hostname {hostname} is allowed"),
+                Some(p) => p.clone(),
+            },
+        },
+    ]
+}
+
+/// Why a hostname cannot be a node name (RFC 1123, and never `localhost`), or None.
+pub fn hostname_problem(hostname: &str) -> Option<String> {
+    if hostname.is_empty() {
+        return Some("The host has no hostname".into());
+    }
+    if matches!(hostname, "localhost" | "localhost.localdomain") {
+        return Some(format!("Hostname {hostname} is forbidden"));
+    }
+    let valid = hostname.len() <= 253
+        && hostname.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    (!valid).then(|| format!("Hostname {hostname} does not pass the RFC 1123 validation"))
+}
+
+/// `validations_info` JSON text.
+pub fn info_json(validations: &[Validation]) -> String {
+    let list: Vec<_> = validations
+        .iter()
+        .map(|v| json!({"id": v.id, "status": if v.passed { "success" } else { "failure" }, "message": v.message}))
+        .collect();
+    json!({"hardware": list}).to_string()
+}
+
+/// The statusInfo of an insufficient host.
+pub fn insufficient_info(validations: &[Validation]) -> String {
+    let failing: Vec<&str> = validations.iter().filter(|v| !v.passed).map(|v| v.message.as_str()).collect();
+    format!("Host does not meet the minimum hardware requirements: {}", failing.join(" ; "))
+}

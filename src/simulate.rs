@@ -1,0 +1,347 @@
+//! A fleet of simulated discovery agents: each host registers into an InfraEnv, sends its inventory,
+//! polls for steps and runs them the way the real agent does (an `exit` restarts it, `install` walks
+//! the installation stages until the host reboots into its new OS, `download-boot-artifacts` and
+//! `reboot-for-reclaim` bring a reclaimed node back into discovery). An installed host whose agent
+//! has been unbound and waits for a reboot (`unbinding-pending-user-action`) is rebooted into
+//! discovery, as a person or the BMAC would.
+//!
+//! Used by `bootstream simulate` and by the fleet benchmark, which drives bind/unbind through the API.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use sha2::Digest;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimulateArgs {
+    #[arg(long, env = "BOOTSTREAM_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// The InfraEnv the hosts boot from, as NAMESPACE/NAME.
+    #[arg(long)]
+    pub infraenv: String,
+    #[arg(long, default_value_t = 10)]
+    pub hosts: usize,
+    /// Multiplies the intervals the server asks for (next_instruction_seconds); 1 is real time.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Stop after this many seconds (default: run until interrupted).
+    #[arg(long)]
+    pub duration: Option<u64>,
+    /// Seed for host ids, so that two runs with the same seed simulate the same machines.
+    #[arg(long, default_value = "bootstream-sim")]
+    pub seed: String,
+}
+
+/// Latency samples per API operation, in microseconds.
+#[derive(Default)]
+pub struct Stats {
+    samples: Mutex<HashMap<&'static str, Vec<u32>>>,
+    errors: Mutex<HashMap<String, u64>>,
+}
+
+impl Stats {
+    fn record(&self, op: &'static str, took: Duration) {
+        let us = took.as_micros().min(u32::MAX as u128) as u32;
+        self.samples.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default().push(us);
+    }
+    fn error(&self, what: String) {
+        *self.errors.lock().unwrap_or_else(|p| p.into_inner()).entry(what).or_default() += 1;
+    }
+    /// (operation, count, p50 ms, p99 ms, max ms), all operations together last.
+    pub fn summary(&self) -> Vec<(String, usize, f64, f64, f64)> {
+        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<u32> = Vec::new();
+        let mut out = Vec::new();
+        let mut ops: Vec<_> = samples.keys().copied().collect();
+        ops.sort();
+        let pct = |v: &mut Vec<u32>| -> (usize, f64, f64, f64) {
+            v.sort_unstable();
+            if v.is_empty() {
+                return (0, 0.0, 0.0, 0.0);
+            }
+            let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize] as f64 / 1000.0;
+            (v.len(), at(0.5), at(0.99), *v.last().unwrap() as f64 / 1000.0)
+        };
+        for op in ops {
+            let mut v = samples[op].clone();
+            all.extend_from_slice(&v);
+            let (n, p50, p99, max) = pct(&mut v);
+            out.push((op.to_string(), n, p50, p99, max));
+        }
+        let (n, p50, p99, max) = pct(&mut all);
+        out.push(("all".to_string(), n, p50, p99, max));
+        out
+    }
+    pub fn errors(&self) -> HashMap<String, u64> {
+        self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What a fleet needs to reach the agent API of one InfraEnv.
+#[derive(Clone)]
+pub struct Target {
+    pub server: String,
+    pub infra_env_id: String,
+    pub token: String,
+}
+
+impl Target {
+    /// Finds the InfraEnv and reads the agent token from its discovery Ignition, as a booted host would.
+    pub async fn discover(client: &reqwest::Client, server: &str, infraenv: &str) -> anyhow::Result<Target> {
+        let server = server.trim_end_matches('/').to_string();
+        let (ns, name) = infraenv.split_once('/').context("--infraenv must be NAMESPACE/NAME")?;
+        let ie: Value = client
+            .get(format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"))
+            .send()
+            .await?
+            .error_for_status()
+            .with_context(|| format!("InfraEnv {infraenv}"))?
+            .json()
+            .await?;
+        let id = ie["metadata"]["uid"].as_str().context("InfraEnv without uid")?.to_string();
+        let ign: Value = client
+            .get(format!("{server}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"))
+            .send()
+            .await?
+            .error_for_status()
+            .context("discovery ignition")?
+            .json()
+            .await?;
+        let token = agent_token(&ign).context("no PULL_SECRET_TOKEN in the discovery ignition's agent.service")?;
+        Ok(Target { server, infra_env_id: id, token })
+    }
+}
+
+/// The `PULL_SECRET_TOKEN` of the agent unit in a discovery Ignition.
+pub fn agent_token(ign: &Value) -> Option<String> {
+    let units = ign["systemd"]["units"].as_array()?;
+    let unit = units.iter().find(|u| u["name"] == "agent.service")?;
+    let contents = unit["contents"].as_str()?;
+    let at = contents.find("PULL_SECRET_TOKEN=")? + "PULL_SECRET_TOKEN=".len();
+    let token: String = contents[at..].chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+    (!token.is_empty()).then_some(token)
+}
+
+/// A deterministic host id for machine `index` of a fleet.
+pub fn host_id(seed: &str, index: usize) -> String {
+    let digest = sha2::Sha256::digest(format!("{seed}/{index}").as_bytes());
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_random_bytes(b).into_uuid().to_string()
+}
+
+/// The inventory a simulated machine reports: enough to pass the minimum requirements.
+pub fn inventory(index: usize) -> Value {
+    let mac = format!("52:54:{:02x}:{:02x}:{:02x}:{:02x}", (index >> 24) & 0xff, (index >> 16) & 0xff, (index >> 8) & 0xff, index & 0xff);
+    json!({
+        "hostname": format!("sim-{index}"),
+        "bmc_address": "0.0.0.0",
+        "cpu": {"count": 4, "architecture": "x86_64", "flags": ["vmx"], "model_name": "Simulated CPU", "frequency": 2100.0},
+        "memory": {"physical_bytes": 17179869184u64, "usable_bytes": 16744599552u64},
+        "disks": [{"id": "/dev/disk/by-path/pci-0000:03:00.0", "name": "sda", "path": "/dev/sda",
+                   "by_path": "/dev/disk/by-path/pci-0000:03:00.0", "drive_type": "SSD", "size_bytes": 128849018880u64,
+                   "bootable": true, "installation_eligibility": {"eligible": true, "not_eligible_reasons": []}}],
+        "interfaces": [{"name": "enp1s0", "mac_address": mac, "ipv4_addresses": [format!("10.{}.{}.{}/8", (index >> 16) & 0xff, (index >> 8) & 0xff, index & 0xff)],
+                        "ipv6_addresses": [], "speed_mbps": 10000, "type": "physical"}],
+        "boot": {"current_boot_mode": "uefi"},
+        "system_vendor": {"manufacturer": "bootstream", "product_name": "simulated", "virtual": true},
+    })
+}
+
+/// One simulated machine.
+pub struct Machine {
+    pub index: usize,
+    pub id: String,
+    client: reqwest::Client,
+    target: Target,
+    stats: Arc<Stats>,
+    time_scale: f64,
+}
+
+enum Next {
+    /// The agent process restarts: register again.
+    Register,
+    /// The machine runs its installed OS; no agent until someone reboots it into discovery.
+    Installed,
+}
+
+impl Machine {
+    pub fn new(index: usize, id: String, client: reqwest::Client, target: Target, stats: Arc<Stats>, time_scale: f64) -> Machine {
+        Machine { index, id, client, target, stats, time_scale }
+    }
+
+    fn url(&self, rest: &str) -> String {
+        format!("{}/api/assisted-install/v2/infra-envs/{}/hosts{rest}", self.target.server, self.target.infra_env_id)
+    }
+
+    async fn call(&self, op: &'static str, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        let start = Instant::now();
+        let resp = req.header("X-Secret-Key", &self.target.token).send().await;
+        self.stats.record(op, start.elapsed());
+        let resp = resp.with_context(|| format!("{op}: request failed"))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body = resp.text().await.unwrap_or_default();
+            self.stats.error(format!("{op}: {status}"));
+            anyhow::bail!("{op}: {status}: {body}");
+        }
+        Ok(resp)
+    }
+
+    async fn sleep(&self, seconds: f64) {
+        tokio::time::sleep(Duration::from_secs_f64((seconds * self.time_scale).max(0.01))).await;
+    }
+
+    /// Runs the machine until `stop` is set.
+    pub async fn run(&self, stop: Arc<AtomicBool>) {
+        while !stop.load(Ordering::Relaxed) {
+            match self.boot_discovery(&stop).await {
+                Ok(Next::Register) => {}
+                Ok(Next::Installed) => {
+                    if let Err(e) = self.wait_for_reboot(&stop).await {
+                        tracing::debug!(host = %self.id, "{e:#}");
+                        self.sleep(5.0).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(host = %self.id, "{e:#}");
+                    self.sleep(5.0).await;
+                }
+            }
+        }
+    }
+
+    /// The discovery agent: register, then follow the steps until told to exit or installed.
+    async fn boot_discovery(&self, stop: &AtomicBool) -> anyhow::Result<Next> {
+        self.call(
+            "register",
+            self.client.post(self.url("")).json(&json!({"host_id": self.id, "discovery_agent_version": "simulated"})),
+        )
+        .await?;
+        while !stop.load(Ordering::Relaxed) {
+            let steps: Value = self.call("instructions", self.client.get(self.url(&format!("/{}/instructions", self.id)))).await?.json().await?;
+            for step in steps["instructions"].as_array().cloned().unwrap_or_default() {
+                let step_type = step["step_type"].as_str().unwrap_or("").to_string();
+                let step_id = step["step_id"].as_str().unwrap_or("").to_string();
+                match step_type.as_str() {
+                    "inventory" => self.reply(&step_type, &step_id, 0, inventory(self.index).to_string()).await?,
+                    "ntp-synchronizer" => self.reply(&step_type, &step_id, 0, json!({"ntp_sources": []}).to_string()).await?,
+                    "install" => {
+                        self.install().await?;
+                        return Ok(Next::Installed);
+                    }
+                    "download-boot-artifacts" => self.reply(&step_type, &step_id, 0, String::new()).await?,
+                    // The node reboots into the discovery image.
+                    "reboot-for-reclaim" => return Ok(Next::Register),
+                    _ => self.reply(&step_type, &step_id, 0, String::new()).await?,
+                }
+            }
+            if steps["post_step_action"] == "exit" {
+                return Ok(Next::Register);
+            }
+            self.sleep(steps["next_instruction_seconds"].as_f64().unwrap_or(60.0)).await;
+        }
+        Ok(Next::Register)
+    }
+
+    async fn reply(&self, step_type: &str, step_id: &str, exit_code: i32, output: String) -> anyhow::Result<()> {
+        self.call(
+            "step-reply",
+            self.client
+                .post(self.url(&format!("/{}/instructions", self.id)))
+                .json(&json!({"step_type": step_type, "step_id": step_id, "exit_code": exit_code, "output": output})),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Writes the image and reboots; the installed node then reports the remaining stages (as the
+    /// assisted-installer controller does for it).
+    async fn install(&self) -> anyhow::Result<()> {
+        for stage in ["Starting installation", "Installing", "Writing image to disk", "Rebooting", "Configuring", "Joined", "Done"] {
+            self.call(
+                "progress",
+                self.client
+                    .put(self.url(&format!("/{}/progress", self.id)))
+                    .json(&json!({"current_stage": stage, "progress_info": ""})),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// An installed machine: reboot it into discovery once its host waits for that.
+    async fn wait_for_reboot(&self, stop: &AtomicBool) -> anyhow::Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            self.sleep(20.0).await;
+            let resp = self.client.get(self.url(&format!("/{}", self.id))).header("X-Secret-Key", &self.target.token).send().await?;
+            if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                return Ok(());
+            }
+            let host: Value = resp.json().await?;
+            if matches!(host["status"].as_str(), Some("unbinding-pending-user-action" | "reclaiming" | "reclaiming-rebooting")) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A client suited to many concurrent agents on one server.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client")
+}
+
+/// Starts `hosts` machines; returns their tasks.
+pub fn start_fleet(
+    target: &Target,
+    seed: &str,
+    hosts: std::ops::Range<usize>,
+    time_scale: f64,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let client = client();
+    hosts
+        .map(|i| {
+            let m = Machine::new(i, host_id(seed, i), client.clone(), target.clone(), stats.clone(), time_scale);
+            let stop = stop.clone();
+            tokio::spawn(async move { m.run(stop).await })
+        })
+        .collect()
+}
+
+pub async fn run(args: SimulateArgs) -> anyhow::Result<std::process::ExitCode> {
+    let client = client();
+    let target = Target::discover(&client, &args.server, &args.infraenv).await?;
+    let stats = Arc::new(Stats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = start_fleet(&target, &args.seed, 0..args.hosts, args.time_scale, stats.clone(), stop.clone());
+    eprintln!("{} simulated hosts booting from {} ({})", args.hosts, args.infraenv, target.infra_env_id);
+    match args.duration {
+        Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "OPERATION", "COUNT", "P50 MS", "P99 MS", "MAX MS");
+    for (op, n, p50, p99, max) in stats.summary() {
+        println!("{op:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");
+    }
+    for (e, n) in stats.errors() {
+        println!("error {e}: {n}");
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}

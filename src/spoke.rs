@@ -1,0 +1,317 @@
+//! The installed cluster ("spoke") side of unbinding, through its admin kubeconfig and kube-rs:
+//! starting the reclaim agent on a node (spec-controllers §7.2) and removing a node that left the
+//! cluster (§2.8 `removeSpokeResources`).
+//!
+//! Objects are written with server-side apply, so every step is create-or-update and can be
+//! repeated after a failure.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+pub const RECLAIM_NAMESPACE: &str = "assisted-installer";
+pub const RECLAIM_NAME: &str = "node-reclaim";
+const FIELD_MANAGER: &str = "bootstream";
+const MACHINE_ANNOTATION: &str = "machine.openshift.io/machine";
+const MACHINESET_LABEL: &str = "machine.openshift.io/cluster-api-machineset";
+const BMH_ANNOTATION: &str = "metal3.io/BareMetalHost";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpokeError {
+    #[error("invalid spoke kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error("failed to find node {node}: {reason}")]
+    NodeMissing { node: String, reason: String },
+    #[error("{what}: {source}")]
+    Api { what: String, source: kube::Error },
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> SpokeError {
+    let what = what.into();
+    move |source| SpokeError::Api { what, source }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// The name of the secret holding a ClusterDeployment's admin kubeconfig (§2.8).
+pub fn kubeconfig_secret_name(cd_name: &str, admin_kubeconfig_secret_ref: Option<&str>) -> String {
+    match admin_kubeconfig_secret_ref.filter(|n| !n.is_empty()) {
+        Some(n) => n.to_string(),
+        None => format!("{cd_name}-admin-kubeconfig"),
+    }
+}
+
+/// What the reclaim agent needs (§7.2).
+#[derive(Clone, Debug)]
+pub struct ReclaimAgentConfig {
+    pub node_name: String,
+    pub infra_env_id: String,
+    pub host_id: String,
+    pub service_base_url: String,
+    pub agent_image: String,
+    pub auth_token: String,
+    pub skip_cert_verification: bool,
+    pub ca_cert: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct SpokeClient {
+    client: kube::Client,
+}
+
+fn gvk(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+impl SpokeClient {
+    pub async fn from_kubeconfig(kubeconfig: &[u8]) -> Result<SpokeClient, SpokeError> {
+        let text = std::str::from_utf8(kubeconfig).map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+        let kc = Kubeconfig::from_yaml(text).map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+        // An unreachable spoke must fail the unbind quickly (it falls back to a plain unbind).
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.read_timeout = Some(Duration::from_secs(20));
+        let client = kube::Client::try_from(config).map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+        Ok(SpokeClient { client })
+    }
+
+    fn dynamic(&self, res: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
+        match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, res),
+            None => Api::all_with(self.client.clone(), res),
+        }
+    }
+
+    async fn apply<K>(&self, api: &Api<K>, name: &str, obj: Value, what: &str) -> Result<(), SpokeError>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
+            .await
+            .map(|_| ())
+            .map_err(api_err(format!("failed to create or update {what} {name}")))
+    }
+
+    pub async fn node_exists(&self, node: &str) -> Result<bool, SpokeError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes.get_opt(node).await.map(|n| n.is_some()).map_err(api_err(format!("failed to get node {node}")))
+    }
+
+    /// Creates (or updates) the reclaim agent's objects, in §7.2 order.
+    pub async fn ensure_reclaim_agent(&self, cfg: &ReclaimAgentConfig) -> Result<(), SpokeError> {
+        let ns = RECLAIM_NAMESPACE;
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        self.apply(
+            &namespaces,
+            ns,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}),
+            "namespace",
+        )
+        .await?;
+        let sas: Api<ServiceAccount> = Api::namespaced(self.client.clone(), ns);
+        self.apply(
+            &sas,
+            RECLAIM_NAME,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": RECLAIM_NAME, "namespace": ns}}),
+            "service account",
+        )
+        .await?;
+        let roles = self.dynamic(&gvk("authorization.openshift.io", "v1", "Role", "roles"), Some(ns));
+        self.apply(
+            &roles,
+            RECLAIM_NAME,
+            json!({"apiVersion": "authorization.openshift.io/v1", "kind": "Role",
+                   "metadata": {"name": RECLAIM_NAME, "namespace": ns},
+                   "rules": [{"apiGroups": ["security.openshift.io"], "resources": ["securitycontextconstraints"],
+                              "resourceNames": ["privileged"], "verbs": ["use"]}]}),
+            "role",
+        )
+        .await?;
+        let bindings = self.dynamic(&gvk("authorization.openshift.io", "v1", "RoleBinding", "rolebindings"), Some(ns));
+        self.apply(
+            &bindings,
+            RECLAIM_NAME,
+            json!({"apiVersion": "authorization.openshift.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": RECLAIM_NAME, "namespace": ns},
+                   "roleRef": {"kind": "Role", "name": RECLAIM_NAME, "namespace": ns},
+                   "subjects": [{"kind": "ServiceAccount", "name": RECLAIM_NAME, "namespace": ns}]}),
+            "role binding",
+        )
+        .await?;
+        let secret_name = format!("reclaim-{}-token", cfg.infra_env_id);
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), ns);
+        self.apply(
+            &secrets,
+            &secret_name,
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                   "metadata": {"name": secret_name, "namespace": ns},
+                   "stringData": {"auth-token": cfg.auth_token}}),
+            "secret",
+        )
+        .await?;
+        if let Some(ca) = &cfg.ca_cert {
+            let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+            self.apply(
+                &cms,
+                "reclaim-config",
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "reclaim-config", "namespace": ns},
+                       "data": {"service-ca-cert.crt": ca}}),
+                "config map",
+            )
+            .await?;
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = match nodes.get_opt(&cfg.node_name).await {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                return Err(SpokeError::NodeMissing { node: cfg.node_name.clone(), reason: "not found".into() });
+            }
+            Err(e) => return Err(SpokeError::NodeMissing { node: cfg.node_name.clone(), reason: e.to_string() }),
+        };
+        let ds = reclaim_daemonset(cfg, node.metadata.uid.as_deref().unwrap_or_default());
+        let name = ds["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let daemonsets: Api<DaemonSet> = Api::namespaced(self.client.clone(), ns);
+        self.apply(&daemonsets, &name, ds, "daemonset").await
+    }
+
+    /// §2.8 `removeSpokeResources`: removes the node, through its Machine (and MachineSet) when it has one.
+    pub async fn remove_spoke_resources(&self, node_name: &str) -> Result<(), SpokeError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let Some(node) = nodes.get_opt(node_name).await.map_err(api_err(format!("failed to get node {node_name}")))?
+        else {
+            return Ok(());
+        };
+        let delete_node = || async {
+            match nodes.delete(node_name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) => Err(SpokeError::Api { what: format!("failed to delete node {node_name}"), source: e }),
+            }
+        };
+        let machine_ref = node.metadata.annotations.as_ref().and_then(|a| a.get(MACHINE_ANNOTATION)).cloned();
+        let Some((m_ns, m_name)) = machine_ref.as_deref().and_then(|r| r.split_once('/')) else {
+            return delete_node().await;
+        };
+        let machines = self.dynamic(&gvk("machine.openshift.io", "v1beta1", "Machine", "machines"), Some(m_ns));
+        let machine = match machines.get_opt(m_name).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return delete_node().await,
+            Err(e) => return Err(SpokeError::Api { what: format!("failed to get machine {m_ns}/{m_name}"), source: e }),
+        };
+        machines
+            .patch(
+                m_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "machine.openshift.io/delete-machine": "true",
+                    "machine.openshift.io/exclude-node-draining": "true"}}})),
+            )
+            .await
+            .map_err(api_err(format!("failed to annotate machine {m_ns}/{m_name}")))?;
+        let machineset = machine.metadata.labels.as_ref().and_then(|l| l.get(MACHINESET_LABEL)).cloned();
+        let machinesets = self.dynamic(&gvk("machine.openshift.io", "v1beta1", "MachineSet", "machinesets"), Some(m_ns));
+        let machineset_exists = match &machineset {
+            Some(ms) => machinesets
+                .get_opt(ms)
+                .await
+                .map_err(api_err(format!("failed to get machineset {m_ns}/{ms}")))?
+                .is_some(),
+            None => false,
+        };
+        if machineset_exists {
+            let ms = machineset.expect("checked above");
+            machinesets
+                .patch(
+                    &ms,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"annotations": {"metal3.io/autoscale-to-hosts": "true"}}})),
+                )
+                .await
+                .map_err(api_err(format!("failed to annotate machineset {m_ns}/{ms}")))?;
+            self.delete_bmh(&machine).await
+        } else {
+            self.delete_bmh(&machine).await?;
+            match machines.delete(m_name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) => Err(SpokeError::Api { what: format!("failed to delete machine {m_ns}/{m_name}"), source: e }),
+            }
+        }
+    }
+
+    async fn delete_bmh(&self, machine: &DynamicObject) -> Result<(), SpokeError> {
+        let Some(bmh) = machine.metadata.annotations.as_ref().and_then(|a| a.get(BMH_ANNOTATION)) else {
+            return Ok(());
+        };
+        let Some((ns, name)) = bmh.split_once('/') else { return Ok(()) };
+        let bmhs = self.dynamic(&gvk("metal3.io", "v1alpha1", "BareMetalHost", "baremetalhosts"), Some(ns));
+        match bmhs.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(SpokeError::Api { what: format!("failed to delete baremetalhost {ns}/{name}"), source: e }),
+        }
+    }
+}
+
+/// The reclaim DaemonSet of §7.2: the next-step runner, pinned to the node and owned by it.
+pub fn reclaim_daemonset(cfg: &ReclaimAgentConfig, node_uid: &str) -> Value {
+    let name = format!("{}-reclaim", cfg.node_name.replace('.', "-"));
+    let mut args = vec![
+        format!("-url={}", cfg.service_base_url),
+        format!("-infra-env-id={}", cfg.infra_env_id),
+        format!("-host-id={}", cfg.host_id),
+        format!("-agent-version={}", cfg.agent_image),
+        format!("-insecure={}", cfg.skip_cert_verification),
+        "-with-journal-logging=false".to_string(),
+        "-with-stdout-logging=true".to_string(),
+    ];
+    let mut volumes = vec![json!({"name": "host", "hostPath": {"path": "/"}})];
+    let mut mounts = vec![json!({"name": "host", "mountPath": "/host"})];
+    if cfg.ca_cert.is_some() {
+        args.push("-cacert=/etc/assisted-service/service-ca-cert.crt".into());
+        volumes.push(json!({"name": "ca-cert", "configMap": {"name": "reclaim-config"}}));
+        mounts.push(json!({"name": "ca-cert", "mountPath": "/etc/assisted-service"}));
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {
+            "name": name, "namespace": RECLAIM_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": cfg.node_name, "uid": node_uid}],
+        },
+        "spec": {
+            "selector": {"matchLabels": {"name": name}},
+            "template": {
+                "metadata": {"labels": {"name": name}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": cfg.node_name},
+                    "tolerations": [{"operator": "Exists"}],
+                    "priorityClassName": "system-node-critical",
+                    "hostPID": true,
+                    "serviceAccountName": RECLAIM_NAME,
+                    "containers": [{
+                        "name": name,
+                        "image": cfg.agent_image,
+                        "command": ["next_step_runner"],
+                        "args": args,
+                        "securityContext": {"privileged": true},
+                        "env": [{"name": "PULL_SECRET_TOKEN",
+                                 "valueFrom": {"secretKeyRef": {"name": format!("reclaim-{}-token", cfg.infra_env_id),
+                                                                "key": "auth-token"}}}],
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
+                },
+            },
+        },
+    })
+}
