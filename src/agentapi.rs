@@ -94,12 +94,8 @@ impl AgentApi {
         if !self.auth.verify(infra_env_id, token) {
             return Some(infra_error(StatusCode::UNAUTHORIZED, "the token is not valid for this infra-env"));
         }
-        let agent_version = req
-            .headers()
-            .get("discovery_agent_version")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let agent_version =
+            req.headers().get("discovery_agent_version").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let resp = match (req.method(), rest) {
             (&Method::POST, []) => self.register(infra_env_id, req.body(), &agent_version).await,
             (&Method::GET, []) => self.list(infra_env_id).await,
@@ -151,16 +147,20 @@ impl AgentApi {
                 None => {
                     return error(
                         404,
-                        &format!("cluster of ClusterDeployment {}/{} not found for infra-env {infra_env_id}", r.namespace, r.name),
+                        &format!(
+                            "cluster of ClusterDeployment {}/{} not found for infra-env {infra_env_id}",
+                            r.namespace, r.name
+                        ),
                     );
                 }
             },
             None => None,
         };
-        let (host, moved) = match self.backend.register_host(infra_env_id, &host_id, &agent_version, bound_cluster).await {
-            Ok(x) => x,
-            Err(e) => return api_error(&e),
-        };
+        let (host, moved) =
+            match self.backend.register_host(infra_env_id, &host_id, &agent_version, bound_cluster).await {
+                Ok(x) => x,
+                Err(e) => return api_error(&e),
+            };
         if let Err(e) = self.ensure_agent(&ie, &host, moved).await {
             return error(500, &format!("failed to create the Agent of host {host_id}: {e}"));
         }
@@ -203,7 +203,8 @@ impl AgentApi {
                 store.update(&agent).await.map(|_| ())
             }
             None => {
-                let mut agent = Agent::new(&host.id, AgentSpec { cluster_deployment_name: cluster_ref, ..Default::default() });
+                let mut agent =
+                    Agent::new(&host.id, AgentSpec { cluster_deployment_name: cluster_ref, ..Default::default() });
                 agent.metadata.namespace = Some(ns);
                 agent.metadata.labels = Some(labels);
                 agent.metadata.owner_references = Some(vec![owner]);
@@ -242,7 +243,8 @@ impl AgentApi {
             Some(c) => self.backend.cluster(c).await,
             None => None,
         };
-        let steps = instructions::next_steps(&host, urls.as_ref(), cluster.as_ref().map(|c| c.openshift_version.as_str()));
+        let steps =
+            instructions::next_steps(&host, urls.as_ref(), cluster.as_ref().map(|c| c.openshift_version.as_str()));
         crate::http::json(StatusCode::OK, &steps)
     }
 

@@ -50,7 +50,8 @@ impl AgentAuth {
                 key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
                 let tmp = dir.join("agent-auth.key.tmp");
                 {
-                    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode_0600().open(&tmp)?;
+                    let mut f =
+                        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode_0600().open(&tmp)?;
                     f.write_all(&key)?;
                     f.sync_all()?;
                 }

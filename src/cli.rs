@@ -304,7 +304,8 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
             if patch_type != "merge" {
                 anyhow::bail!("--type {patch_type} is not supported; use --type merge");
             }
-            let body: Value = serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
+            let body: Value =
+                serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
             call(
                 client
                     .patch(object_url(&server, kind, &namespace, &name))
@@ -480,7 +481,10 @@ fn print_table(kind: Kind, v: &Value, single: bool) {
             }
         }
         Kind::Agent => {
-            println!("{:<12} {:<38} {:<20} {:<9} {:<8} {:<30} STAGE", "NAMESPACE", "NAME", "CLUSTER", "APPROVED", "ROLE", "STATE");
+            println!(
+                "{:<12} {:<38} {:<20} {:<9} {:<8} {:<30} STAGE",
+                "NAMESPACE", "NAME", "CLUSTER", "APPROVED", "ROLE", "STATE"
+            );
             for it in items {
                 println!(
                     "{:<12} {:<38} {:<20} {:<9} {:<8} {:<30} {}",
@@ -498,7 +502,9 @@ fn print_table(kind: Kind, v: &Value, single: bool) {
             println!("{:<24} {:<32} STATUS", "NAMESPACE", "NAME");
             for it in items {
                 let status = match kind {
-                    Kind::ClusterDeployment => format!("installed={}", it["spec"]["installed"].as_bool().unwrap_or(false)),
+                    Kind::ClusterDeployment => {
+                        format!("installed={}", it["spec"]["installed"].as_bool().unwrap_or(false))
+                    }
                     Kind::AgentClusterInstall => it["status"]["debugInfo"]["state"].as_str().unwrap_or("").to_string(),
                     _ => it["spec"]["releaseImage"].as_str().unwrap_or("").to_string(),
                 };

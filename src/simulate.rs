@@ -34,6 +34,20 @@ pub struct SimulateArgs {
     /// Seed for host ids, so that two runs with the same seed simulate the same machines.
     #[arg(long, default_value = "bootstream-sim")]
     pub seed: String,
+    /// Seconds between installation stages (real time).
+    #[arg(long, default_value_t = 0.0)]
+    pub stage_seconds: f64,
+    /// Seconds between checks whether an installed machine should be rebooted into discovery (real time).
+    #[arg(long, default_value_t = 20.0)]
+    pub reboot_check_seconds: f64,
+}
+
+/// Timing of a simulated fleet.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub time_scale: f64,
+    pub stage_seconds: f64,
+    pub reboot_check_seconds: f64,
 }
 
 /// Latency samples per API operation, in microseconds.
@@ -136,7 +150,13 @@ pub fn host_id(seed: &str, index: usize) -> String {
 
 /// The inventory a simulated machine reports: enough to pass the minimum requirements.
 pub fn inventory(index: usize) -> Value {
-    let mac = format!("52:54:{:02x}:{:02x}:{:02x}:{:02x}", (index >> 24) & 0xff, (index >> 16) & 0xff, (index >> 8) & 0xff, index & 0xff);
+    let mac = format!(
+        "52:54:{:02x}:{:02x}:{:02x}:{:02x}",
+        (index >> 24) & 0xff,
+        (index >> 16) & 0xff,
+        (index >> 8) & 0xff,
+        index & 0xff
+    );
     json!({
         "hostname": format!("sim-{index}"),
         "bmc_address": "0.0.0.0",
@@ -159,7 +179,7 @@ pub struct Machine {
     client: reqwest::Client,
     target: Target,
     stats: Arc<Stats>,
-    time_scale: f64,
+    timing: Timing,
 }
 
 enum Next {
@@ -170,8 +190,15 @@ enum Next {
 }
 
 impl Machine {
-    pub fn new(index: usize, id: String, client: reqwest::Client, target: Target, stats: Arc<Stats>, time_scale: f64) -> Machine {
-        Machine { index, id, client, target, stats, time_scale }
+    pub fn new(
+        index: usize,
+        id: String,
+        client: reqwest::Client,
+        target: Target,
+        stats: Arc<Stats>,
+        timing: Timing,
+    ) -> Machine {
+        Machine { index, id, client, target, stats, timing }
     }
 
     fn url(&self, rest: &str) -> String {
@@ -193,7 +220,7 @@ impl Machine {
     }
 
     async fn sleep(&self, seconds: f64) {
-        tokio::time::sleep(Duration::from_secs_f64((seconds * self.time_scale).max(0.01))).await;
+        tokio::time::sleep(Duration::from_secs_f64((seconds * self.timing.time_scale).max(0.01))).await;
     }
 
     /// Runs the machine until `stop` is set.
@@ -223,13 +250,19 @@ impl Machine {
         )
         .await?;
         while !stop.load(Ordering::Relaxed) {
-            let steps: Value = self.call("instructions", self.client.get(self.url(&format!("/{}/instructions", self.id)))).await?.json().await?;
+            let steps: Value = self
+                .call("instructions", self.client.get(self.url(&format!("/{}/instructions", self.id))))
+                .await?
+                .json()
+                .await?;
             for step in steps["instructions"].as_array().cloned().unwrap_or_default() {
                 let step_type = step["step_type"].as_str().unwrap_or("").to_string();
                 let step_id = step["step_id"].as_str().unwrap_or("").to_string();
                 match step_type.as_str() {
                     "inventory" => self.reply(&step_type, &step_id, 0, inventory(self.index).to_string()).await?,
-                    "ntp-synchronizer" => self.reply(&step_type, &step_id, 0, json!({"ntp_sources": []}).to_string()).await?,
+                    "ntp-synchronizer" => {
+                        self.reply(&step_type, &step_id, 0, json!({"ntp_sources": []}).to_string()).await?
+                    }
                     "install" => {
                         self.install().await?;
                         return Ok(Next::Installed);
@@ -262,7 +295,18 @@ impl Machine {
     /// Writes the image and reboots; the installed node then reports the remaining stages (as the
     /// assisted-installer controller does for it).
     async fn install(&self) -> anyhow::Result<()> {
-        for stage in ["Starting installation", "Installing", "Writing image to disk", "Rebooting", "Configuring", "Joined", "Done"] {
+        for stage in [
+            "Starting installation",
+            "Installing",
+            "Writing image to disk",
+            "Rebooting",
+            "Configuring",
+            "Joined",
+            "Done",
+        ] {
+            if self.timing.stage_seconds > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(self.timing.stage_seconds)).await;
+            }
             self.call(
                 "progress",
                 self.client
@@ -277,13 +321,21 @@ impl Machine {
     /// An installed machine: reboot it into discovery once its host waits for that.
     async fn wait_for_reboot(&self, stop: &AtomicBool) -> anyhow::Result<()> {
         while !stop.load(Ordering::Relaxed) {
-            self.sleep(20.0).await;
-            let resp = self.client.get(self.url(&format!("/{}", self.id))).header("X-Secret-Key", &self.target.token).send().await?;
+            tokio::time::sleep(Duration::from_secs_f64(self.timing.reboot_check_seconds.max(0.01))).await;
+            let resp = self
+                .client
+                .get(self.url(&format!("/{}", self.id)))
+                .header("X-Secret-Key", &self.target.token)
+                .send()
+                .await?;
             if resp.status() == reqwest::StatusCode::NOT_FOUND {
                 return Ok(());
             }
             let host: Value = resp.json().await?;
-            if matches!(host["status"].as_str(), Some("unbinding-pending-user-action" | "reclaiming" | "reclaiming-rebooting")) {
+            if matches!(
+                host["status"].as_str(),
+                Some("unbinding-pending-user-action" | "reclaiming" | "reclaiming-rebooting")
+            ) {
                 return Ok(());
             }
         }
@@ -305,14 +357,14 @@ pub fn start_fleet(
     target: &Target,
     seed: &str,
     hosts: std::ops::Range<usize>,
-    time_scale: f64,
+    timing: Timing,
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let client = client();
     hosts
         .map(|i| {
-            let m = Machine::new(i, host_id(seed, i), client.clone(), target.clone(), stats.clone(), time_scale);
+            let m = Machine::new(i, host_id(seed, i), client.clone(), target.clone(), stats.clone(), timing);
             let stop = stop.clone();
             tokio::spawn(async move { m.run(stop).await })
         })
@@ -324,7 +376,12 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<std::process::ExitCode> {
     let target = Target::discover(&client, &args.server, &args.infraenv).await?;
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let tasks = start_fleet(&target, &args.seed, 0..args.hosts, args.time_scale, stats.clone(), stop.clone());
+    let timing = Timing {
+        time_scale: args.time_scale,
+        stage_seconds: args.stage_seconds,
+        reboot_check_seconds: args.reboot_check_seconds,
+    };
+    let tasks = start_fleet(&target, &args.seed, 0..args.hosts, timing, stats.clone(), stop.clone());
     eprintln!("{} simulated hosts booting from {} ({})", args.hosts, args.infraenv, target.infra_env_id);
     match args.duration {
         Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,

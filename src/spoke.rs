@@ -206,7 +206,9 @@ impl SpokeClient {
         let machine = match machines.get_opt(m_name).await {
             Ok(Some(m)) => m,
             Ok(None) => return delete_node().await,
-            Err(e) => return Err(SpokeError::Api { what: format!("failed to get machine {m_ns}/{m_name}"), source: e }),
+            Err(e) => {
+                return Err(SpokeError::Api { what: format!("failed to get machine {m_ns}/{m_name}"), source: e });
+            }
         };
         machines
             .patch(
@@ -219,7 +221,8 @@ impl SpokeClient {
             .await
             .map_err(api_err(format!("failed to annotate machine {m_ns}/{m_name}")))?;
         let machineset = machine.metadata.labels.as_ref().and_then(|l| l.get(MACHINESET_LABEL)).cloned();
-        let machinesets = self.dynamic(&gvk("machine.openshift.io", "v1beta1", "MachineSet", "machinesets"), Some(m_ns));
+        let machinesets =
+            self.dynamic(&gvk("machine.openshift.io", "v1beta1", "MachineSet", "machinesets"), Some(m_ns));
         let machineset_exists = match &machineset {
             Some(ms) => machinesets
                 .get_opt(ms)

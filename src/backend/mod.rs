@@ -116,7 +116,11 @@ pub struct Backend {
 
 impl Backend {
     /// Loads the records kept in `db`.
-    pub async fn load(db: SqliteStore, clock: Arc<dyn Clock>, config: BackendConfig) -> Result<Arc<Backend>, StoreError> {
+    pub async fn load(
+        db: SqliteStore,
+        clock: Arc<dyn Clock>,
+        config: BackendConfig,
+    ) -> Result<Arc<Backend>, StoreError> {
         let mut hosts = HashMap::new();
         for (id, body) in db.list_records(HOSTS).await? {
             match serde_json::from_str::<Host>(&body) {
@@ -307,8 +311,12 @@ impl Backend {
             Some(cid) => self.cluster(cid).await,
             None => None,
         };
-        machine::fire_new(&mut host, &Event::RegisterHost { agent_version: agent_version.to_string() }, &self.context(cluster.as_ref()))
-            .map_err(|e| ApiError::new(409, e.to_string()))?;
+        machine::fire_new(
+            &mut host,
+            &Event::RegisterHost { agent_version: agent_version.to_string() },
+            &self.context(cluster.as_ref()),
+        )
+        .map_err(|e| ApiError::new(409, e.to_string()))?;
         host.checked_in_at = Some(now);
         self.persist(&host).await?;
         let slot = Arc::new(tokio::sync::Mutex::new(Some(host.clone())));
@@ -372,7 +380,8 @@ impl Backend {
             .ok_or_else(|| ApiError::new(400, format!("Cluster {cluster_id} not found")))?;
         if !cluster.cpu_architecture.is_empty()
             && cluster.cpu_architecture != "multi"
-            && crate::resources::normalize_arch(&cluster.cpu_architecture) != crate::resources::normalize_arch(infra_env_arch)
+            && crate::resources::normalize_arch(&cluster.cpu_architecture)
+                != crate::resources::normalize_arch(infra_env_arch)
         {
             return Err(ApiError::new(
                 400,
@@ -385,7 +394,10 @@ impl Backend {
         if !accepts_hosts(&cluster) {
             return Err(ApiError::new(
                 409,
-                format!("Cluster {cluster_id} is in {} state, host can be bound only if cluster is not installing", cluster.status),
+                format!(
+                    "Cluster {cluster_id} is in {} state, host can be bound only if cluster is not installing",
+                    cluster.status
+                ),
             ));
         }
         let (host, ()) = self
@@ -427,8 +439,9 @@ impl Backend {
                     ));
                 }
                 let event = if reclaim { Event::ReclaimHost } else { Event::UnbindHost };
-                Self::fire(host, &event, ctx)
-                    .map_err(|e| ApiError::new(500, format!("Failed to unbind host {host_id} from cluster {cid}: {}", e.message)))
+                Self::fire(host, &event, ctx).map_err(|e| {
+                    ApiError::new(500, format!("Failed to unbind host {host_id} from cluster {cid}: {}", e.message))
+                })
             })
             .await?;
         Ok(host)
@@ -436,7 +449,11 @@ impl Backend {
 
     /// Changes host parameters (the Agent spec mirrored to the host); `edit` returns whether it changed
     /// anything.
-    pub async fn update_host(&self, host_id: &str, edit: impl FnOnce(&mut Host) -> Result<(), ApiError>) -> Result<Host, ApiError> {
+    pub async fn update_host(
+        &self,
+        host_id: &str,
+        edit: impl FnOnce(&mut Host) -> Result<(), ApiError>,
+    ) -> Result<Host, ApiError> {
         Ok(self.mutate(host_id, |host, _| edit(host)).await?.0)
     }
 

@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Secret;
 
 use crate::auth::AgentAuth;
 use crate::backend::{ApiError, Backend};
-use crate::hosts::{Host, HostKind, HostStatus};
 use crate::controllers::agent_conditions::*;
+use crate::hosts::{Host, HostKind, HostStatus};
 use crate::resources::agent::*;
 use crate::resources::hive::{AgentClusterInstall, ClusterDeployment};
 use crate::resources::{Condition, INFRAENV_NAME_LABEL, InfraEnv, Time, set_condition};
@@ -86,8 +86,7 @@ pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
         match clean_unbound_spoke_node(ctx, &agent, &info).await {
             Ok(()) => agent.status.get_or_insert_default().deprovision_info = None,
             Err(message) => {
-                agent.status.get_or_insert_default().deprovision_info =
-                    Some(DeprovisionInfo { message, ..info });
+                agent.status.get_or_insert_default().deprovision_info = Some(DeprovisionInfo { message, ..info });
                 requeue = Some(REQUEUE_ON_ERROR);
             }
         }
@@ -175,9 +174,7 @@ async fn sync_spec<S: Store>(
     }
 
     // Auto-approval (§2.3).
-    if !agent.spec.approved
-        && infraenv.and_then(|ie| ie.spec.agent_approval.as_ref()).is_some_and(|a| a.auto_approve)
-    {
+    if !agent.spec.approved && infraenv.and_then(|ie| ie.spec.agent_approval.as_ref()).is_some_and(|a| a.auto_approve) {
         agent.spec.approved = true;
         let status = agent.status.clone();
         *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
@@ -263,12 +260,7 @@ async fn unbind<S: Store>(
         // Reclaim is for installed nodes only: ReclaimHost has no rule for hosts mid-installation, where
         // a plain unbind is what works (spec-controllers §11).
         let installed = matches!(host.status, HostStatus::Installed | HostStatus::AddedToExistingCluster);
-        let node_name = agent
-            .spec
-            .hostname
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| host.hostname());
+        let node_name = agent.spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| host.hostname());
         if installed {
             match run_reclaim_agent(ctx, &cluster.namespace, &cluster.name, host, &node_name).await {
                 Ok(()) => reclaim = true,
@@ -282,14 +274,9 @@ async fn unbind<S: Store>(
             message: "Waiting for host to unbind to do spoke cleanup".to_string(),
         });
     }
-    let ie_cluster = infraenv
-        .and_then(|ie| ie.spec.cluster_ref.as_ref())
-        .map(|r| format!("{}/{}", r.namespace, r.name));
-    *host = ctx
-        .backend
-        .unbind_host(&host.id, reclaim, ie_cluster.as_deref())
-        .await
-        .map_err(SyncError::from_api)?;
+    let ie_cluster =
+        infraenv.and_then(|ie| ie.spec.cluster_ref.as_ref()).map(|r| format!("{}/{}", r.namespace, r.name));
+    *host = ctx.backend.unbind_host(&host.id, reclaim, ie_cluster.as_deref()).await.map_err(SyncError::from_api)?;
     let status = agent.status.get_or_insert_default();
     if deprovision.is_some() {
         status.deprovision_info = deprovision;
@@ -299,7 +286,11 @@ async fn unbind<S: Store>(
 }
 
 /// The admin kubeconfig of a ClusterDeployment's cluster, as a spoke client.
-async fn spoke_client<S: Store>(ctx: &AgentContext<S>, cd_ns: &str, cd_name: &str) -> Result<Option<SpokeClient>, String> {
+async fn spoke_client<S: Store>(
+    ctx: &AgentContext<S>,
+    cd_ns: &str,
+    cd_name: &str,
+) -> Result<Option<SpokeClient>, String> {
     let cd = ctx.store.get::<ClusterDeployment>(cd_ns, cd_name).await.map_err(|e| e.to_string())?;
     let secret_ref = cd.as_ref().and_then(|cd| cd.admin_kubeconfig_secret_name());
     let secret_name = crate::spoke::kubeconfig_secret_name(cd_name, secret_ref.as_deref());
@@ -368,17 +359,20 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
     }
     let host = ctx.backend.host(&name).await;
     let spoke_resources_exist = host.as_ref().is_some_and(|h| h.progress.current_stage == "Done")
-        || agent
-            .status
-            .as_ref()
-            .is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()));
+        || agent.status.as_ref().is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()));
     if !has_annotation(&agent, SKIP_SPOKE_CLEANUP_ANNOTATION)
         && let Some(cd_ref) = agent.spec.cluster_deployment_name.clone()
         && spoke_resources_exist
     {
         let alive = cluster_alive(ctx, &cd_ref.namespace, &cd_ref.name).await? && infraenv_alive(ctx, &agent).await?;
         if alive {
-            let node = agent.spec.hostname.clone().filter(|h| !h.is_empty()).or(host.as_ref().map(Host::hostname)).unwrap_or_default();
+            let node = agent
+                .spec
+                .hostname
+                .clone()
+                .filter(|h| !h.is_empty())
+                .or(host.as_ref().map(Host::hostname))
+                .unwrap_or_default();
             let result = match spoke_client(ctx, &cd_ref.namespace, &cd_ref.name).await {
                 Ok(Some(client)) => client.remove_spoke_resources(&node).await.map_err(|e| e.to_string()),
                 Ok(None) => Ok(()),
@@ -388,7 +382,12 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
                 let status = agent.status.get_or_insert_default();
                 set_condition(
                     &mut status.conditions,
-                    condition(CLEANUP, "False", "CleanupFailed", &format!("failed to clean spoke cluster resources: {e}")),
+                    condition(
+                        CLEANUP,
+                        "False",
+                        "CleanupFailed",
+                        &format!("failed to clean spoke cluster resources: {e}"),
+                    ),
                     Time(crate::resources::now_seconds()),
                 );
                 ctx.store.update_status(&agent).await?;
@@ -449,12 +448,14 @@ async fn restore_host<S: Store>(ctx: &AgentContext<S>, agent: Agent) -> Result<A
     };
     let annotations = agent.metadata.annotations.clone().unwrap_or_default();
     let created = agent.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_else(crate::resources::now_seconds);
-    let mut host = Host::new_registered(&name, ie.metadata.uid.as_deref().unwrap_or_default(), cluster_id.clone(), "", created);
+    let mut host =
+        Host::new_registered(&name, ie.metadata.uid.as_deref().unwrap_or_default(), cluster_id.clone(), "", created);
     host.checked_in_at = Some(created);
-    host.status = annotations
-        .get(STATE_ANNOTATION)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if cluster_id.is_some() { HostStatus::Known } else { HostStatus::KnownUnbound });
+    host.status = annotations.get(STATE_ANNOTATION).and_then(|s| s.parse().ok()).unwrap_or(if cluster_id.is_some() {
+        HostStatus::Known
+    } else {
+        HostStatus::KnownUnbound
+    });
     if let Some(role) = annotations.get(ROLE_ANNOTATION) {
         host.role = role.clone();
         host.suggested_role = role.clone();
@@ -528,15 +529,9 @@ fn desired_metadata(agent: &Agent, host: &Host, infraenv: Option<&InfraEnv>) -> 
                 labels.insert(format!("inventory.agent-install.openshift.io/{key}"), v);
             }
         };
-        put(
-            "storage-hasnonrotationaldisk",
-            inv.disks.iter().any(|d| d.drive_type == "SSD").to_string(),
-        );
+        put("storage-hasnonrotationaldisk", inv.disks.iter().any(|d| d.drive_type == "SSD").to_string());
         put("cpu-architecture", inv.cpu.architecture.clone());
-        put(
-            "cpu-virtenabled",
-            inv.cpu.flags.iter().any(|f| f == "vmx" || f == "svm").to_string(),
-        );
+        put("cpu-virtenabled", inv.cpu.flags.iter().any(|f| f == "vmx" || f == "svm").to_string());
         put("host-manufacturer", inv.system_vendor.manufacturer.clone());
         put("host-productname", inv.system_vendor.product_name.clone());
         put("host-isvirtual", inv.system_vendor.virtual_.to_string());
@@ -589,7 +584,11 @@ async fn update_status<S: Store>(
             status.debug_info.state = h.status.as_str().to_string();
             status.debug_info.state_info = h.status_info.clone();
             status.bootstrap = h.bootstrap;
-            status.role = if h.role == "auto-assign" && !h.suggested_role.is_empty() { h.suggested_role.clone() } else { h.role.clone() };
+            status.role = if h.role == "auto-assign" && !h.suggested_role.is_empty() {
+                h.suggested_role.clone()
+            } else {
+                h.role.clone()
+            };
             status.inventory = h.parsed_inventory().map(|i| AgentInventory::from_host(&i, h)).unwrap_or_default();
             status.progress = AgentProgress::from_host(h);
             status.validations_info = h.validations_info.as_deref().and_then(|v| serde_json::from_str(v).ok());
@@ -615,18 +614,12 @@ async fn update_status<S: Store>(
 pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, approved: bool) -> Vec<Condition> {
     let synced = match sync {
         Ok(()) => condition(SPEC_SYNCED, "True", REASON_SYNC_OK, MESSAGE_SYNC_OK),
-        Err(e) if e.input => condition(
-            SPEC_SYNCED,
-            "False",
-            REASON_INPUT_ERROR,
-            &format!("{MESSAGE_SYNC_INPUT_ERROR}{}", e.message),
-        ),
-        Err(e) => condition(
-            SPEC_SYNCED,
-            "False",
-            REASON_BACKEND_ERROR,
-            &format!("{MESSAGE_SYNC_BACKEND_ERROR}{}", e.message),
-        ),
+        Err(e) if e.input => {
+            condition(SPEC_SYNCED, "False", REASON_INPUT_ERROR, &format!("{MESSAGE_SYNC_INPUT_ERROR}{}", e.message))
+        }
+        Err(e) => {
+            condition(SPEC_SYNCED, "False", REASON_BACKEND_ERROR, &format!("{MESSAGE_SYNC_BACKEND_ERROR}{}", e.message))
+        }
     };
     let Some(host) = host else {
         let mut out = vec![synced];

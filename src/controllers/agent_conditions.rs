@@ -37,14 +37,7 @@ fn cond(type_: &str, status: &str, reason: &str, message: String) -> Condition {
 
 /// The conditions derived from a host (all but SpecSynced, which the caller passes in).
 pub fn from_host(host: &Host, approved: bool, spec_synced: Condition) -> Vec<Condition> {
-    vec![
-        spec_synced,
-        connected(host),
-        requirements_met(host, approved),
-        validated(host),
-        installed(host),
-        bound(host),
-    ]
+    vec![spec_synced, connected(host), requirements_met(host, approved), validated(host), installed(host), bound(host)]
 }
 
 pub fn connected(host: &Host) -> Condition {
@@ -56,22 +49,34 @@ pub fn connected(host: &Host) -> Condition {
             "AgentIsDisconnected",
             "The agent has not contacted the installation service in some time, user action should be taken".into(),
         ),
-        _ => cond(CONNECTED, "True", "AgentIsConnected", "The agent's connection to the installation service is unimpaired".into()),
+        _ => cond(
+            CONNECTED,
+            "True",
+            "AgentIsConnected",
+            "The agent's connection to the installation service is unimpaired".into(),
+        ),
     }
 }
 
 pub fn requirements_met(host: &Host, approved: bool) -> Condition {
     use HostStatus::*;
     let (status, reason, message) = match host.status {
-        Known | KnownUnbound if approved => ("True", "AgentIsReady", "The agent is ready to begin the installation".to_string()),
+        Known | KnownUnbound if approved => {
+            ("True", "AgentIsReady", "The agent is ready to begin the installation".to_string())
+        }
         Known | KnownUnbound => ("False", "AgentIsNotApproved", "The agent is not approved".into()),
         Insufficient | Disconnected | InsufficientUnbound | DisconnectedUnbound | DiscoveringUnbound | Discovering
         | PendingForInput => ("False", "AgentNotReady", "The agent is not ready to begin the installation".into()),
-        PreparingForInstallation | PreparingSuccessful | Installing | InstallingInProgress
+        PreparingForInstallation
+        | PreparingSuccessful
+        | Installing
+        | InstallingInProgress
         | InstallingPendingUserAction => {
             ("True", "AgentAlreadyInstalling", "Installation already started and is in progress".into())
         }
-        Installed | Error | AddedToExistingCluster => ("True", "AgentInstallationStopped", "The agent installation stopped".into()),
+        Installed | Error | AddedToExistingCluster => {
+            ("True", "AgentInstallationStopped", "The agent installation stopped".into())
+        }
         Binding => ("False", "Binding", BINDING_MSG.into()),
         Unbinding | UnbindingPendingUserAction => ("False", "Unbinding", UNBINDING_MSG.into()),
         other => (
@@ -108,9 +113,11 @@ pub fn validated(host: &Host) -> Condition {
     let (status, reason, message) = match host.status {
         Binding => ("False", "Binding", BINDING_MSG.to_string()),
         Unbinding | UnbindingPendingUserAction => ("False", "Unbinding", UNBINDING_MSG.into()),
-        Insufficient | InsufficientUnbound => {
-            ("False", "ValidationsFailing", format!("The agent's validations are failing: {}", failing_validations(host)))
-        }
+        Insufficient | InsufficientUnbound => (
+            "False",
+            "ValidationsFailing",
+            format!("The agent's validations are failing: {}", failing_validations(host)),
+        ),
         PendingForInput => (
             "False",
             "ValidationsUserPending",
@@ -136,7 +143,10 @@ pub fn installed(host: &Host) -> Condition {
         | Known | KnownUnbound | PendingForInput => {
             ("False", "InstallationNotStarted", "The installation has not yet started".into())
         }
-        PreparingForInstallation | PreparingSuccessful | Installing | InstallingInProgress
+        PreparingForInstallation
+        | PreparingSuccessful
+        | Installing
+        | InstallingInProgress
         | InstallingPendingUserAction => {
             ("False", "InstallationInProgress", format!("The installation is in progress: {info}"))
         }
@@ -169,4 +179,99 @@ pub fn bound(host: &Host) -> Condition {
         _ => ("True", "Bound", "The agent is bound to a cluster deployment"),
     };
     cond(BOUND, status, reason, message.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    //! spec-controllers §10 scenarios 18–24.
+    use super::*;
+
+    fn host(status: HostStatus) -> Host {
+        let mut h = Host::new_registered("h", "ie", None, "", "2026-01-01T00:00:00Z".parse().unwrap());
+        h.status = status;
+        h
+    }
+
+    fn synced() -> Condition {
+        cond(SPEC_SYNCED, "True", REASON_SYNC_OK, MESSAGE_SYNC_OK.into())
+    }
+
+    fn get<'a>(cs: &'a [Condition], t: &str) -> (&'a str, &'a str) {
+        let c = cs.iter().find(|c| c.type_ == t).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn scenario_18_insufficient_unbound() {
+        let mut h = host(HostStatus::InsufficientUnbound);
+        h.validations_info = Some(r#"{"hardware":[{"id":"has-min-cpu-cores","status":"failure","message":"too few cores"},{"id":"x","status":"success","message":"ok"}]}"#.into());
+        let cs = from_host(&h, false, synced());
+        assert_eq!(get(&cs, BOUND), ("False", "Unbound"));
+        assert_eq!(get(&cs, REQUIREMENTS_MET), ("False", "AgentNotReady"));
+        assert_eq!(get(&cs, VALIDATED), ("False", "ValidationsFailing"));
+        assert_eq!(get(&cs, INSTALLED), ("False", "InstallationNotStarted"));
+        let v = cs.iter().find(|c| c.type_ == VALIDATED).unwrap();
+        assert_eq!(v.message, "The agent's validations are failing: too few cores");
+    }
+
+    #[test]
+    fn scenario_19_known_unbound_approved_or_not() {
+        let cs = from_host(&host(HostStatus::KnownUnbound), true, synced());
+        assert_eq!(get(&cs, REQUIREMENTS_MET), ("True", "AgentIsReady"));
+        assert_eq!(get(&cs, BOUND), ("False", "Unbound"));
+        let cs = from_host(&host(HostStatus::KnownUnbound), false, synced());
+        assert_eq!(get(&cs, REQUIREMENTS_MET), ("False", "AgentIsNotApproved"));
+    }
+
+    #[test]
+    fn scenario_20_binding() {
+        let cs = from_host(&host(HostStatus::Binding), true, synced());
+        for t in [REQUIREMENTS_MET, VALIDATED, INSTALLED, BOUND] {
+            assert_eq!(get(&cs, t), ("False", "Binding"), "{t}");
+        }
+        assert_eq!(get(&cs, CONNECTED), ("True", "AgentIsConnected"));
+    }
+
+    #[test]
+    fn scenario_21_unbinding() {
+        let cs = from_host(&host(HostStatus::Unbinding), true, synced());
+        for t in [REQUIREMENTS_MET, VALIDATED, INSTALLED, BOUND] {
+            assert_eq!(get(&cs, t), ("False", "Unbinding"), "{t}");
+        }
+    }
+
+    #[test]
+    fn scenario_22_unbinding_pending_user_action() {
+        let cs = from_host(&host(HostStatus::UnbindingPendingUserAction), true, synced());
+        assert_eq!(get(&cs, BOUND), ("False", "UnbindingPendingUserAction"));
+        let b = cs.iter().find(|c| c.type_ == BOUND).unwrap();
+        assert_eq!(b.message, "The agent is currently unbinding; Pending host reboot from infraenv image");
+        for t in [REQUIREMENTS_MET, VALIDATED, INSTALLED] {
+            assert_eq!(get(&cs, t), ("False", "Unbinding"), "{t}");
+        }
+    }
+
+    #[test]
+    fn scenario_23_disconnected_unbound() {
+        let cs = from_host(&host(HostStatus::DisconnectedUnbound), true, synced());
+        assert_eq!(get(&cs, CONNECTED), ("False", "AgentIsDisconnected"));
+        assert_eq!(get(&cs, BOUND), ("False", "Unbound"));
+    }
+
+    #[test]
+    fn scenario_24_installed_and_added() {
+        for s in [HostStatus::Installed, HostStatus::AddedToExistingCluster] {
+            let mut h = host(s);
+            h.cluster_id = Some("c".into());
+            h.status_info = "Done".into();
+            let cs = from_host(&h, true, synced());
+            assert_eq!(get(&cs, INSTALLED), ("True", "InstallationCompleted"));
+            assert_eq!(
+                cs.iter().find(|c| c.type_ == INSTALLED).unwrap().message,
+                "The installation has completed: Done"
+            );
+            assert_eq!(get(&cs, REQUIREMENTS_MET), ("True", "AgentInstallationStopped"));
+            assert_eq!(get(&cs, BOUND), ("True", "Bound"));
+        }
+    }
 }

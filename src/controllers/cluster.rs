@@ -29,7 +29,11 @@ fn key(meta: &crate::resources::ObjectMeta) -> (String, String) {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-async fn add_finalizer<S: Store, K: crate::store::Object>(store: &S, obj: &mut K, finalizer: &str) -> Result<bool, StoreError> {
+async fn add_finalizer<S: Store, K: crate::store::Object>(
+    store: &S,
+    obj: &mut K,
+    finalizer: &str,
+) -> Result<bool, StoreError> {
     let f = obj.meta_mut().finalizers.get_or_insert_default();
     if f.iter().any(|x| x == finalizer) {
         return Ok(false);
@@ -39,7 +43,11 @@ async fn add_finalizer<S: Store, K: crate::store::Object>(store: &S, obj: &mut K
     Ok(true)
 }
 
-async fn remove_finalizer<S: Store, K: crate::store::Object>(store: &S, mut obj: K, finalizer: &str) -> Result<(), StoreError> {
+async fn remove_finalizer<S: Store, K: crate::store::Object>(
+    store: &S,
+    mut obj: K,
+    finalizer: &str,
+) -> Result<(), StoreError> {
     if let Some(f) = obj.meta_mut().finalizers.as_mut() {
         f.retain(|x| x != finalizer);
     }
@@ -71,9 +79,7 @@ pub async fn reconcile<S: Store>(ctx: &ClusterContext<S>, ns: &str, name: &str) 
             if let Some(aci) = aci {
                 delete_install(ctx, &cd, aci).await?;
                 if ctx.store.get::<AgentClusterInstall>(ns, &aci_name).await?.is_some() {
-                    tracing::info!(
-                        "could not confirm clusterInstall {aci_name} deletion was successfuly completed"
-                    );
+                    tracing::info!("could not confirm clusterInstall {aci_name} deletion was successfuly completed");
                     return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
                 }
             }
@@ -188,7 +194,12 @@ async fn advance_installation<S: Store>(
             let ready = hosts.iter().filter(|h| h.status == HostStatus::Known && h.approved).count();
             let all_ready = !hosts.is_empty() && ready == hosts.len() && hosts.len() >= required.max(1);
             if all_ready && !aci.spec.hold_installation.unwrap_or(false) {
-                set_cluster_status(&mut cluster, "preparing-for-installation", "Preparing cluster for installation", now);
+                set_cluster_status(
+                    &mut cluster,
+                    "preparing-for-installation",
+                    "Preparing cluster for installation",
+                    now,
+                );
                 cluster.install_started_at = Some(now);
                 ctx.backend.put_cluster(cluster.clone()).await.map_err(|e| StoreError::Backend(e.message))?;
                 assign_roles(ctx, &hosts, aci).await;
@@ -251,7 +262,11 @@ async fn assign_roles<S: Store>(ctx: &ClusterContext<S>, hosts: &[Host], aci: &A
 }
 
 /// What hive's install flow records on the ClusterDeployment when the cluster is up.
-async fn mark_installed<S: Store>(ctx: &ClusterContext<S>, cd: &mut ClusterDeployment, cluster: &Cluster) -> Result<(), StoreError> {
+async fn mark_installed<S: Store>(
+    ctx: &ClusterContext<S>,
+    cd: &mut ClusterDeployment,
+    cluster: &Cluster,
+) -> Result<(), StoreError> {
     if cd.spec.installed {
         return Ok(());
     }
@@ -272,13 +287,22 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Conditio
     }
 }
 
-async fn update_aci_status<S: Store>(ctx: &ClusterContext<S>, mut aci: AgentClusterInstall, cluster: &Cluster) -> Result<(), StoreError> {
+async fn update_aci_status<S: Store>(
+    ctx: &ClusterContext<S>,
+    mut aci: AgentClusterInstall,
+    cluster: &Cluster,
+) -> Result<(), StoreError> {
     let before = aci.status.clone();
     let now = Time(crate::resources::now_seconds());
     let status = aci.status.get_or_insert_default();
     let (req, completed, failed) = match cluster.status.as_str() {
         "insufficient" => (
-            condition("RequirementsMet", "False", "ClusterNotReady", "The cluster is not ready to begin the installation"),
+            condition(
+                "RequirementsMet",
+                "False",
+                "ClusterNotReady",
+                "The cluster is not ready to begin the installation",
+            ),
             condition("Completed", "False", "InstallationNotStarted", "The installation has not started"),
             condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
         ),
@@ -289,18 +313,38 @@ async fn update_aci_status<S: Store>(ctx: &ClusterContext<S>, mut aci: AgentClus
         ),
         "preparing-for-installation" | "installing" | "finalizing" => (
             condition("RequirementsMet", "True", "ClusterAlreadyInstalling", "The cluster requirements are met"),
-            condition("Completed", "False", "InstallationInProgress", &format!("The installation is in progress: {}", cluster.status_info)),
+            condition(
+                "Completed",
+                "False",
+                "InstallationInProgress",
+                &format!("The installation is in progress: {}", cluster.status_info),
+            ),
             condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
         ),
         "installed" | "adding-hosts" => (
             condition("RequirementsMet", "True", "ClusterInstallationStopped", "The cluster installation stopped"),
-            condition("Completed", "True", "InstallationCompleted", "The installation has completed: Cluster is installed"),
+            condition(
+                "Completed",
+                "True",
+                "InstallationCompleted",
+                "The installation has completed: Cluster is installed",
+            ),
             condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
         ),
         _ => (
             condition("RequirementsMet", "True", "ClusterInstallationStopped", "The cluster installation stopped"),
-            condition("Completed", "False", "InstallationFailed", &format!("The installation has failed: {}", cluster.status_info)),
-            condition("Failed", "True", "InstallationFailed", &format!("The installation failed: {}", cluster.status_info)),
+            condition(
+                "Completed",
+                "False",
+                "InstallationFailed",
+                &format!("The installation has failed: {}", cluster.status_info),
+            ),
+            condition(
+                "Failed",
+                "True",
+                "InstallationFailed",
+                &format!("The installation failed: {}", cluster.status_info),
+            ),
         ),
     };
     for c in [req, completed, failed] {
@@ -316,7 +360,11 @@ async fn update_aci_status<S: Store>(ctx: &ClusterContext<S>, mut aci: AgentClus
 
 /// §4 `agentClusterInstallFinalizer`: cancel a running installation, return or delete the agents,
 /// deregister the cluster, release the AgentClusterInstall.
-async fn delete_install<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeployment, aci: AgentClusterInstall) -> Result<(), StoreError> {
+async fn delete_install<S: Store>(
+    ctx: &ClusterContext<S>,
+    cd: &ClusterDeployment,
+    aci: AgentClusterInstall,
+) -> Result<(), StoreError> {
     let (ns, name) = key(&cd.metadata);
     if let Some(cluster) = ctx.backend.cluster_by_kube_key(&ns, &name).await {
         if matches!(

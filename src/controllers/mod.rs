@@ -352,7 +352,8 @@ async fn route_store_event<S: Store>(store: &S, agents: &WorkQueue, clusters: &W
             Ok(Some(aci)) => clusters.push((namespace, aci.spec.cluster_deployment_ref.name)),
             // Gone: its ClusterDeployment may be waiting for that.
             _ => {
-                for cd in store.list::<crate::resources::ClusterDeployment>(Some(&namespace)).await.unwrap_or_default() {
+                for cd in store.list::<crate::resources::ClusterDeployment>(Some(&namespace)).await.unwrap_or_default()
+                {
                     if cd.cluster_install_name().as_deref() == Some(name.as_str()) {
                         clusters.push(key_of(&cd.metadata));
                     }

@@ -86,7 +86,8 @@ pub fn next_steps(host: &Host, urls: Option<&BootArtifactUrls>, openshift_versio
 
 /// The `install` step: what the installer on the host needs to know.
 fn install_step(host: &Host, openshift_version: &str) -> Step {
-    let role = if host.role == "auto-assign" && !host.suggested_role.is_empty() { &host.suggested_role } else { &host.role };
+    let role =
+        if host.role == "auto-assign" && !host.suggested_role.is_empty() { &host.suggested_role } else { &host.role };
     let disk = if !host.installation_disk_path.is_empty() {
         host.installation_disk_path.clone()
     } else {

@@ -168,8 +168,8 @@ pub struct Rule {
     pub post: Post,
 }
 
-use Src::{New, S};
 use HostStatus::*;
+use Src::{New, S};
 use TransitionType as T;
 
 const INFO_DISCOVERING: &str = "Waiting for host to send hardware details";
@@ -199,9 +199,18 @@ const BOUND_REGISTER: &[Src] = &[
     S(PendingForInput),
 ];
 const BOUND_PRE_INSTALL: &[Src] = &[S(Known), S(Discovering), S(Disconnected), S(Insufficient), S(PendingForInput)];
-const INSTALL_DONE_OR_FAILED: &[Src] =
-    &[S(PreparingForInstallation), S(PreparingSuccessful), S(PreparingFailed), S(Installing), S(InstallingInProgress),
-      S(InstallingPendingUserAction), S(Installed), S(AddedToExistingCluster), S(Error), S(Cancelled)];
+const INSTALL_DONE_OR_FAILED: &[Src] = &[
+    S(PreparingForInstallation),
+    S(PreparingSuccessful),
+    S(PreparingFailed),
+    S(Installing),
+    S(InstallingInProgress),
+    S(InstallingPendingUserAction),
+    S(Installed),
+    S(AddedToExistingCluster),
+    S(Error),
+    S(Cancelled),
+];
 const POOL_REFRESH_DISCONNECT: &[Src] =
     &[S(DiscoveringUnbound), S(InsufficientUnbound), S(KnownUnbound), S(DisconnectedUnbound), S(Unbinding)];
 const POOL_REFRESH_INVENTORY: &[Src] =
@@ -219,7 +228,13 @@ pub static RULES: &[Rule] = &[
     rule(T::RegisterHost, &[New], Guard::Bound, Dest::To(Discovering), Post::Register),
     rule(T::RegisterHost, POOL_REGISTER, Guard::Always, Dest::To(DiscoveringUnbound), Post::Register),
     rule(T::RegisterHost, BOUND_REGISTER, Guard::Always, Dest::To(Discovering), Post::Register),
-    rule(T::RegisterHost, &[S(PreparingForInstallation), S(PreparingSuccessful)], Guard::Always, Dest::To(Known), Post::RegisterKeep),
+    rule(
+        T::RegisterHost,
+        &[S(PreparingForInstallation), S(PreparingSuccessful)],
+        Guard::Always,
+        Dest::To(Known),
+        Post::RegisterKeep,
+    ),
     rule(
         T::RegisterHost,
         &[S(InstallingInProgress), S(InstallingPendingUserAction), S(AddedToExistingCluster)],
@@ -246,7 +261,13 @@ pub static RULES: &[Rule] = &[
     rule(T::ReclaimHost, BOUND_PRE_INSTALL, Guard::Always, Dest::To(Unbinding), Post::Unbind),
     rule(T::ReclaimHost, &[S(Error), S(Cancelled)], Guard::Always, Dest::To(UnbindingPendingUserAction), Post::Unbind),
     // Reclaim progress
-    rule(T::RebootingForReclaim, &[S(Reclaiming)], Guard::Always, Dest::To(ReclaimingRebooting), Post::Info(INFO_RECLAIM_REBOOTING)),
+    rule(
+        T::RebootingForReclaim,
+        &[S(Reclaiming)],
+        Guard::Always,
+        Dest::To(ReclaimingRebooting),
+        Post::Info(INFO_RECLAIM_REBOOTING),
+    ),
     rule(
         T::ReclaimHostFailed,
         &[S(Reclaiming), S(ReclaimingRebooting)],
@@ -277,13 +298,25 @@ pub static RULES: &[Rule] = &[
     // RefreshHost: installed hosts of a failed day-1 cluster
     rule(
         T::RefreshHost,
-        &[S(Installed), S(Installing), S(InstallingInProgress), S(InstallingPendingUserAction), S(ResettingPendingUserAction)],
+        &[
+            S(Installed),
+            S(Installing),
+            S(InstallingInProgress),
+            S(InstallingPendingUserAction),
+            S(ResettingPendingUserAction),
+        ],
         Guard::ClusterInErrorDay1,
         Dest::To(Error),
         Post::Info("Host is part of a cluster that failed to install"),
     ),
     // RefreshHost: pool
-    rule(T::RefreshHost, POOL_REFRESH_DISCONNECT, Guard::NotConnected, Dest::To(DisconnectedUnbound), Post::Info(INFO_DISCONNECTED)),
+    rule(
+        T::RefreshHost,
+        POOL_REFRESH_DISCONNECT,
+        Guard::NotConnected,
+        Dest::To(DisconnectedUnbound),
+        Post::Info(INFO_DISCONNECTED),
+    ),
     rule(
         T::RefreshHost,
         &[S(DisconnectedUnbound), S(DiscoveringUnbound)],
@@ -291,8 +324,20 @@ pub static RULES: &[Rule] = &[
         Dest::To(DiscoveringUnbound),
         Post::Info(INFO_DISCOVERING),
     ),
-    rule(T::RefreshHost, POOL_REFRESH_INVENTORY, Guard::ConnectedInsufficient, Dest::To(InsufficientUnbound), Post::Validated),
-    rule(T::RefreshHost, POOL_REFRESH_INVENTORY, Guard::ConnectedSufficient, Dest::To(KnownUnbound), Post::Info(INFO_KNOWN_UNBOUND)),
+    rule(
+        T::RefreshHost,
+        POOL_REFRESH_INVENTORY,
+        Guard::ConnectedInsufficient,
+        Dest::To(InsufficientUnbound),
+        Post::Validated,
+    ),
+    rule(
+        T::RefreshHost,
+        POOL_REFRESH_INVENTORY,
+        Guard::ConnectedSufficient,
+        Dest::To(KnownUnbound),
+        Post::Info(INFO_KNOWN_UNBOUND),
+    ),
     rule(T::RefreshHost, &[S(Binding), S(Unbinding)], Guard::Always, Dest::Stay, Post::None),
     // MediaDisconnect
     rule(
@@ -331,7 +376,13 @@ pub static RULES: &[Rule] = &[
         Dest::To(PreparingSuccessful),
         Post::Info("Host finished successfully to prepare for installation"),
     ),
-    rule(T::InstallHost, &[S(PreparingSuccessful)], Guard::Always, Dest::To(Installing), Post::Info("Installation is in progress")),
+    rule(
+        T::InstallHost,
+        &[S(PreparingSuccessful)],
+        Guard::Always,
+        Dest::To(Installing),
+        Post::Info("Installation is in progress"),
+    ),
     // Day 2 hosts install on their own, without a cluster-wide preparation.
     rule(T::InstallHost, &[S(Known)], Guard::Day2, Dest::To(Installing), Post::Info("Installation is in progress")),
     rule(
@@ -341,8 +392,20 @@ pub static RULES: &[Rule] = &[
         Dest::To(AddedToExistingCluster),
         Post::Progress,
     ),
-    rule(T::HostProgressChanged, &[S(Installing), S(InstallingInProgress)], Guard::StageDone, Dest::To(Installed), Post::Progress),
-    rule(T::HostProgressChanged, &[S(Installing), S(InstallingInProgress)], Guard::StageFailed, Dest::To(Error), Post::Progress),
+    rule(
+        T::HostProgressChanged,
+        &[S(Installing), S(InstallingInProgress)],
+        Guard::StageDone,
+        Dest::To(Installed),
+        Post::Progress,
+    ),
+    rule(
+        T::HostProgressChanged,
+        &[S(Installing), S(InstallingInProgress)],
+        Guard::StageFailed,
+        Dest::To(Error),
+        Post::Progress,
+    ),
     rule(
         T::HostProgressChanged,
         &[S(Installing), S(InstallingInProgress), S(InstallingPendingUserAction)],
@@ -389,7 +452,8 @@ fn connected(host: &Host, ctx: &Context) -> bool {
     if POST_REBOOT_STAGES.contains(&host.progress.current_stage.as_str()) {
         return true;
     }
-    let limit = ctx.disconnection_timeout + if host.bootstrap { SignedDuration::from_mins(2) } else { SignedDuration::ZERO };
+    let limit =
+        ctx.disconnection_timeout + if host.bootstrap { SignedDuration::from_mins(2) } else { SignedDuration::ZERO };
     match host.checked_in_at {
         None => true,
         Some(t) => ctx.now.duration_since(t) <= limit,
@@ -404,10 +468,10 @@ fn stage(event: &Event) -> &str {
 }
 
 fn guard_holds(guard: Guard, host: &Host, event: &Event, ctx: &Context) -> bool {
-    let inventory = || host.parsed_inventory().filter(|_| host.inventory.as_deref().is_some_and(|i| !i.trim().is_empty()));
-    let sufficient = || {
-        inventory().map(|inv| validations::validate(host, &inv, &ctx.requirements).iter().all(|v| v.passed))
-    };
+    let inventory =
+        || host.parsed_inventory().filter(|_| host.inventory.as_deref().is_some_and(|i| !i.trim().is_empty()));
+    let sufficient =
+        || inventory().map(|inv| validations::validate(host, &inv, &ctx.requirements).iter().all(|v| v.passed));
     match guard {
         Guard::Always => true,
         Guard::Unbound => host.cluster_id.is_none(),
@@ -433,9 +497,7 @@ fn guard_holds(guard: Guard, host: &Host, event: &Event, ctx: &Context) -> bool 
 /// Finds the rule for `event` from `from` (None: a host being created).
 pub fn find_rule(host: &Host, from: Src, event: &Event, ctx: &Context) -> Option<&'static Rule> {
     let t = event.transition_type();
-    RULES
-        .iter()
-        .find(|r| r.transition == t && r.sources.contains(&from) && guard_holds(r.guard, host, event, ctx))
+    RULES.iter().find(|r| r.transition == t && r.sources.contains(&from) && guard_holds(r.guard, host, event, ctx))
 }
 
 /// Fires `event` on an existing host.
@@ -462,8 +524,7 @@ fn apply(host: &mut Host, from: Src, event: &Event, ctx: &Context) -> Result<Fir
         && let Some(inv) = host.parsed_inventory()
         && !matches!(rule.dest, Dest::Stay)
     {
-        host.validations_info =
-            Some(validations::info_json(&validations::validate(host, &inv, &ctx.requirements)));
+        host.validations_info = Some(validations::info_json(&validations::validate(host, &inv, &ctx.requirements)));
     }
     let to = match rule.dest {
         Dest::To(s) => s,

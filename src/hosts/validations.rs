@@ -70,7 +70,10 @@ pub fn validate(host: &Host, inventory: &Inventory, req: &Requirements) -> Vec<V
             message: if eligible > 0 {
                 "Sufficient disk capacity".into()
             } else {
-                format!("No eligible disks were found; a disk of at least {} GB is required", req.min_disk_bytes / 1_000_000_000)
+                format!(
+                    "No eligible disks were found; a disk of at least {} GB is required",
+                    req.min_disk_bytes / 1_000_000_000
+                )
             },
         },
         Validation {

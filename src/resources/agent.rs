@@ -261,13 +261,13 @@ pub fn validate_agent_update(old: &Agent, new: &Agent) -> Result<(), String> {
         return Ok(());
     }
     let state = old.status.as_ref().map(|s| s.debug_info.state.as_str()).unwrap_or("");
-    let installing = state
-        .parse::<crate::hosts::HostStatus>()
-        .is_ok_and(|s| s.is_installing());
+    let installing = state.parse::<crate::hosts::HostStatus>().is_ok_and(|s| s.is_installing());
     let day2_release = old.status.as_ref().is_some_and(|s| s.kind == "AddToExistingClusterHost")
         && new.spec.cluster_deployment_name.is_none();
     if installing && !day2_release {
-        return Err("Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation.".into());
+        return Err(
+            "Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation.".into()
+        );
     }
     Ok(())
 }

@@ -11,7 +11,14 @@ use serde_json::Value;
 use super::Condition;
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(group = "hive.openshift.io", version = "v1", kind = "ClusterDeployment", plural = "clusterdeployments", namespaced, status = "ClusterDeploymentStatus")]
+#[kube(
+    group = "hive.openshift.io",
+    version = "v1",
+    kind = "ClusterDeployment",
+    plural = "clusterdeployments",
+    namespaced,
+    status = "ClusterDeploymentStatus"
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterDeploymentSpec {
     pub base_domain: String,
@@ -115,7 +122,14 @@ impl ClusterDeployment {
 }
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(group = "extensions.hive.openshift.io", version = "v1beta1", kind = "AgentClusterInstall", plural = "agentclusterinstalls", namespaced, status = "AgentClusterInstallStatus")]
+#[kube(
+    group = "extensions.hive.openshift.io",
+    version = "v1beta1",
+    kind = "AgentClusterInstall",
+    plural = "agentclusterinstalls",
+    namespaced,
+    status = "AgentClusterInstallStatus"
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentClusterInstallSpec {
     pub cluster_deployment_ref: super::LocalObjectReference,

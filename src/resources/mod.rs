@@ -449,10 +449,7 @@ impl Kind {
                 Kind::AgentClusterInstall => "aci",
                 _ => "",
             };
-            lower == singular
-                || lower == k.plural()
-                || lower == short
-                || lower.split('.').next() == Some(k.plural())
+            lower == singular || lower == k.plural() || lower == short || lower.split('.').next() == Some(k.plural())
         })
     }
     pub fn from_plural(plural: &str) -> Option<Kind> {

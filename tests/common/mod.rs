@@ -66,6 +66,14 @@ impl Server {
         server
     }
 
+    /// Kills the server with SIGKILL (no chance to clean up) and hands back its data directory.
+    pub fn kill(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap());
+        dir
+    }
+
     /// Waits until `/ready` answers 200 (all OS images settled).
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(120);

@@ -1,0 +1,194 @@
+//! The fleet benchmark: N simulated hosts through register → known-unbound → bound → installed →
+//! cluster deleted (unbound) → rebooted → known-unbound, against a release `bootstream serve`.
+//!
+//!     cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER]
+//!
+//! Prints the time of each phase, agent API latency percentiles (measured by the simulated agents)
+//! and the server's peak RSS (VmHWM).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bootstream::simulate::{self, Stats, Target, Timing};
+use serde_json::{Value, json};
+
+const NS: &str = "bench";
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let hosts: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let per_cluster: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(run(hosts, per_cluster))
+}
+
+fn rss_peak_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+async fn put(client: &reqwest::Client, url: String, doc: Value) -> anyhow::Result<()> {
+    let r = client.put(url).json(&doc).send().await?;
+    anyhow::ensure!(r.status().is_success(), "{}", r.text().await?);
+    Ok(())
+}
+
+async fn agents(client: &reqwest::Client, server: &str) -> anyhow::Result<Vec<Value>> {
+    let v: Value = client
+        .get(format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{NS}/agents"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(v["items"].as_array().cloned().unwrap_or_default())
+}
+
+fn state(a: &Value) -> &str {
+    a["status"]["debugInfo"]["state"].as_str().unwrap_or("")
+}
+
+async fn wait(
+    client: &reqwest::Client,
+    server: &str,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> anyhow::Result<Vec<Value>> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let list = agents(client, server).await?;
+        if done(&list) {
+            return Ok(list);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
+    let bin = env!("CARGO_BIN_EXE_bootstream");
+    let dir = tempfile::tempdir()?;
+    let mut child = Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line)?;
+    let addr = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
+    let server = format!("http://{addr}");
+    let client = simulate::client();
+    while client.get(format!("{server}/ready")).send().await.map(|r| !r.status().is_success()).unwrap_or(true) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ps = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": NS},
+                    "stringData": {".dockerconfigjson": "{\"auths\":{\"x\":{\"auth\":\"dTpw\"}}}"}});
+    put(&client, format!("{server}/api/v1/namespaces/{NS}/secrets/pull-secret"), ps).await?;
+    let ie = json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+                    "metadata": {"name": "pool", "namespace": NS}, "spec": {"pullSecretRef": {"name": "pull-secret"}}});
+    put(&client, format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{NS}/infraenvs/pool"), ie)
+        .await?;
+    let target = Target::discover(&client, &server, &format!("{NS}/pool")).await?;
+
+    let stats = Arc::new(Stats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    // Agents poll every 60 s × 0.05 = 3 s; a person checks installed machines every 5 s.
+    let timing = Timing { time_scale: 0.05, stage_seconds: 0.0, reboot_check_seconds: 5.0 };
+    let start = Instant::now();
+    let tasks = simulate::start_fleet(&target, "bench", 0..hosts, timing, stats.clone(), stop.clone());
+
+    let list =
+        wait(&client, &server, "known-unbound", |l| l.len() == hosts && l.iter().all(|a| state(a) == "known-unbound"))
+            .await?;
+    let t_pool = start.elapsed();
+
+    let clusters = hosts.div_ceil(per_cluster);
+    for c in 0..clusters {
+        let name = format!("c{c}");
+        let cd = json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"baseDomain": "example.com", "clusterName": name, "platform": {"agentBareMetal": {}},
+                     "clusterInstallRef": {"group": "extensions.hive.openshift.io", "kind": "AgentClusterInstall", "name": name, "version": "v1beta1"}}});
+        put(&client, format!("{server}/apis/hive.openshift.io/v1/namespaces/{NS}/clusterdeployments/{name}"), cd)
+            .await?;
+        let n = per_cluster.min(hosts - c * per_cluster);
+        let aci = json!({"apiVersion": "extensions.hive.openshift.io/v1beta1", "kind": "AgentClusterInstall",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"clusterDeploymentRef": {"name": name}, "networking": {},
+                     "provisionRequirements": {"controlPlaneAgents": 3.min(n), "workerAgents": n.saturating_sub(3)}}});
+        put(
+            &client,
+            format!("{server}/apis/extensions.hive.openshift.io/v1beta1/namespaces/{NS}/agentclusterinstalls/{name}"),
+            aci,
+        )
+        .await?;
+    }
+    let t_bind_start = start.elapsed();
+    let names: Vec<String> = list.iter().map(|a| a["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut binds = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let (client, server, n, sem) = (client.clone(), server.clone(), n.clone(), sem.clone());
+        let cd = format!("c{}", i / per_cluster);
+        binds.push(tokio::spawn(async move {
+            let _p = sem.acquire().await;
+            let patch = json!({"spec": {"approved": true, "clusterDeploymentName": {"name": cd, "namespace": NS}}});
+            client
+                .patch(format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{NS}/agents/{n}"))
+                .header("content-type", "application/merge-patch+json")
+                .body(patch.to_string())
+                .send()
+                .await
+                .map(|r| r.status().is_success())
+        }));
+    }
+    for b in binds {
+        anyhow::ensure!(b.await?.unwrap_or(false), "a bind patch failed");
+    }
+    wait(&client, &server, "installed", |l| l.iter().filter(|a| state(a) == "installed").count() == hosts).await?;
+    let t_installed = start.elapsed();
+
+    for c in 0..clusters {
+        client
+            .delete(format!("{server}/apis/hive.openshift.io/v1/namespaces/{NS}/clusterdeployments/c{c}"))
+            .send()
+            .await?;
+    }
+    wait(&client, &server, "back in the pool", |l| {
+        l.len() == hosts
+            && l.iter().all(|a| state(a) == "known-unbound" && a["spec"].get("clusterDeploymentName").is_none())
+    })
+    .await?;
+    let t_done = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let rss = rss_peak_mib(child.id());
+    let _ = child.kill();
+
+    println!("hosts {hosts}, {clusters} clusters of {per_cluster}");
+    println!("register -> known-unbound        {:>8.1} s", t_pool.as_secs_f64());
+    println!("bind -> installed                {:>8.1} s", (t_installed - t_bind_start).as_secs_f64());
+    println!("cluster deleted -> known-unbound {:>8.1} s", (t_done - t_installed).as_secs_f64());
+    println!("whole run                        {:>8.1} s", t_done.as_secs_f64());
+    println!("server peak RSS                  {:>8.1} MiB", rss);
+    println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "OPERATION", "COUNT", "P50 MS", "P99 MS", "MAX MS");
+    for (op, n, p50, p99, max) in stats.summary() {
+        println!("{op:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");
+    }
+    for (e, n) in stats.errors() {
+        println!("error {e}: {n}");
+    }
+    Ok(())
+}

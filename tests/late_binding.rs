@@ -1,0 +1,307 @@
+//! Late binding end to end, run the way a user runs it: `bootstream serve`, the CLI (`apply`, `patch`,
+//! `delete`, `get`) and `bootstream simulate` playing the hosts' discovery agents over the real agent API.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
+const NS: &str = "fleet";
+
+fn cluster_yaml(name: &str, masters: usize) -> String {
+    format!(
+        "apiVersion: hive.openshift.io/v1\nkind: ClusterDeployment\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  baseDomain: example.com\n  clusterName: {name}\n  clusterInstallRef:\n    group: extensions.hive.openshift.io\n    kind: AgentClusterInstall\n    name: {name}\n    version: v1beta1\n  platform:\n    agentBareMetal:\n      agentSelector: {{}}\n  pullSecretRef:\n    name: pull-secret\n---\napiVersion: extensions.hive.openshift.io/v1beta1\nkind: AgentClusterInstall\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  clusterDeploymentRef:\n    name: {name}\n  imageSetRef:\n    name: openshift-v4.20.0\n  networking:\n    clusterNetwork:\n    - cidr: 10.128.0.0/14\n      hostPrefix: 23\n    serviceNetwork:\n    - 172.30.0.0/16\n  provisionRequirements:\n    controlPlaneAgents: {masters}\n"
+    )
+}
+
+const IMAGE_SET: &str = "apiVersion: hive.openshift.io/v1\nkind: ClusterImageSet\nmetadata:\n  name: openshift-v4.20.0\nspec:\n  releaseImage: quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64\n";
+
+struct Fleet(Child);
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> Fleet {
+    let child = Command::new(BIN)
+        .args(["simulate", "--server", server, "--infraenv", infraenv, "--hosts", &hosts.to_string()])
+        .args(["--time-scale", "0.02", "--reboot-check-seconds", "3", "--seed", infraenv])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Fleet(child)
+}
+
+fn agents(s: &Server) -> Vec<Value> {
+    let out = cli(&["get", "--server", &s.url, "agents", "-n", NS, "-o", "json"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn state(a: &Value) -> &str {
+    a["status"]["debugInfo"]["state"].as_str().unwrap_or("")
+}
+
+fn name(a: &Value) -> String {
+    a["metadata"]["name"].as_str().unwrap().to_string()
+}
+
+fn reason<'a>(a: &'a Value, t: &str) -> &'a str {
+    condition(a, t).and_then(|c| c["reason"].as_str()).unwrap_or("")
+}
+
+fn wait_agents(s: &Server, what: &str, timeout: u64, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    loop {
+        let list = agents(s);
+        if done(&list) {
+            return list;
+        }
+        if Instant::now() > deadline {
+            let states: Vec<_> =
+                list.iter().map(|a| format!("{} {} {}", name(a), state(a), reason(a, "Bound"))).collect();
+            panic!("agents never got {what}: {states:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn patch(s: &Server, kind: &str, name: &str, json: &str) -> std::process::Output {
+    cli(&["patch", "--server", &s.url, kind, name, "-n", NS, "--type", "merge", "-p", json], None)
+}
+
+fn bind(s: &Server, agent: &str, cd: &str) {
+    let out = patch(
+        s,
+        "agent",
+        agent,
+        &format!(r#"{{"spec":{{"approved":true,"clusterDeploymentName":{{"name":"{cd}","namespace":"{NS}"}}}}}}"#),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn setup(s: &Server) {
+    s.apply_ok(&format!("{}---\n{}---\n{IMAGE_SET}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
+    s.wait_image_created(NS, "pool", "True");
+}
+
+#[test]
+fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again() {
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("first", 3));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 4, &[]);
+
+    // Registered as unbound agents.
+    let list =
+        wait_agents(&s, "4 known-unbound", 60, |l| l.len() == 4 && l.iter().all(|a| state(a) == "known-unbound"));
+    for a in &list {
+        assert!(a["spec"].get("clusterDeploymentName").is_none());
+        assert_eq!(reason(a, "Bound"), "Unbound");
+        assert_eq!(a["metadata"]["labels"]["infraenvs.agent-install.openshift.io"], "pool");
+    }
+    let names: Vec<String> = list.iter().map(name).collect();
+    let cluster_hosts = &names[..3];
+
+    // Bound and installed.
+    for n in cluster_hosts {
+        bind(&s, n, "first");
+    }
+    wait_agents(&s, "3 installed", 60, |l| {
+        l.iter().filter(|a| state(a) == "installed" && reason(a, "Installed") == "InstallationCompleted").count() == 3
+    });
+    assert_eq!(s.get_json("clusterdeployment", NS, "first")["spec"]["installed"], true);
+
+    // The ClusterDeployment goes: its agents stay, unbound, waiting for a reboot.
+    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "first", "-n", NS], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let list = wait_agents(&s, "UnbindingPendingUserAction", 30, |l| {
+        l.iter().filter(|a| reason(a, "Bound") == "UnbindingPendingUserAction").count() == 3
+    });
+    assert_eq!(list.len(), 4, "no agent was deleted");
+    for a in list.iter().filter(|a| cluster_hosts.contains(&name(a))) {
+        assert!(a["spec"].get("clusterDeploymentName").is_none(), "{a:#}");
+        let bound = condition(a, "Bound").unwrap();
+        assert_eq!(bound["status"], "False");
+        assert_eq!(bound["message"], "The agent is currently unbinding; Pending host reboot from infraenv image");
+    }
+
+    // Rebooted into discovery (the simulated person does it): back in the pool.
+    wait_agents(&s, "all known-unbound again", 60, |l| l.len() == 4 && l.iter().all(|a| state(a) == "known-unbound"));
+
+    // And bound to a second cluster, installed again.
+    s.apply_ok(&cluster_yaml("second", 3));
+    for n in cluster_hosts {
+        bind(&s, n, "second");
+    }
+    wait_agents(&s, "installed in the second cluster", 60, |l| {
+        l.iter().filter(|a| state(a) == "installed" && a["spec"]["clusterDeploymentName"]["name"] == "second").count()
+            == 3
+    });
+
+    // Unbinding one installed agent.
+    let out = patch(&s, "agent", &cluster_hosts[0], r#"{"spec":{"clusterDeploymentName":null}}"#);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_agents(&s, "the unbound agent to wait for a reboot", 30, |l| {
+        l.iter().any(|a| name(a) == cluster_hosts[0] && reason(a, "Bound") == "UnbindingPendingUserAction")
+    });
+    wait_agents(&s, "the unbound agent back in the pool", 60, |l| {
+        l.iter().any(|a| name(a) == cluster_hosts[0] && state(a) == "known-unbound")
+            && l.iter().filter(|a| state(a) == "installed").count() == 2
+    });
+}
+
+#[test]
+fn unbinding_during_installation_is_refused() {
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("slow", 1));
+    // Installation stages take 3 s each, so the host is caught installing.
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &["--stage-seconds", "3"]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let n = name(&list[0]);
+    bind(&s, &n, "slow");
+    wait_agents(&s, "installing", 60, |l| state(&l[0]) == "installing-in-progress");
+    let out = patch(&s, "agent", &n, r#"{"spec":{"clusterDeploymentName":null}}"#);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation."),
+        "{err}"
+    );
+    let a = s.get_json("agent", NS, &n);
+    assert_eq!(a["spec"]["clusterDeploymentName"]["name"], "slow", "nothing changed");
+    wait_agents(&s, "installed", 60, |l| state(&l[0]) == "installed");
+}
+
+#[test]
+fn agents_of_an_infraenv_made_for_the_cluster_are_deleted_with_it() {
+    let s = Server::start(&[]);
+    s.apply_ok(&format!("{}---\n{IMAGE_SET}", pull_secret_yaml(NS)));
+    s.apply_ok(&cluster_yaml("owned", 2));
+    s.apply_ok(&infraenv_yaml(NS, "for-owned", &format!("  clusterRef:\n    name: owned\n    namespace: {NS}\n")));
+    s.wait_image_created(NS, "for-owned", "True");
+    let _fleet = simulate(&s.url, &format!("{NS}/for-owned"), 2, &[]);
+    let list = wait_agents(&s, "2 bound agents", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known"));
+    for a in &list {
+        assert_eq!(a["spec"]["clusterDeploymentName"]["name"], "owned");
+        assert_eq!(reason(a, "Bound"), "Bound");
+        let out = patch(&s, "agent", &name(a), r#"{"spec":{"approved":true}}"#);
+        assert!(out.status.success());
+    }
+    wait_agents(&s, "installed", 60, |l| l.iter().all(|a| state(a) == "installed"));
+    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "owned", "-n", NS], None);
+    assert!(out.status.success());
+    wait_agents(&s, "no agents", 30, |l| l.is_empty());
+    let hosts = s.get(&format!(
+        "/api/assisted-install/v2/infra-envs/{}/hosts",
+        s.get_json("infraenv", NS, "for-owned")["metadata"]["uid"].as_str().unwrap()
+    ));
+    assert_eq!(hosts.status, 401, "the host list needs the agent token");
+}
+
+#[test]
+fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("hold", 3));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
+    let list =
+        wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
+    // One host bound to a cluster that cannot install (it wants 3): it holds the InfraEnv.
+    let held = name(&list[0]);
+    bind(&s, &held, "hold");
+    wait_agents(&s, "bound", 30, |l| l.iter().any(|a| name(a) == held && state(a) == "known"));
+    let out = cli(&["delete", "--server", &s.url, "infraenv", "pool", "-n", NS], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ie = s.get_json("infraenv", NS, "pool");
+    assert!(ie["metadata"]["deletionTimestamp"].is_string());
+    let c = condition(&ie, "DeletionBlocked").expect("a condition names the holding hosts");
+    assert!(c["message"].as_str().unwrap().contains(&held), "{c:#}");
+    // Released: the InfraEnv and its agents go.
+    let out = patch(&s, "agent", &held, r#"{"spec":{"clusterDeploymentName":null}}"#);
+    assert!(out.status.success());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let out = cli(&["get", "--server", &s.url, "infraenv", "pool", "-n", NS, "-o", "json"], None);
+        if !out.status.success() && agents(&s).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the InfraEnv or its agents stayed");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn agent_api_requires_the_infraenv_token() {
+    let s = Server::start(&[]);
+    setup(&s);
+    let uid = s.get_json("infraenv", NS, "pool")["metadata"]["uid"].as_str().unwrap().to_string();
+    let path = format!("/api/assisted-install/v2/infra-envs/{uid}/hosts");
+    let body = br#"{"host_id":"6f1b1b7e-0f4e-4b6a-9d57-0b8a3c1f2e11"}"#;
+    let r = request(&s.addr, "POST", &path, &[("content-type", "application/json")], body);
+    assert_eq!(r.status, 401);
+    let r = request(&s.addr, "POST", &path, &[("X-Secret-Key", "forged"), ("content-type", "application/json")], body);
+    assert_eq!(r.status, 401);
+    assert!(agents(&s).is_empty(), "nothing registered");
+}
+
+#[test]
+fn restarts_at_random_points_lose_or_duplicate_no_agent() {
+    let listen = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("churn", 5));
+    let fleet = simulate(&s.url, &format!("{NS}/pool"), 8, &[]);
+    // Kill the server at pseudo-random moments of the lifecycle; the agents keep retrying.
+    let mut seed: u64 = std::process::id() as u64;
+    let mut pause = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        Duration::from_millis(200 + (seed >> 33) % 1500)
+    };
+    let restart = |s: Server| -> Server {
+        let dir = s.kill();
+        Server::start_in(dir, &listen, &[])
+    };
+    std::thread::sleep(pause());
+    s = restart(s);
+    let list =
+        wait_agents(&s, "8 known-unbound", 90, |l| l.len() == 8 && l.iter().all(|a| state(a) == "known-unbound"));
+    let names: Vec<String> = list.iter().map(name).collect();
+    for n in &names[..5] {
+        bind(&s, n, "churn");
+        if n == &names[2] {
+            s = restart(s);
+        }
+    }
+    std::thread::sleep(pause());
+    s = restart(s);
+    wait_agents(&s, "5 installed", 90, |l| l.len() == 8 && l.iter().filter(|a| state(a) == "installed").count() == 5);
+    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "churn", "-n", NS], None);
+    assert!(out.status.success());
+    std::thread::sleep(pause());
+    s = restart(s);
+    let list = wait_agents(&s, "all back in the pool", 120, |l| {
+        l.len() == 8
+            && l.iter().all(|a| state(a) == "known-unbound" && a["spec"].get("clusterDeploymentName").is_none())
+    });
+    let mut after: Vec<String> = list.iter().map(name).collect();
+    after.sort();
+    let mut before = names.clone();
+    before.sort();
+    assert_eq!(after, before, "the same 8 agents, none lost or duplicated");
+    drop(fleet);
+}
