@@ -76,6 +76,7 @@ fn api_error(e: &ApiError) -> Response<Body> {
     error(e.status, &e.message)
 }
 
+#[allow(clippy::result_large_err)] // the error is the response itself, built once
 fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes, what: &str) -> Result<T, Response<Body>> {
     serde_json::from_slice(body).map_err(|e| error(400, &format!("invalid {what}: {e}")))
 }

@@ -126,12 +126,27 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
     let mut catalog = images.catalog.subscribe();
     enqueue_all(&images, &queue).await;
 
+    // Without a backend there are no hosts: a channel whose sender stays alive and never sends.
+    let (_no_hosts, no_host_changes) = broadcast::channel(1);
+    let mut host_changes = match &backend {
+        Some(b) => b.subscribe(),
+        None => no_host_changes,
+    };
     let feeder = {
         let images = images.clone();
         let queue = queue.clone();
         async move {
             loop {
                 tokio::select! {
+                    change = host_changes.recv() => {
+                        // A deleted InfraEnv waits for its hosts: look again when one changes.
+                        if let Ok(c) = change
+                            && let Ok(Some(ie)) = images.store.get_by_uid::<InfraEnv>(&c.infra_env_id).await
+                            && ie.metadata.deletion_timestamp.is_some()
+                        {
+                            queue.push((ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default()));
+                        }
+                    }
                     ev = events.recv() => match ev {
                         Ok(ChangeEvent { resource, namespace, name }) => {
                             for key in infraenvs_affected_by(&images.store, &resource, &namespace, &name).await {

@@ -70,8 +70,7 @@ impl Server {
     pub fn kill(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let dir = std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap());
-        dir
+        std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap())
     }
 
     /// Waits until `/ready` answers 200 (all OS images settled).
