@@ -333,3 +333,49 @@ fn status_time_moves_only_with_the_status() {
     fire(&mut h, &Event::RefreshHost, &c).unwrap();
     assert_eq!(h.status_updated_at, t0());
 }
+
+#[test]
+fn no_rule_is_shadowed_by_an_earlier_unconditional_rule() {
+    use super::machine::{Guard, RULES, Src};
+    // First match wins, so a rule every source of which an earlier unguarded rule of the same
+    // transition already claims can never fire: a table edit that did that would be a silent bug.
+    for (i, rule) in RULES.iter().enumerate() {
+        let claimed = |src: &Src| {
+            RULES[..i].iter().any(|earlier| {
+                earlier.transition == rule.transition
+                    && matches!(earlier.guard, Guard::Always)
+                    && earlier.sources.contains(src)
+            })
+        };
+        assert!(
+            !rule.sources.iter().all(claimed),
+            "rule {i} ({:?} from {:?}) can never fire",
+            rule.transition,
+            rule.sources
+        );
+    }
+}
+
+#[test]
+fn memory_within_the_tolerance_and_small_or_unsupported_disks() {
+    use super::validations::{Requirements, validate};
+    let req = Requirements::default();
+    let check = |memory: i64, disks: serde_json::Value| {
+        let inv: Inventory = serde_json::from_value(serde_json::json!({
+            "cpu": {"count": 4, "architecture": "x86_64"},
+            "memory": {"physical_bytes": memory},
+            "disks": disks,
+        }))
+        .unwrap();
+        let h = host(HostStatus::DiscoveringUnbound, None);
+        validate(&h, &inv, &req).into_iter().map(|v| (v.id, v.passed)).collect::<Vec<_>>()
+    };
+    let ssd = |size: i64, ty: &str| serde_json::json!([{"path": "/dev/sda", "drive_type": ty, "size_bytes": size}]);
+    // 8 GiB less 64 MiB of firmware reservation still passes; 8 GiB less 200 MiB does not.
+    assert!(check((8192 - 64) << 20, ssd(60_000_000_000, "SSD")).contains(&("has-min-memory", true)));
+    assert!(check((8192 - 200) << 20, ssd(60_000_000_000, "SSD")).contains(&("has-min-memory", false)));
+    assert!(check(16 << 30, ssd(49_000_000_000, "SSD")).contains(&("has-min-valid-disks", false)));
+    assert!(check(16 << 30, ssd(60_000_000_000, "ODD")).contains(&("has-min-valid-disks", false)));
+    assert!(check(16 << 30, ssd(60_000_000_000, "ECKD")).contains(&("has-min-valid-disks", false)));
+    assert!(check(16 << 30, ssd(60_000_000_000, "Multipath")).contains(&("has-min-valid-disks", true)));
+}

@@ -1,7 +1,11 @@
 //! The hardware validations that decide whether an unbound host may be bound (spec-controllers §1.3,
-//! RefreshHost pool rules: minimum disks, CPU, memory and a valid hostname). The thresholds are
-//! assisted-service's minimal host requirements for hosts outside a cluster (2 cores, 8 GiB, one
-//! eligible disk of at least 20 GB).
+//! RefreshHost pool rules: minimum disks, CPU, memory and a valid hostname).
+//!
+//! The thresholds are assisted-service's for a host judged before it has a cluster, i.e. the least
+//! any role asks for (its `loadGeneralInfraEnvMinRequirements` over the operator's default hardware
+//! requirements): 2 CPU cores (worker), 8192 MiB of RAM (worker) less the 100 MiB tolerance upstream
+//! grants for firmware-reserved memory, and one disk of at least 50 GB (decimal; arbiter, the
+//! smallest per-role disk) of an installable drive type.
 
 use serde_json::json;
 
@@ -11,12 +15,19 @@ use super::{Host, Inventory};
 pub struct Requirements {
     pub min_cpu_cores: i64,
     pub min_memory_bytes: i64,
+    /// RAM below `min_memory_bytes` still accepted: firmware and the kernel hide some of it.
+    pub memory_tolerance_bytes: i64,
     pub min_disk_bytes: i64,
 }
 
 impl Default for Requirements {
     fn default() -> Requirements {
-        Requirements { min_cpu_cores: 2, min_memory_bytes: 8 << 30, min_disk_bytes: 20_000_000_000 }
+        Requirements {
+            min_cpu_cores: 2,
+            min_memory_bytes: 8192 << 20,
+            memory_tolerance_bytes: 100 << 20,
+            min_disk_bytes: 50_000_000_000,
+        }
     }
 }
 
@@ -31,12 +42,14 @@ pub struct Validation {
 pub fn validate(host: &Host, inventory: &Inventory, req: &Requirements) -> Vec<Validation> {
     let cores = inventory.cpu.count;
     let memory = inventory.memory.physical_bytes;
+    let memory_ok = memory >= req.min_memory_bytes - req.memory_tolerance_bytes;
     let eligible = inventory
         .disks
         .iter()
         .filter(|d| match &d.installation_eligibility {
-            Some(e) => e.eligible,
-            None => matches!(d.drive_type.as_str(), "HDD" | "SSD") && d.size_bytes >= req.min_disk_bytes,
+            // The agent's own verdict may only narrow ours: a small disk is never eligible.
+            Some(e) if !e.eligible => false,
+            _ => installable_drive_type(&d.drive_type, &inventory.cpu.architecture) && d.size_bytes >= req.min_disk_bytes,
         })
         .count();
     let hostname = host.hostname();
@@ -53,8 +66,8 @@ pub fn validate(host: &Host, inventory: &Inventory, req: &Requirements) -> Vec<V
         },
         Validation {
             id: "has-min-memory",
-            passed: memory >= req.min_memory_bytes,
-            message: if memory >= req.min_memory_bytes {
+            passed: memory_ok,
+            message: if memory_ok {
                 "Sufficient minimum RAM".into()
             } else {
                 format!(
@@ -85,6 +98,16 @@ pub fn validate(host: &Host, inventory: &Inventory, req: &Requirements) -> Vec<V
             },
         },
     ]
+}
+
+/// Drive types coreos-installer can install to, per CPU architecture (upstream's disk eligibility).
+fn installable_drive_type(drive_type: &str, arch: &str) -> bool {
+    match drive_type {
+        "HDD" | "SSD" | "Multipath" | "RAID" | "iSCSI" => true,
+        "FC" => matches!(arch, "x86_64" | "s390x" | ""),
+        "ECKD" | "ECKD (ESE)" | "FBA" => arch == "s390x",
+        _ => false,
+    }
 }
 
 /// Why a hostname cannot be a node name (RFC 1123, and never `localhost`), or None.
