@@ -75,12 +75,26 @@ pub struct ChangeEvent {
     pub resource: String,
     pub namespace: String,
     pub name: String,
+    /// Only the status changed (a write through the status subresource): controllers that do not read
+    /// other objects' status skip these, as kube-rs's generation predicates do.
+    pub status_only: bool,
 }
 
 pub trait Store: Clone + Send + Sync + 'static {
     fn get<K: Object>(&self, namespace: &str, name: &str)
     -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
     fn list<K: Object>(&self, namespace: Option<&str>) -> impl Future<Output = Result<Vec<K>, StoreError>> + Send;
+    /// At least the objects whose JSON form contains `needle` (a name, as `"name"`), and possibly
+    /// others: a cheap first cut for finding the few objects that reference another among thousands.
+    /// Callers check what they get.
+    fn list_mentioning<K: Object>(
+        &self,
+        namespace: Option<&str>,
+        needle: &str,
+    ) -> impl Future<Output = Result<Vec<K>, StoreError>> + Send {
+        let _ = needle;
+        self.list(namespace)
+    }
     /// The object with this `metadata.uid` (InfraEnvs are addressed by uid in image URLs).
     fn get_by_uid<K: Object>(&self, uid: &str) -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
     /// Creates the object; the store assigns uid, creationTimestamp, generation and resourceVersion.

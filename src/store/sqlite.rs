@@ -2,10 +2,13 @@
 //! change, with Kubernetes metadata semantics: uid, creationTimestamp, generation (bumped when the spec
 //! changes), resourceVersion (a store-wide counter; writes carrying a stale one are refused).
 
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use bytes::Bytes;
+use rusqlite::{Connection, params};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -13,10 +16,97 @@ use super::json::{LAST_APPLIED_ANNOTATION, three_way};
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
 use crate::resources::Kind;
 
+/// SQLite is the durable copy; every committed object is also kept in memory as its JSON text, so
+/// reads (the controllers' gets and lists, API lists) neither wait for the writer's connection nor
+/// query SQLite, and lists can be answered by concatenating stored texts.
 #[derive(Clone)]
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
+    writer: std::sync::mpsc::Sender<Job>,
+    cache: Arc<RwLock<Cache>>,
     events: broadcast::Sender<ChangeEvent>,
+}
+
+/// Work for the thread that owns the connection.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// (resource, namespace, name)
+type ObjKey = (String, String, String);
+
+fn obj_key(res: &str, ns: &str, name: &str) -> ObjKey {
+    (res.to_string(), ns.to_string(), name.to_string())
+}
+
+/// A committed object: its resourceVersion, uid and JSON text (shared by every reader).
+struct Cached {
+    rv: i64,
+    uid: String,
+    text: Bytes,
+}
+
+impl Cached {
+    fn value(&self) -> Result<Value, StoreError> {
+        serde_json::from_slice(&self.text).map_err(backend)
+    }
+}
+
+/// The committed objects, in (resource, namespace, name) order, with a uid index.
+#[derive(Default)]
+struct Cache {
+    objects: BTreeMap<ObjKey, Arc<Cached>>,
+    by_uid: HashMap<String, ObjKey>,
+}
+
+impl Cache {
+    fn get(&self, res: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
+        self.objects.get(&obj_key(res, ns, name)).cloned()
+    }
+
+    fn list(&self, res: &str, ns: Option<&str>) -> Vec<Arc<Cached>> {
+        let start = obj_key(res, ns.unwrap_or_default(), "");
+        self.objects
+            .range(start..)
+            .take_while(|((r, n, _), _)| r == res && ns.is_none_or(|ns| n == ns))
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
+    fn put(&mut self, key: ObjKey, entry: Option<Arc<Cached>>) {
+        let old = match entry {
+            Some(c) => {
+                self.by_uid.insert(c.uid.clone(), key.clone());
+                self.objects.insert(key, c.clone()).filter(|old| old.uid != c.uid)
+            }
+            None => self.objects.remove(&key),
+        };
+        if let Some(old) = old {
+            self.by_uid.remove(&old.uid);
+        }
+    }
+}
+
+/// A write transaction: SQL, plus the objects it wrote so far, which its own reads must see before
+/// they are committed (and published to the cache).
+struct Tx<'a> {
+    sql: &'a rusqlite::Transaction<'a>,
+    committed: &'a Cache,
+    pending: RefCell<Vec<(ObjKey, Option<Arc<Cached>>)>>,
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.sql
+    }
+}
+
+impl Tx<'_> {
+    fn lookup(&self, res: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
+        let pending = self.pending.borrow();
+        match pending.iter().rev().find(|((r, n, m), _)| r == res && n == ns && m == name) {
+            Some((_, entry)) => entry.clone(),
+            None => self.committed.get(res, ns, name),
+        }
+    }
 }
 
 const SCHEMA: &str = "
@@ -67,11 +157,22 @@ const SERVER_METADATA: [&str; 5] = ["uid", "creationTimestamp", "resourceVersion
 
 /// What a write did, for the caller to emit change events after the transaction commits.
 #[derive(Default)]
-struct Changes(Vec<(String, String, String)>);
+struct Changes(Vec<ChangeEvent>);
 
 impl Changes {
     fn touch(&mut self, res: &str, ns: &str, name: &str) {
-        self.0.push((res.to_string(), ns.to_string(), name.to_string()));
+        self.push(res, ns, name, false);
+    }
+    fn touch_status(&mut self, res: &str, ns: &str, name: &str) {
+        self.push(res, ns, name, true);
+    }
+    fn push(&mut self, res: &str, ns: &str, name: &str, status_only: bool) {
+        self.0.push(ChangeEvent {
+            resource: res.to_string(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            status_only,
+        });
     }
 }
 
@@ -90,38 +191,85 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
         conn.pragma_update(None, "busy_timeout", 5000).map_err(backend)?;
         conn.execute_batch(SCHEMA).map_err(backend)?;
-        Ok(SqliteStore { conn: Arc::new(Mutex::new(conn)), events: broadcast::channel(65536).0 })
+        let mut cache = Cache::default();
+        {
+            let mut stmt = conn
+                .prepare("SELECT resource, namespace, name, uid, resource_version, body FROM objects")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        obj_key(&r.get::<_, String>(0)?, &r.get::<_, String>(1)?, &r.get::<_, String>(2)?),
+                        Cached { uid: r.get(3)?, rv: r.get(4)?, text: Bytes::from(r.get::<_, String>(5)?) },
+                    ))
+                })
+                .map_err(backend)?;
+            for row in rows {
+                let (key, entry) = row.map_err(backend)?;
+                cache.put(key, Some(Arc::new(entry)));
+            }
+        }
+        // One thread owns the connection and runs every write in turn: writes are serialized by
+        // SQLite anyway, and a pool of blocking threads waiting on a lock only costs memory.
+        let (writer, jobs) = std::sync::mpsc::channel::<Job>();
+        let mut conn = conn;
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || {
+                for job in jobs {
+                    // A panicking write rolls back (its transaction is dropped) and fails its caller
+                    // only; the thread goes on with the next.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)));
+                }
+            })
+            .map_err(backend)?;
+        Ok(SqliteStore { writer, cache: Arc::new(RwLock::new(cache)), events: broadcast::channel(65536).0 })
+    }
+
+    fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
+        self.cache.read().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn with_conn<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut guard)
-        })
-        .await
-        .map_err(backend)?
+        let (done, result) = tokio::sync::oneshot::channel();
+        self.writer
+            .send(Box::new(move |conn| {
+                let _ = done.send(f(conn));
+            }))
+            .map_err(|_| backend("the store's writer thread is gone"))?;
+        result.await.map_err(|_| backend("the store's writer thread failed"))?
     }
 
     /// Runs `f` in one transaction and emits change events for what it touched once it committed.
     async fn write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>, &mut Changes) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&Tx<'_>, &mut Changes) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let cache = self.cache.clone();
         let (out, changes) = self
             .with_conn(move |conn| {
-                let tx = conn.transaction().map_err(backend)?;
+                let sql = conn.transaction().map_err(backend)?;
                 let mut changes = Changes::default();
-                let out = f(&tx, &mut changes)?;
-                tx.commit().map_err(backend)?;
+                let (out, pending) = {
+                    let committed = cache.read().unwrap_or_else(|p| p.into_inner());
+                    let tx = Tx { sql: &sql, committed: &committed, pending: RefCell::default() };
+                    let out = f(&tx, &mut changes)?;
+                    (out, tx.pending.into_inner())
+                };
+                sql.commit().map_err(backend)?;
+                // Still holding the connection: the cache sees commits in commit order.
+                let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
+                for (key, entry) in pending {
+                    cache.put(key, entry);
+                }
                 Ok((out, changes))
             })
             .await?;
-        for (resource, namespace, name) in changes.0 {
-            let _ = self.events.send(ChangeEvent { resource, namespace, name });
+        for event in changes.0 {
+            let _ = self.events.send(event);
         }
         Ok(out)
     }
@@ -187,13 +335,19 @@ impl SqliteStore {
     }
 
     pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
-        let (res, ns, nm) = (kind.resource(), namespace.to_string(), name.to_string());
-        self.with_conn(move |conn| Ok(get_row(conn, &res, &ns, &nm)?.map(|(b, _)| b))).await
+        let entry = self.read_cache().get(&kind.resource(), namespace, name);
+        entry.map(|c| c.value()).transpose()
     }
 
     pub async fn list_documents(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>, StoreError> {
-        let (res, ns) = (kind.resource(), namespace.map(str::to_string));
-        self.with_conn(move |conn| list_bodies(conn, &res, ns.as_deref())).await
+        let entries = self.read_cache().list(&kind.resource(), namespace);
+        entries.iter().map(|c| c.value()).collect()
+    }
+
+    /// The stored JSON texts of a kind's objects, in name order: what an API list is made of, without
+    /// parsing or copying them.
+    pub fn list_texts(&self, kind: Kind, namespace: Option<&str>) -> Vec<Bytes> {
+        self.read_cache().list(&kind.resource(), namespace).into_iter().map(|c| c.text.clone()).collect()
     }
 
     /// Deletes an object the way the API server does: marked with a deletionTimestamp while it has
@@ -275,39 +429,9 @@ fn without_status(doc: &Value) -> Value {
     d
 }
 
-fn get_row(conn: &Connection, res: &str, ns: &str, name: &str) -> Result<Option<(Value, i64)>, StoreError> {
-    let row: Option<(String, i64)> = conn
-        .prepare_cached("SELECT body, resource_version FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3")
-        .and_then(|mut s| s.query_row(params![res, ns, name], |r| Ok((r.get(0)?, r.get(1)?))).optional())
-        .map_err(backend)?;
-    row.map(|(text, rv)| Ok((serde_json::from_str(&text).map_err(backend)?, rv))).transpose()
-}
-
-fn list_bodies(conn: &Connection, res: &str, ns: Option<&str>) -> Result<Vec<Value>, StoreError> {
-    let mut out = Vec::new();
-    let mut push = |text: String| -> Result<(), StoreError> {
-        out.push(serde_json::from_str(&text).map_err(backend)?);
-        Ok(())
-    };
-    match ns {
-        Some(ns) => {
-            let mut stmt = conn
-                .prepare_cached("SELECT body FROM objects WHERE resource=?1 AND namespace=?2 ORDER BY name")
-                .map_err(backend)?;
-            for row in stmt.query_map(params![res, ns], |r| r.get::<_, String>(0)).map_err(backend)? {
-                push(row.map_err(backend)?)?;
-            }
-        }
-        None => {
-            let mut stmt = conn
-                .prepare_cached("SELECT body FROM objects WHERE resource=?1 ORDER BY namespace, name")
-                .map_err(backend)?;
-            for row in stmt.query_map(params![res], |r| r.get::<_, String>(0)).map_err(backend)? {
-                push(row.map_err(backend)?)?;
-            }
-        }
-    }
-    Ok(out)
+/// The object as this transaction sees it, with its resourceVersion.
+fn get_row(tx: &Tx<'_>, res: &str, ns: &str, name: &str) -> Result<Option<(Value, i64)>, StoreError> {
+    tx.lookup(res, ns, name).map(|c| Ok((c.value()?, c.rv))).transpose()
 }
 
 fn next_resource_version(tx: &Connection) -> Result<i64, StoreError> {
@@ -321,16 +445,17 @@ fn now_rfc3339() -> String {
 }
 
 /// Writes `body` (whose metadata the caller completed) with a fresh resourceVersion, and records its owners.
-fn store_body(tx: &Connection, res: &str, ns: &str, mut body: Value) -> Result<Value, StoreError> {
+fn store_body(tx: &Tx<'_>, res: &str, ns: &str, mut body: Value) -> Result<Value, StoreError> {
     let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let uid = body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let rv = next_resource_version(tx)?;
     body["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+    let text = body.to_string();
     tx.prepare_cached(
         "INSERT INTO objects (resource, namespace, name, uid, resource_version, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (resource, namespace, name) DO UPDATE SET resource_version=excluded.resource_version, body=excluded.body",
     )
-    .and_then(|mut s| s.execute(params![res, ns, name, uid, rv, body.to_string()]))
+    .and_then(|mut s| s.execute(params![res, ns, name, uid, rv, text]))
     .map_err(|e| if e.to_string().contains("UNIQUE constraint failed: objects.uid") { StoreError::Invalid(format!("uid {uid} is taken")) } else { backend(e) })?;
     tx.prepare_cached("DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3")
         .and_then(|mut s| s.execute(params![res, ns, name]))
@@ -347,13 +472,16 @@ fn store_body(tx: &Connection, res: &str, ns: &str, mut body: Value) -> Result<V
             }
         }
     }
+    tx.pending
+        .borrow_mut()
+        .push((obj_key(res, ns, &name), Some(Arc::new(Cached { rv, uid, text: Bytes::from(text) }))));
     Ok(body)
 }
 
 /// Creates an object: the store assigns uid, creationTimestamp, generation and resourceVersion; a status
 /// in the document is dropped (it is written through the status subresource).
 fn insert_object(
-    tx: &Connection,
+    tx: &Tx<'_>,
     changes: &mut Changes,
     res: &str,
     ns: &str,
@@ -390,7 +518,7 @@ fn insert_object(
 /// `generation` moves when anything outside metadata and status changes. An object being deleted whose
 /// last finalizer goes is removed.
 fn replace_object(
-    tx: &Connection,
+    tx: &Tx<'_>,
     changes: &mut Changes,
     res: &str,
     live: &Value,
@@ -461,13 +589,7 @@ fn drop_empty_metadata(body: &mut Value) {
     }
 }
 
-fn delete_object(
-    tx: &Connection,
-    changes: &mut Changes,
-    res: &str,
-    ns: &str,
-    name: &str,
-) -> Result<Deletion, StoreError> {
+fn delete_object(tx: &Tx<'_>, changes: &mut Changes, res: &str, ns: &str, name: &str) -> Result<Deletion, StoreError> {
     let Some((mut body, _)) = get_row(tx, res, ns, name)? else {
         return Err(StoreError::NotFound { resource: res.to_string(), name: name.to_string() });
     };
@@ -486,7 +608,7 @@ fn delete_object(
 /// Removes an object and garbage-collects, in the same transaction, the objects it was the last
 /// remaining owner of (background propagation: dependents with finalizers are only marked).
 fn remove_object(
-    tx: &Connection,
+    tx: &Tx<'_>,
     changes: &mut Changes,
     res: &str,
     ns: &str,
@@ -496,6 +618,7 @@ fn remove_object(
     tx.prepare_cached("DELETE FROM objects WHERE resource=?1 AND namespace=?2 AND name=?3")
         .and_then(|mut s| s.execute(params![res, ns, name]))
         .map_err(backend)?;
+    tx.pending.borrow_mut().push((obj_key(res, ns, name), None));
     tx.prepare_cached("DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3")
         .and_then(|mut s| s.execute(params![res, ns, name]))
         .map_err(backend)?;
@@ -542,27 +665,32 @@ fn is_namespaced<K: Object>() -> bool {
 
 impl Store for SqliteStore {
     async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
-        let (res, ns, nm) = (resource_name::<K>(), namespace_of::<K>(Some(namespace)), name.to_string());
-        let body = self.with_conn(move |conn| get_row(conn, &res, &ns, &nm)).await?;
-        body.map(|(b, _)| serde_json::from_value(b).map_err(backend)).transpose()
+        let entry = self.read_cache().get(&resource_name::<K>(), &namespace_of::<K>(Some(namespace)), name);
+        entry.map(|c| serde_json::from_slice(&c.text).map_err(backend)).transpose()
     }
 
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
-        let (res, ns) = (resource_name::<K>(), namespace.map(str::to_string));
-        let bodies = self.with_conn(move |conn| list_bodies(conn, &res, ns.as_deref())).await?;
-        bodies.into_iter().map(|b| serde_json::from_value(b).map_err(backend)).collect()
+        let entries = self.read_cache().list(&resource_name::<K>(), namespace);
+        entries.iter().map(|c| serde_json::from_slice(&c.text).map_err(backend)).collect()
+    }
+
+    async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
+        let entries = self.read_cache().list(&resource_name::<K>(), namespace);
+        let finder = memchr::memmem::Finder::new(needle.as_bytes());
+        entries
+            .iter()
+            .filter(|c| finder.find(&c.text).is_some())
+            .map(|c| serde_json::from_slice(&c.text).map_err(backend))
+            .collect()
     }
 
     async fn get_by_uid<K: Object>(&self, uid: &str) -> Result<Option<K>, StoreError> {
-        let (res, uid) = (resource_name::<K>(), uid.to_string());
-        self.with_conn(move |conn| {
-            let text: Option<String> = conn
-                .query_row("SELECT body FROM objects WHERE uid=?1 AND resource=?2", params![uid, res], |r| r.get(0))
-                .optional()
-                .map_err(backend)?;
-            text.map(|t| serde_json::from_str(&t).map_err(backend)).transpose()
-        })
-        .await
+        let res = resource_name::<K>();
+        let entry = {
+            let cache = self.read_cache();
+            cache.by_uid.get(uid).filter(|k| k.0 == res).and_then(|k| cache.objects.get(k).cloned())
+        };
+        entry.map(|c| serde_json::from_slice(&c.text).map_err(backend)).transpose()
     }
 
     async fn create<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
@@ -618,7 +746,7 @@ impl Store for SqliteStore {
                         }
                     }
                 }
-                changes.touch(&res, &ns, &name);
+                changes.touch_status(&res, &ns, &name);
                 store_body(tx, &res, &ns, body)
             })
             .await?;
@@ -729,6 +857,42 @@ mod tests {
         ie.metadata.finalizers = None;
         store.update(&ie).await.unwrap();
         assert!(store.get::<InfraEnv>("ns", "a").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn reads_come_from_memory_and_agree_with_the_file() {
+        use k8s_openapi::api::core::v1::Secret;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = SqliteStore::open(&path).unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("b", "k2")).await.unwrap();
+        store.create(&owned_secret("s", "some-owner")).await.unwrap();
+        // A refused write leaves what readers see as it was.
+        let mut stale = store.get::<InfraEnv>("ns", "a").await.unwrap().unwrap();
+        stale.metadata.resource_version = Some("0".into());
+        stale.spec.ssh_authorized_key = Some("changed".into());
+        assert!(store.update(&stale).await.unwrap_err().is_conflict());
+        let a = store.get::<InfraEnv>("ns", "a").await.unwrap().unwrap();
+        assert_ne!(a.spec.ssh_authorized_key.as_deref(), Some("changed"));
+        // Lists: typed, as stored texts, and the first cut by mention.
+        assert_eq!(store.list::<InfraEnv>(Some("ns")).await.unwrap().len(), 2);
+        assert_eq!(store.list::<InfraEnv>(Some("other")).await.unwrap().len(), 0);
+        let texts = store.list_texts(Kind::InfraEnv, None);
+        assert_eq!(texts.len(), 2);
+        assert_eq!(serde_json::from_slice::<Value>(&texts[0]).unwrap()["metadata"]["name"], "a");
+        let mentioning = store.list_mentioning::<InfraEnv>(None, "\"k2\"").await.unwrap();
+        assert_eq!(mentioning.iter().map(|i| i.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["b"]);
+        let uid = a.metadata.uid.clone().unwrap();
+        assert_eq!(store.get_by_uid::<InfraEnv>(&uid).await.unwrap().unwrap().metadata.name.as_deref(), Some("a"));
+        assert!(store.get_by_uid::<Secret>(&uid).await.unwrap().is_none(), "a uid names one kind's object");
+        store.delete::<InfraEnv>("ns", "b").await.unwrap();
+        // What a fresh process loads from the file is what this one serves from memory.
+        let reopened = SqliteStore::open(&path).unwrap();
+        for kind in [Kind::InfraEnv, Kind::Secret] {
+            assert_eq!(reopened.list_texts(kind, None), store.list_texts(kind, None));
+        }
+        assert!(reopened.get_by_uid::<InfraEnv>(&uid).await.unwrap().is_some());
     }
 
     #[tokio::test]
