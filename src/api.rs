@@ -134,7 +134,8 @@ impl App {
                 text(status, self.catalog.report())
             }
             ["metrics"] => {
-                let body = self.metrics.render(&self.catalog);
+                let hosts = self.backend.count_by_status().await;
+                let body = self.metrics.render(&self.catalog, &hosts);
                 let mut r = text(StatusCode::OK, body);
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -269,6 +270,42 @@ impl App {
         }
     }
 
+    /// §8.1: a host that PXE-boots with this MAC and is already installed (or far into its installation)
+    /// gets a 404, so that iPXE falls through to the disk instead of booting discovery again.
+    async fn ipxe_skip(&self, infra_env_id: &str, mac: &str) -> Option<Response<Body>> {
+        let (lower, upper) = (mac.to_lowercase(), mac.to_uppercase());
+        let hosts = self
+            .backend
+            .hosts(|h| {
+                h.infra_env_id == infra_env_id
+                    && h.inventory.as_deref().is_some_and(|i| i.contains(&lower) || i.contains(&upper))
+            })
+            .await;
+        let host = match hosts.as_slice() {
+            [] => return None,
+            [host] => host,
+            many => {
+                return Some(text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("IPXE booting skipped. Unexpected number of hosts {} with mac {mac}", many.len()),
+                ));
+            }
+        };
+        let prefix = format!("IPXE booting skipped. InfraEnv {infra_env_id}: host {} having mac {mac}", host.id);
+        let stage = host.progress.current_stage.as_str();
+        match host.status {
+            crate::hosts::HostStatus::Installed => {
+                Some(text(StatusCode::NOT_FOUND, format!("{prefix} is already installed")))
+            }
+            crate::hosts::HostStatus::InstallingInProgress
+                if matches!(stage, "Done" | "Configuring" | "Joined" | "Rebooting" | "Waiting for ignition") =>
+            {
+                Some(text(StatusCode::NOT_FOUND, format!("{prefix} is in stage {stage}")))
+            }
+            _ => None,
+        }
+    }
+
     /// `GET /api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=...`
     async fn infraenv_file(&self, req: &Request<Bytes>, id: &str) -> Response<Body> {
         let q = query_map(req);
@@ -296,9 +333,14 @@ impl App {
                     }
                 };
                 let mac = q.get("mac").filter(|m| !m.is_empty());
+                if let Some(mac) = mac
+                    && let Some(skip) = self.ipxe_skip(id, mac).await
+                {
+                    return skip;
+                }
                 let script = if order_control && mac.is_none() {
                     // Redirect script: iPXE fills in the MAC; the answer for that MAC decides whether the
-                    // host boots discovery or falls through to its disk (hosts registry: a later issue).
+                    // host boots discovery or falls through to its disk.
                     Ok(format!(
                         "#!ipxe\nchain {}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=ipxe-script&mac=${{net0/mac}}\n",
                         self.images.config.base_url
@@ -370,14 +412,7 @@ impl App {
             }
         };
         let result = match (req.method().clone(), namespace, name) {
-            (Method::GET, ns, None) => self.store.list_documents(kind, ns).await.map(|items| {
-                crate::http::json(
-                    StatusCode::OK,
-                    &json!({
-                        "apiVersion": kind.api_version(), "kind": format!("{}List", kind.name()), "items": items
-                    }),
-                )
-            }),
+            (Method::GET, ns, None) => Ok(list_response(kind, &self.store.list_texts(kind, ns))),
             (Method::GET, Some(ns), Some(name)) => match self.store.get_document(kind, ns, name).await {
                 Ok(Some(doc)) => Ok(crate::http::json(StatusCode::OK, &doc)),
                 Ok(None) => Err(not_found_error(kind, name)),
@@ -557,4 +592,25 @@ fn status_error(code: StatusCode, reason: &str, message: &str) -> Response<Body>
         code,
         &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code.as_u16()}),
     )
+}
+
+/// A `<Kind>List` made of the stored object texts as they are: a list of ten thousand Agents costs
+/// one copy, not a parse and a re-serialization of each.
+fn list_response(kind: Kind, items: &[Bytes]) -> Response<Body> {
+    let head = format!(r#"{{"apiVersion":"{}","kind":"{}List","items":["#, kind.api_version(), kind.name());
+    let mut body = Vec::with_capacity(head.len() + items.iter().map(|i| i.len() + 1).sum::<usize>() + 3);
+    body.extend_from_slice(head.as_bytes());
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(item);
+    }
+    body.extend_from_slice(b"]}\n");
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .body(Body::Bytes(Bytes::from(body)))
+        .expect("valid response")
 }

@@ -1,5 +1,6 @@
 //! Prometheus metrics (text exposition format at `/metrics`): per-route request duration, response size
-//! and in-flight requests, shaped like assisted-image-service's, plus the state of the OS image catalog.
+//! and in-flight requests, shaped like assisted-image-service's, plus the state of the OS image catalog
+//! and the number of hosts in each state.
 
 use std::sync::Arc;
 
@@ -32,8 +33,14 @@ pub struct ImageLabels {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabels {
+    pub status: String,
+}
+
 pub struct Metrics {
     registry: Registry,
+    hosts: Family<HostLabels, Gauge>,
     duration: Family<RequestLabels, Histogram>,
     size: Family<RequestLabels, Histogram>,
     inflight: Family<HandlerLabels, Gauge>,
@@ -65,7 +72,9 @@ impl Metrics {
             aborted.clone(),
         );
         registry.register("os_images", "OS images of the catalog by state (1 = in that state)", os_images.clone());
-        Arc::new(Metrics { registry, duration, size, inflight, aborted, os_images })
+        let hosts = Family::<HostLabels, Gauge>::default();
+        registry.register("hosts", "Hosts by state of the host state machine", hosts.clone());
+        Arc::new(Metrics { registry, hosts, duration, size, inflight, aborted, os_images })
     }
 
     pub fn started(&self, handler: &'static str) {
@@ -86,7 +95,11 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, catalog: &Catalog) -> String {
+    /// The exposition text, with the catalog's state and the host counts (`(state, count)`) of now.
+    pub fn render(&self, catalog: &Catalog, hosts: &[(crate::hosts::HostStatus, usize)]) -> String {
+        for (status, n) in hosts {
+            self.hosts.get_or_create(&HostLabels { status: status.as_str().to_string() }).set(*n as i64);
+        }
         self.os_images.clear();
         for e in catalog.entries() {
             let state = match e.state {

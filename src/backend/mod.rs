@@ -229,6 +229,18 @@ impl Backend {
         out
     }
 
+    /// How many hosts are in each state (every state listed, zeros included).
+    pub async fn count_by_status(&self) -> Vec<(HostStatus, usize)> {
+        let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut counts: HashMap<HostStatus, usize> = HostStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        for slot in slots {
+            if let Some(h) = slot.lock().await.as_ref() {
+                *counts.entry(h.status).or_default() += 1;
+            }
+        }
+        HostStatus::ALL.iter().map(|s| (*s, counts[s])).collect()
+    }
+
     pub async fn host_count(&self) -> usize {
         self.hosts.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -259,6 +271,8 @@ impl Backend {
                 || host.progress != current.progress
                 || host.status_info != current.status_info
                 || host.role != current.role
+                || host.approved != current.approved
+                || host.kind != current.kind
                 || host.validations_info != current.validations_info;
             self.index(&host.id, current.cluster_id.as_deref(), host.cluster_id.as_deref());
             *guard = Some(host.clone());

@@ -391,7 +391,8 @@ async fn delete_install<S: Store>(
 /// §4 `unbindAgents`.
 async fn unbind_agents<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeployment) -> Result<(), StoreError> {
     let (cd_ns, cd_name) = key(&cd.metadata);
-    for agent in ctx.store.list::<Agent>(None).await? {
+    // Agents naming the ClusterDeployment mention its name; the few that do are checked below.
+    for agent in ctx.store.list_mentioning::<Agent>(None, &format!("\"{cd_name}\"")).await? {
         let Some(r) = &agent.spec.cluster_deployment_name else { continue };
         if r.namespace != cd_ns || r.name != cd_name {
             continue;

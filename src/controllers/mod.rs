@@ -6,6 +6,8 @@ pub mod agent;
 pub mod agent_conditions;
 pub mod cluster;
 pub mod infraenv;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -148,7 +150,7 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
                         }
                     }
                     ev = events.recv() => match ev {
-                        Ok(ChangeEvent { resource, namespace, name }) => {
+                        Ok(ChangeEvent { resource, namespace, name, .. }) => {
                             for key in infraenvs_affected_by(&images.store, &resource, &namespace, &name).await {
                                 queue.push(key);
                             }
@@ -351,14 +353,12 @@ fn key_of(meta: &crate::resources::ObjectMeta) -> Key {
 
 /// Which Agent and ClusterDeployment keys a store change concerns.
 async fn route_store_event<S: Store>(store: &S, agents: &WorkQueue, clusters: &WorkQueue, ev: ChangeEvent) {
-    let ChangeEvent { resource, namespace, name } = ev;
+    let ChangeEvent { resource, namespace, name, status_only } = ev;
     if resource == resource_name::<crate::resources::Agent>() {
-        agents.push((namespace.clone(), name.clone()));
-        // A cluster waits for its agents (approval, binding).
-        if let Ok(Some(a)) = store.get::<crate::resources::Agent>(&namespace, &name).await
-            && let Some(r) = a.spec.cluster_deployment_name
-        {
-            clusters.push((r.namespace, r.name));
+        // The agent controller writes the status itself; the cluster controller hears of agents
+        // through their hosts (binding, approval, progress), not through Agent events.
+        if !status_only {
+            agents.push((namespace, name));
         }
     } else if resource == resource_name::<crate::resources::ClusterDeployment>() {
         clusters.push((namespace, name));
@@ -375,9 +375,11 @@ async fn route_store_event<S: Store>(store: &S, agents: &WorkQueue, clusters: &W
                 }
             }
         }
-    } else if resource == resource_name::<crate::resources::InfraEnv>() {
+    } else if resource == resource_name::<crate::resources::InfraEnv>() && !status_only {
         // Agents copy InfraEnv settings (auto-approval, labels).
-        for a in store.list::<crate::resources::Agent>(Some(&namespace)).await.unwrap_or_default() {
+        let mention = format!("\"{name}\"");
+        for a in store.list_mentioning::<crate::resources::Agent>(Some(&namespace), &mention).await.unwrap_or_default()
+        {
             if a.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name) {
                 agents.push(key_of(&a.metadata));
             }
