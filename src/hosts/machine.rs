@@ -5,7 +5,7 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::validations::{self, Requirements};
-use super::{Host, HostKind, HostStatus, Progress};
+use super::{Host, HostKind, HostStatus, Inventory, Progress};
 
 /// What happened to a host.
 #[derive(Clone, Debug, PartialEq)]
@@ -467,11 +467,42 @@ fn stage(event: &Event) -> &str {
     }
 }
 
-fn guard_holds(guard: Guard, host: &Host, event: &Event, ctx: &Context) -> bool {
-    let inventory =
-        || host.parsed_inventory().filter(|_| host.inventory.as_deref().is_some_and(|i| !i.trim().is_empty()));
-    let sufficient =
-        || inventory().map(|inv| validations::validate(host, &inv, &ctx.requirements).iter().all(|v| v.passed));
+/// What the guards of one transition ask about a host's inventory, worked out once: parsing the
+/// inventory and validating it are the costly part of a refresh, and several rules ask.
+struct Facts<'a> {
+    host: &'a Host,
+    ctx: &'a Context,
+    inventory: std::cell::OnceCell<Option<Inventory>>,
+    validations: std::cell::OnceCell<Option<Vec<validations::Validation>>>,
+}
+
+impl<'a> Facts<'a> {
+    fn new(host: &'a Host, ctx: &'a Context) -> Facts<'a> {
+        Facts { host, ctx, inventory: Default::default(), validations: Default::default() }
+    }
+    fn inventory(&self) -> Option<&Inventory> {
+        self.inventory
+            .get_or_init(|| {
+                self.host
+                    .parsed_inventory()
+                    .filter(|_| self.host.inventory.as_deref().is_some_and(|i| !i.trim().is_empty()))
+            })
+            .as_ref()
+    }
+    fn validations(&self) -> Option<&[validations::Validation]> {
+        self.validations
+            .get_or_init(|| self.inventory().map(|inv| validations::validate(self.host, inv, &self.ctx.requirements)))
+            .as_deref()
+    }
+    fn sufficient(&self) -> Option<bool> {
+        self.validations().map(|v| v.iter().all(|v| v.passed))
+    }
+}
+
+fn guard_holds(guard: Guard, facts: &Facts<'_>, event: &Event) -> bool {
+    let (host, ctx) = (facts.host, facts.ctx);
+    let inventory = || facts.inventory();
+    let sufficient = || facts.sufficient();
     match guard {
         Guard::Always => true,
         Guard::Unbound => host.cluster_id.is_none(),
@@ -496,8 +527,12 @@ fn guard_holds(guard: Guard, host: &Host, event: &Event, ctx: &Context) -> bool 
 
 /// Finds the rule for `event` from `from` (None: a host being created).
 pub fn find_rule(host: &Host, from: Src, event: &Event, ctx: &Context) -> Option<&'static Rule> {
+    find_rule_with(&Facts::new(host, ctx), from, event)
+}
+
+fn find_rule_with(facts: &Facts<'_>, from: Src, event: &Event) -> Option<&'static Rule> {
     let t = event.transition_type();
-    RULES.iter().find(|r| r.transition == t && r.sources.contains(&from) && guard_holds(r.guard, host, event, ctx))
+    RULES.iter().find(|r| r.transition == t && r.sources.contains(&from) && guard_holds(r.guard, facts, event))
 }
 
 /// Fires `event` on an existing host.
@@ -515,22 +550,31 @@ fn apply(host: &mut Host, from: Src, event: &Event, ctx: &Context) -> Result<Fir
         Src::New => None,
         Src::S(s) => Some(s),
     };
-    let Some(rule) = find_rule(host, from, event, ctx) else {
+    let facts = Facts::new(host, ctx);
+    let Some(rule) = find_rule_with(&facts, from, event) else {
         return Err(TransitionError { transition: event.transition_type(), from: from_status });
     };
     // Validations are recorded on every refresh of a host with an inventory (they are not cleared by
     // unbinding, §1.3).
-    if matches!(event, Event::RefreshHost)
-        && let Some(inv) = host.parsed_inventory()
-        && !matches!(rule.dest, Dest::Stay)
-    {
-        host.validations_info = Some(validations::info_json(&validations::validate(host, &inv, &ctx.requirements)));
+    let validations_info = if matches!(event, Event::RefreshHost) && !matches!(rule.dest, Dest::Stay) {
+        facts.validations().map(validations::info_json)
+    } else {
+        None
+    };
+    let insufficient_info = if matches!(rule.post, Post::Validated) {
+        facts.validations().map(validations::insufficient_info)
+    } else {
+        None
+    };
+    drop(facts);
+    if validations_info.is_some() {
+        host.validations_info = validations_info;
     }
     let to = match rule.dest {
         Dest::To(s) => s,
         Dest::Stay => return Ok(Fired { from: from_status, to: host.status }),
     };
-    post_action(rule.post, host, event, ctx);
+    post_action(rule.post, host, event, ctx, insufficient_info);
     if from_status != Some(to) {
         host.status_updated_at = ctx.now;
     }
@@ -538,7 +582,7 @@ fn apply(host: &mut Host, from: Src, event: &Event, ctx: &Context) -> Result<Fir
     Ok(Fired { from: from_status, to })
 }
 
-fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context) {
+fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context, insufficient_info: Option<String>) {
     match post {
         Post::None => {}
         Post::Register => {
@@ -607,9 +651,8 @@ fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context) {
             }
         }
         Post::Validated => {
-            if let Some(inv) = host.parsed_inventory() {
-                host.status_info =
-                    validations::insufficient_info(&validations::validate(host, &inv, &ctx.requirements));
+            if let Some(info) = insufficient_info {
+                host.status_info = info;
             }
         }
     }

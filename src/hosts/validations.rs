@@ -49,10 +49,14 @@ pub fn validate(host: &Host, inventory: &Inventory, req: &Requirements) -> Vec<V
         .filter(|d| match &d.installation_eligibility {
             // The agent's own verdict may only narrow ours: a small disk is never eligible.
             Some(e) if !e.eligible => false,
-            _ => installable_drive_type(&d.drive_type, &inventory.cpu.architecture) && d.size_bytes >= req.min_disk_bytes,
+            _ => {
+                installable_drive_type(&d.drive_type, &inventory.cpu.architecture) && d.size_bytes >= req.min_disk_bytes
+            }
         })
         .count();
-    let hostname = host.hostname();
+    // The inventory is already parsed: do not let Host::hostname parse it again.
+    let hostname =
+        if host.requested_hostname.is_empty() { inventory.hostname.clone() } else { host.requested_hostname.clone() };
     let hostname_problem = hostname_problem(&hostname);
     vec![
         Validation {
