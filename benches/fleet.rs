@@ -25,6 +25,28 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(run(hosts, per_cluster))
 }
 
+/// CPU seconds (user + system) a process used so far.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat (state, field 3, comes first after the name);
+    // clock ticks are 100 Hz.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The server, killed however the benchmark ends (an early error must not leave it running).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn rss_peak_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -56,19 +78,39 @@ fn state(a: &Value) -> &str {
     a["status"]["debugInfo"]["state"].as_str().unwrap_or("")
 }
 
+/// Hosts by state, from the server's `/metrics` (cheap to poll, unlike the list of Agents).
+async fn host_counts(
+    client: &reqwest::Client,
+    server: &str,
+) -> anyhow::Result<std::collections::HashMap<String, usize>> {
+    let text = client.get(format!("{server}/metrics")).send().await?.text().await?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("bootstream_hosts{status=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .filter_map(|(state, n)| Some((state.to_string(), n.trim().parse().ok()?)))
+        .collect())
+}
+
+/// Waits until `state` holds `hosts` hosts, then until the Agents say so too (`done`), and returns them.
 async fn wait(
     client: &reqwest::Client,
     server: &str,
-    what: &str,
+    state: &str,
+    hosts: usize,
     done: impl Fn(&[Value]) -> bool,
 ) -> anyhow::Result<Vec<Value>> {
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    while host_counts(client, server).await?.get(state).copied().unwrap_or(0) < hosts {
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {hosts} hosts {state}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     loop {
         let list = agents(client, server).await?;
         if done(&list) {
             return Ok(list);
         }
-        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for the Agents to be {state}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -76,15 +118,17 @@ async fn wait(
 async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     let bin = env!("CARGO_BIN_EXE_bootstream");
     let dir = tempfile::tempdir()?;
-    let mut child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
+    let mut child = KillOnDrop(
+        Command::new(bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?,
+    );
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line)?;
+    BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line)?;
     let addr = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
     let server = format!("http://{addr}");
     let client = simulate::client();
@@ -107,9 +151,10 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     let start = Instant::now();
     let tasks = simulate::start_fleet(&target, "bench", 0..hosts, timing, stats.clone(), stop.clone());
 
-    let list =
-        wait(&client, &server, "known-unbound", |l| l.len() == hosts && l.iter().all(|a| state(a) == "known-unbound"))
-            .await?;
+    let list = wait(&client, &server, "known-unbound", hosts, |l| {
+        l.len() == hosts && l.iter().all(|a| state(a) == "known-unbound")
+    })
+    .await?;
     let t_pool = start.elapsed();
 
     let clusters = hosts.div_ceil(per_cluster);
@@ -155,7 +200,8 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     for b in binds {
         anyhow::ensure!(b.await?.unwrap_or(false), "a bind patch failed");
     }
-    wait(&client, &server, "installed", |l| l.iter().filter(|a| state(a) == "installed").count() == hosts).await?;
+    wait(&client, &server, "installed", hosts, |l| l.iter().filter(|a| state(a) == "installed").count() == hosts)
+        .await?;
     let t_installed = start.elapsed();
 
     for c in 0..clusters {
@@ -164,7 +210,7 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
             .send()
             .await?;
     }
-    wait(&client, &server, "back in the pool", |l| {
+    wait(&client, &server, "known-unbound", hosts, |l| {
         l.len() == hosts
             && l.iter().all(|a| state(a) == "known-unbound" && a["spec"].get("clusterDeploymentName").is_none())
     })
@@ -174,8 +220,9 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     for t in tasks {
         t.abort();
     }
-    let rss = rss_peak_mib(child.id());
-    let _ = child.kill();
+    let rss = rss_peak_mib(child.0.id());
+    let server_cpu = cpu_seconds(&child.0.id().to_string());
+    let agents_cpu = cpu_seconds("self");
 
     println!("hosts {hosts}, {clusters} clusters of {per_cluster}");
     println!("register -> known-unbound        {:>8.1} s", t_pool.as_secs_f64());
@@ -183,6 +230,8 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     println!("cluster deleted -> known-unbound {:>8.1} s", (t_done - t_installed).as_secs_f64());
     println!("whole run                        {:>8.1} s", t_done.as_secs_f64());
     println!("server peak RSS                  {:>8.1} MiB", rss);
+    println!("server CPU                       {:>8.1} s", server_cpu);
+    println!("simulated agents CPU             {:>8.1} s", agents_cpu);
     println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "OPERATION", "COUNT", "P50 MS", "P99 MS", "MAX MS");
     for (op, n, p50, p99, max) in stats.summary() {
         println!("{op:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");

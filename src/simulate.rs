@@ -180,6 +180,17 @@ pub struct Machine {
     target: Target,
     stats: Arc<Stats>,
     timing: Timing,
+    /// The inventory step's output, the same at every reply (made once: the simulator shares the
+    /// machine's CPU with the server it loads).
+    inventory: String,
+}
+
+/// What woke an installed machine.
+enum Wake {
+    /// Rebooted into discovery (by a person or a BMC).
+    Reboot,
+    /// The reclaim agent started on it.
+    Reclaim,
 }
 
 enum Next {
@@ -198,7 +209,7 @@ impl Machine {
         stats: Arc<Stats>,
         timing: Timing,
     ) -> Machine {
-        Machine { index, id, client, target, stats, timing }
+        Machine { inventory: inventory(index).to_string(), index, id, client, target, stats, timing }
     }
 
     fn url(&self, rest: &str) -> String {
@@ -226,18 +237,19 @@ impl Machine {
     /// Runs the machine until `stop` is set.
     pub async fn run(&self, stop: Arc<AtomicBool>) {
         while !stop.load(Ordering::Relaxed) {
-            match self.boot_discovery(&stop).await {
-                Ok(Next::Register) => {}
-                Ok(Next::Installed) => {
-                    if let Err(e) = self.wait_for_reboot(&stop).await {
-                        tracing::debug!(host = %self.id, "{e:#}");
-                        self.sleep(5.0).await;
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(host = %self.id, "{e:#}");
-                    self.sleep(5.0).await;
-                }
+            let result = match self.boot_discovery(&stop).await {
+                Ok(Next::Register) => Ok(()),
+                Ok(Next::Installed) => match self.wait_for_reboot(&stop).await {
+                    Ok(Wake::Reboot) => Ok(()),
+                    // The reclaim agent on the node follows the steps until it reboots into discovery.
+                    Ok(Wake::Reclaim) => self.follow_steps(&stop).await.map(|_| ()),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::debug!(host = %self.id, "{e:#}");
+                self.sleep(5.0).await;
             }
         }
     }
@@ -249,6 +261,11 @@ impl Machine {
             self.client.post(self.url("")).json(&json!({"host_id": self.id, "discovery_agent_version": "simulated"})),
         )
         .await?;
+        self.follow_steps(stop).await
+    }
+
+    /// The next-step runner: asks for instructions and answers each step, until told to exit.
+    async fn follow_steps(&self, stop: &AtomicBool) -> anyhow::Result<Next> {
         while !stop.load(Ordering::Relaxed) {
             let steps: Value = self
                 .call("instructions", self.client.get(self.url(&format!("/{}/instructions", self.id))))
@@ -259,9 +276,9 @@ impl Machine {
                 let step_type = step["step_type"].as_str().unwrap_or("").to_string();
                 let step_id = step["step_id"].as_str().unwrap_or("").to_string();
                 match step_type.as_str() {
-                    "inventory" => self.reply(&step_type, &step_id, 0, inventory(self.index).to_string()).await?,
+                    "inventory" => self.reply(&step_type, &step_id, 0, self.inventory.clone()).await?,
                     "ntp-synchronizer" => {
-                        self.reply(&step_type, &step_id, 0, json!({"ntp_sources": []}).to_string()).await?
+                        self.reply(&step_type, &step_id, 0, r#"{"ntp_sources":[]}"#.to_string()).await?
                     }
                     "install" => {
                         self.install().await?;
@@ -318,8 +335,9 @@ impl Machine {
         Ok(())
     }
 
-    /// An installed machine: reboot it into discovery once its host waits for that.
-    async fn wait_for_reboot(&self, stop: &AtomicBool) -> anyhow::Result<()> {
+    /// An installed machine: rebooted into discovery once its host waits for that, or running the
+    /// reclaim agent once bootstream started one on it.
+    async fn wait_for_reboot(&self, stop: &AtomicBool) -> anyhow::Result<Wake> {
         while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_secs_f64(self.timing.reboot_check_seconds.max(0.01))).await;
             let resp = self
@@ -329,22 +347,23 @@ impl Machine {
                 .send()
                 .await?;
             if resp.status() == reqwest::StatusCode::NOT_FOUND {
-                return Ok(());
+                return Ok(Wake::Reboot);
             }
             let host: Value = resp.json().await?;
-            if matches!(
-                host["status"].as_str(),
-                Some("unbinding-pending-user-action" | "reclaiming" | "reclaiming-rebooting")
-            ) {
-                return Ok(());
+            match host["status"].as_str() {
+                Some("unbinding-pending-user-action") => return Ok(Wake::Reboot),
+                Some("reclaiming" | "reclaiming-rebooting") => return Ok(Wake::Reclaim),
+                _ => {}
             }
         }
-        Ok(())
+        Ok(Wake::Reboot)
     }
 }
 
 /// A client suited to many concurrent agents on one server.
 pub fn client() -> reqwest::Client {
+    // The process may not have chosen a TLS provider yet (benchmarks and tests call this directly).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .timeout(Duration::from_secs(30))
