@@ -18,6 +18,7 @@ pub mod backend;
 pub mod catalog;
 pub mod cli;
 pub mod controllers;
+pub mod fake_apiserver;
 pub mod hosts;
 pub mod http;
 pub mod ignition;

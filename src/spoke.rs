@@ -318,3 +318,147 @@ pub fn reclaim_daemonset(cfg: &ReclaimAgentConfig, node_uid: &str) -> Value {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_apiserver::FakeApiServer;
+
+    const NS_PATH: &str = "/api/v1/namespaces/assisted-installer";
+
+    fn config(node: &str) -> ReclaimAgentConfig {
+        ReclaimAgentConfig {
+            node_name: node.to_string(),
+            infra_env_id: "ie-1".into(),
+            host_id: "host-1".into(),
+            service_base_url: "http://hub.example:8090".into(),
+            agent_image: "quay.io/example/agent:v1".into(),
+            auth_token: "agent-token".into(),
+            skip_cert_verification: false,
+            ca_cert: None,
+        }
+    }
+
+    async fn spoke_with_node(node: &str, annotations: Value) -> (FakeApiServer, SpokeClient) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let spoke = FakeApiServer::start().await;
+        spoke.put(
+            &format!("/api/v1/nodes/{node}"),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "annotations": annotations}}),
+        );
+        let client = SpokeClient::from_kubeconfig(spoke.kubeconfig().as_bytes()).await.expect("kubeconfig");
+        (spoke, client)
+    }
+
+    #[tokio::test]
+    async fn scenario_29_reclaim_objects_are_ensured_on_the_spoke() {
+        let (spoke, client) = spoke_with_node("worker-0.example", json!({})).await;
+        client.ensure_reclaim_agent(&config("worker-0.example")).await.expect("reclaim agent");
+        let node_uid = spoke.get("/api/v1/nodes/worker-0.example").unwrap()["metadata"]["uid"].clone();
+        let ds_path = "/apis/apps/v1/namespaces/assisted-installer/daemonsets/worker-0-example-reclaim".to_string();
+        for path in [
+            NS_PATH.to_string(),
+            format!("{NS_PATH}/serviceaccounts/node-reclaim"),
+            "/apis/authorization.openshift.io/v1/namespaces/assisted-installer/roles/node-reclaim".into(),
+            "/apis/authorization.openshift.io/v1/namespaces/assisted-installer/rolebindings/node-reclaim".into(),
+            format!("{NS_PATH}/secrets/reclaim-ie-1-token"),
+            ds_path.clone(),
+        ] {
+            assert!(spoke.get(&path).is_some(), "{path} missing; have {:?}", spoke.paths());
+        }
+        let ds = spoke.get(&ds_path).unwrap();
+        assert_eq!(ds["metadata"]["ownerReferences"][0]["uid"], node_uid);
+        assert_eq!(ds["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"], "worker-0.example");
+        assert_eq!(
+            ds["spec"]["template"]["spec"]["containers"][0]["args"][0], "-url=http://hub.example:8090",
+            "{ds:#}"
+        );
+        assert_eq!(
+            spoke.get(&format!("{NS_PATH}/secrets/reclaim-ie-1-token")).unwrap()["stringData"]["auth-token"],
+            "agent-token"
+        );
+        // The namespace comes first and the DaemonSet last (§7.2), all as server-side apply.
+        let patches: Vec<String> = spoke.requests().into_iter().filter(|r| r.starts_with("PATCH")).collect();
+        assert_eq!(patches.first().map(String::as_str), Some(format!("PATCH {NS_PATH}").as_str()));
+        assert_eq!(patches.last(), Some(&format!("PATCH {ds_path}")));
+        // Create-or-update: a second run succeeds and changes nothing but versions.
+        client.ensure_reclaim_agent(&config("worker-0.example")).await.expect("second run");
+        assert_eq!(spoke.paths().len(), 7);
+    }
+
+    #[tokio::test]
+    async fn scenario_30_reclaim_fails_without_the_node_or_when_the_spoke_refuses() {
+        let (spoke, client) = spoke_with_node("worker-0", json!({})).await;
+        let err = client.ensure_reclaim_agent(&config("worker-1")).await.unwrap_err();
+        assert!(matches!(err, SpokeError::NodeMissing { .. }), "{err}");
+        spoke.fail("PATCH", "/apis/apps/v1/", 500);
+        let err = client.ensure_reclaim_agent(&config("worker-0")).await.unwrap_err();
+        assert!(err.to_string().contains("failed to create or update daemonset worker-0-reclaim"), "{err}");
+        let unreachable =
+            SpokeClient::from_kubeconfig(spoke.kubeconfig().replace(&spoke.url, "http://127.0.0.1:9").as_bytes())
+                .await
+                .unwrap();
+        assert!(unreachable.ensure_reclaim_agent(&config("worker-0")).await.is_err());
+        assert!(SpokeClient::from_kubeconfig(b"not: a kubeconfig: at all").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn scenario_37_a_node_without_a_machine_is_deleted_with_its_reclaim_agent() {
+        let (spoke, client) = spoke_with_node("worker-0", json!({})).await;
+        client.ensure_reclaim_agent(&config("worker-0")).await.unwrap();
+        client.remove_spoke_resources("worker-0").await.expect("removal");
+        assert!(spoke.get("/api/v1/nodes/worker-0").is_none());
+        assert!(
+            spoke.get("/apis/apps/v1/namespaces/assisted-installer/daemonsets/worker-0-reclaim").is_none(),
+            "the DaemonSet goes with its Node"
+        );
+        // A node already gone is not an error.
+        client.remove_spoke_resources("worker-0").await.expect("second removal");
+    }
+
+    const MACHINES: &str = "/apis/machine.openshift.io/v1beta1/namespaces/openshift-machine-api";
+    const BMH: &str = "/apis/metal3.io/v1alpha1/namespaces/openshift-machine-api/baremetalhosts/bmh-0";
+
+    async fn node_with_machine(machineset: Option<&str>) -> (FakeApiServer, SpokeClient) {
+        let (spoke, client) =
+            spoke_with_node("worker-0", json!({"machine.openshift.io/machine": "openshift-machine-api/m-0"})).await;
+        let mut machine = json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "m-0", "namespace": "openshift-machine-api",
+                         "annotations": {"metal3.io/BareMetalHost": "openshift-machine-api/bmh-0"}}});
+        if let Some(ms) = machineset {
+            machine["metadata"]["labels"] = json!({"machine.openshift.io/cluster-api-machineset": ms});
+            spoke.put(
+                &format!("{MACHINES}/machinesets/{ms}"),
+                json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+                       "metadata": {"name": ms, "namespace": "openshift-machine-api"}}),
+            );
+        }
+        spoke.put(&format!("{MACHINES}/machines/m-0"), machine);
+        spoke.put(
+            BMH,
+            json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                              "metadata": {"name": "bmh-0", "namespace": "openshift-machine-api"}}),
+        );
+        (spoke, client)
+    }
+
+    #[tokio::test]
+    async fn scenario_39_a_machine_without_machineset_is_deleted_with_its_bmh() {
+        let (spoke, client) = node_with_machine(None).await;
+        client.remove_spoke_resources("worker-0").await.expect("removal");
+        assert!(spoke.get(BMH).is_none());
+        assert!(spoke.get(&format!("{MACHINES}/machines/m-0")).is_none());
+    }
+
+    #[tokio::test]
+    async fn scenario_39_a_machineset_scales_down_to_the_remaining_hosts() {
+        let (spoke, client) = node_with_machine(Some("workers")).await;
+        client.remove_spoke_resources("worker-0").await.expect("removal");
+        let machine = spoke.get(&format!("{MACHINES}/machines/m-0")).expect("the machine stays");
+        assert_eq!(machine["metadata"]["annotations"]["machine.openshift.io/delete-machine"], "true");
+        assert_eq!(machine["metadata"]["annotations"]["machine.openshift.io/exclude-node-draining"], "true");
+        let ms = spoke.get(&format!("{MACHINES}/machinesets/workers")).unwrap();
+        assert_eq!(ms["metadata"]["annotations"]["metal3.io/autoscale-to-hosts"], "true");
+        assert!(spoke.get(BMH).is_none());
+    }
+}

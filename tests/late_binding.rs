@@ -305,3 +305,78 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     assert_eq!(after, before, "the same 8 agents, none lost or duplicated");
     drop(fleet);
 }
+
+/// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
+/// reclaimed when unbound. bootstream starts the reclaim agent there (a fake API server plays the
+/// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
+#[test]
+fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let spoke = rt.block_on(bootstream::fake_apiserver::FakeApiServer::start());
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("spoke", 1));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let n = name(&list[0]);
+    bind(&s, &n, "spoke");
+    let list = wait_agents(&s, "installed", 60, |l| state(&l[0]) == "installed");
+    let node = list[0]["status"]["inventory"]["hostname"].as_str().unwrap().to_string();
+    spoke.put(
+        &format!("/api/v1/nodes/{node}"),
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+    );
+    let kubeconfig: String = spoke.kubeconfig().lines().map(|l| format!("    {l}\n")).collect();
+    s.apply_ok(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke-admin-kubeconfig\n  namespace: {NS}\nstringData:\n  kubeconfig: |\n{kubeconfig}"
+    ));
+
+    let out = patch(&s, "agent", &n, r#"{"spec":{"clusterDeploymentName":null}}"#);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_agents(&s, "back in the pool", 90, |l| {
+        state(&l[0]) == "known-unbound" && l[0]["status"].get("deprovisionInfo").is_none()
+    });
+    let requests = spoke.requests();
+    let ds = format!("PATCH /apis/apps/v1/namespaces/assisted-installer/daemonsets/{node}-reclaim");
+    let started =
+        requests.iter().position(|r| *r == ds).unwrap_or_else(|| panic!("no reclaim DaemonSet: {requests:#?}"));
+    let removed = requests.iter().position(|r| *r == format!("DELETE /api/v1/nodes/{node}"));
+    assert!(removed.is_some_and(|i| i > started), "the node is removed after the reclaim: {requests:#?}");
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
+}
+
+/// Scenario 78: a PXE-booting host that is already installed gets a 404 for its MAC, so that iPXE
+/// boots its disk; a host of the pool gets the discovery script.
+#[test]
+fn scenario_78_ipxe_skips_installed_hosts_by_mac() {
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("pxe", 1));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
+    let list =
+        wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
+    let (installed, pool) = (name(&list[0]), name(&list[1]));
+    bind(&s, &installed, "pxe");
+    let list = wait_agents(&s, "one installed", 60, |l| l.iter().any(|a| state(a) == "installed"));
+    let mac_of = |n: &str| {
+        let a = list.iter().find(|a| name(a) == n).unwrap();
+        a["status"]["inventory"]["interfaces"][0]["macAddress"].as_str().unwrap().to_string()
+    };
+    let ie_id = s.get_json("infraenv", NS, "pool")["metadata"]["uid"].as_str().unwrap().to_string();
+    let script = |mac: &str| {
+        s.get(&format!("/api/assisted-install/v2/infra-envs/{ie_id}/downloads/files?file_name=ipxe-script&mac={mac}"))
+    };
+    // Upper case, as iPXE may send it.
+    let mac = mac_of(&installed).to_uppercase();
+    let r = script(&mac);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(
+        r.text().trim(),
+        format!("IPXE booting skipped. InfraEnv {ie_id}: host {installed} having mac {mac} is already installed")
+    );
+    let r = script(&mac_of(&pool));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("#!ipxe\ninitrd --name initrd "), "{}", r.text());
+    let r = script("aa:bb:cc:dd:ee:ff");
+    assert_eq!(r.status, 200);
+}

@@ -1,0 +1,536 @@
+//! Agent and ClusterDeployment controller scenarios of spec-controllers §10 (25–40, 55–57), run against
+//! the real SQLite store and backend, with a fake spoke API server where a scenario reaches the
+//! installed cluster. Each test is named after its scenario.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use super::Hub;
+use super::agent::{self, Action, AgentContext};
+use super::agent_conditions::*;
+use super::cluster::{self, ClusterContext};
+use crate::backend::{Backend, BackendConfig, ManualClock};
+use crate::fake_apiserver::FakeApiServer;
+use crate::hosts::{HostKind, HostStatus};
+use crate::resources::agent::{Agent, DeprovisionInfo, SKIP_SPOKE_CLEANUP_ANNOTATION};
+use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, Kind};
+use crate::store::Store;
+use crate::store::sqlite::SqliteStore;
+
+const NS: &str = "pool";
+
+struct World {
+    store: SqliteStore,
+    backend: Arc<Backend>,
+    clock: Arc<ManualClock>,
+    hub: Hub<SqliteStore>,
+}
+
+async fn world() -> World {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store = SqliteStore::open_in_memory().unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let backend = Backend::load(store.clone(), clock.clone(), BackendConfig::default()).await.unwrap();
+    let hub = Hub {
+        agents: AgentContext {
+            store: store.clone(),
+            backend: backend.clone(),
+            auth: crate::auth::AgentAuth::from_key([7; 32]),
+            service_base_url: "http://hub.example:8090".into(),
+            agent_image: "quay.io/example/agent:v1".into(),
+        },
+        clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
+    };
+    let w = World { store, backend, clock, hub };
+    w.apply(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
+                                  "stringData": {".dockerconfigjson": "{\"auths\":{}}"}}),
+    )
+    .await;
+    w.infraenv("pool", None).await;
+    w
+}
+
+impl World {
+    /// Applies a document the way the API does (validated and normalized first).
+    async fn apply(&self, kind: Kind, doc: Value) -> Value {
+        let (checked_kind, doc) = crate::resources::validate_document(&doc).expect("a valid document");
+        assert_eq!(checked_kind, kind);
+        self.store.apply_document(kind, doc).await.expect("apply").0
+    }
+
+    async fn infraenv(&self, name: &str, cluster_ref: Option<&str>) -> String {
+        let mut spec = json!({"pullSecretRef": {"name": "ps"}});
+        if let Some(cd) = cluster_ref {
+            spec["clusterRef"] = json!({"name": cd, "namespace": NS});
+        }
+        let doc = self
+            .apply(
+                Kind::InfraEnv,
+                json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+                       "metadata": {"name": name, "namespace": NS}, "spec": spec}),
+            )
+            .await;
+        doc["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    /// A ClusterDeployment with its AgentClusterInstall; with `reconciled`, also its backend cluster.
+    async fn cluster_deployment(&self, name: &str, reconciled: bool) -> Option<String> {
+        self.apply(
+            Kind::ClusterDeployment,
+            json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
+                   "metadata": {"name": name, "namespace": NS},
+                   "spec": {"baseDomain": "example.com", "clusterName": name, "platform": {"agentBareMetal": {}},
+                            "clusterInstallRef": {"group": "extensions.hive.openshift.io", "kind": "AgentClusterInstall",
+                                                  "name": name, "version": "v1beta1"}}}),
+        )
+        .await;
+        self.apply(
+            Kind::AgentClusterInstall,
+            json!({"apiVersion": "extensions.hive.openshift.io/v1beta1", "kind": "AgentClusterInstall",
+                   "metadata": {"name": name, "namespace": NS},
+                   "spec": {"clusterDeploymentRef": {"name": name}, "networking": {},
+                            "provisionRequirements": {"controlPlaneAgents": 3}}}),
+        )
+        .await;
+        if reconciled { Some(self.reconcile_cluster(name).await) } else { None }
+    }
+
+    async fn reconcile_cluster(&self, name: &str) -> String {
+        for _ in 0..5 {
+            cluster::reconcile(&self.hub.clusters, NS, name).await.unwrap();
+        }
+        self.backend.cluster_by_kube_key(NS, name).await.map(|c| c.id).unwrap_or_default()
+    }
+
+    /// A host of InfraEnv `ie` that registered and sent its inventory, with its Agent reconciled.
+    async fn pool_host(&self, ie: &str, index: usize) -> String {
+        let ie_uid = self.store.get::<InfraEnv>(NS, ie).await.unwrap().unwrap().metadata.uid.unwrap();
+        let id = uuid::Uuid::new_v4().to_string();
+        self.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
+        self.backend.update_inventory(&id, crate::simulate::inventory(index).to_string()).await.unwrap();
+        self.apply(
+            Kind::Agent,
+            json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+                   "metadata": {"name": id, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: ie}},
+                   "spec": {"approved": true}}),
+        )
+        .await;
+        self.reconcile(&id).await;
+        id
+    }
+
+    async fn reconcile(&self, name: &str) -> Action {
+        loop {
+            match agent::reconcile(&self.hub.agents, NS, name).await.unwrap() {
+                Action::RequeueAfter(d) if d.is_zero() => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn agent(&self, name: &str) -> Agent {
+        self.store.get::<Agent>(NS, name).await.unwrap().expect("the Agent exists")
+    }
+
+    async fn status(&self, id: &str) -> HostStatus {
+        self.backend.host(id).await.expect("the host exists").status
+    }
+
+    /// Points the Agent at `cd` (None: unbinds) and reconciles it.
+    async fn set_cluster(&self, name: &str, cd: Option<&str>) -> Action {
+        let mut a = self.agent(name).await;
+        a.spec.cluster_deployment_name =
+            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": NS})).unwrap());
+        self.store.update(&a).await.unwrap();
+        self.reconcile(name).await
+    }
+
+    async fn set_host(&self, id: &str, status: HostStatus, stage: &str) {
+        self.backend
+            .update_host(id, |h| {
+                h.status = status;
+                h.progress.current_stage = stage.to_string();
+                Ok(())
+            })
+            .await
+            .unwrap();
+    }
+
+    /// A host of the pool bound to `cd` and installed on it.
+    async fn installed_host(&self, cd: &str, index: usize) -> String {
+        let id = self.pool_host("pool", index).await;
+        self.set_cluster(&id, Some(cd)).await;
+        // Binding makes the agent restart: it registers again and sends its inventory.
+        let ie_uid = self.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap().metadata.uid.unwrap();
+        self.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
+        self.backend.update_inventory(&id, crate::simulate::inventory(index).to_string()).await.unwrap();
+        self.set_host(&id, HostStatus::Installed, "Done").await;
+        self.reconcile(&id).await;
+        id
+    }
+
+    async fn hostname(&self, id: &str) -> String {
+        self.backend.host(id).await.unwrap().hostname()
+    }
+
+    /// A spoke cluster holding the host's node, reachable through the CD's admin kubeconfig secret.
+    async fn spoke_for(&self, cd: &str, node: &str) -> FakeApiServer {
+        let spoke = FakeApiServer::start().await;
+        spoke.put(
+            &format!("/api/v1/nodes/{node}"),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+        );
+        self.apply(
+            Kind::Secret,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{cd}-admin-kubeconfig"), "namespace": NS},
+                   "stringData": {"kubeconfig": spoke.kubeconfig()}}),
+        )
+        .await;
+        spoke
+    }
+}
+
+/// A condition's status and reason.
+fn cond(agent: &Agent, type_: &str) -> (&'static str, String) {
+    let c = agent
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition"));
+    let status = match c.status.as_str() {
+        "True" => "True",
+        "False" => "False",
+        _ => "Unknown",
+    };
+    (status, c.reason.clone())
+}
+
+fn cond_message(agent: &Agent, type_: &str) -> String {
+    agent.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_)).unwrap().message.clone()
+}
+
+fn deprovision(agent: &Agent) -> Option<DeprovisionInfo> {
+    agent.status.as_ref().and_then(|s| s.deprovision_info.clone())
+}
+
+#[tokio::test]
+async fn scenario_25_agent_bind() {
+    let w = world().await;
+    let cid = w.cluster_deployment("c1", true).await.unwrap();
+    let id = w.pool_host("pool", 0).await;
+    assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
+    w.set_cluster(&id, Some("c1")).await;
+    let host = w.backend.host(&id).await.unwrap();
+    assert_eq!((host.status, host.cluster_id.as_deref()), (HostStatus::Binding, Some(cid.as_str())));
+    assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
+#[tokio::test]
+async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers() {
+    let w = world().await;
+    w.cluster_deployment("c1", false).await;
+    let id = w.pool_host("pool", 0).await;
+    let action = w.set_cluster(&id, Some("c1")).await;
+    assert_eq!(action, Action::RequeueAfter(Duration::from_secs(10)));
+    let agent = w.agent(&id).await;
+    assert_eq!(cond(&agent, SPEC_SYNCED), ("False", REASON_BACKEND_ERROR.into()));
+    assert!(cond_message(&agent, SPEC_SYNCED).contains("failed to find cluster for clusterDeployment pool/c1"));
+    assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
+    let cid = w.reconcile_cluster("c1").await;
+    w.reconcile(&id).await;
+    assert_eq!(w.backend.host(&id).await.unwrap().cluster_id, Some(cid));
+    assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
+#[tokio::test]
+async fn scenario_27_moving_an_agent_unbinds_it_first() {
+    let w = world().await;
+    w.cluster_deployment("a", true).await;
+    w.cluster_deployment("b", true).await;
+    let id = w.pool_host("pool", 0).await;
+    w.set_cluster(&id, Some("a")).await;
+    w.set_host(&id, HostStatus::Known, "").await;
+    w.set_cluster(&id, Some("b")).await;
+    let host = w.backend.host(&id).await.unwrap();
+    assert_eq!((host.status, host.cluster_id), (HostStatus::Unbinding, None));
+}
+
+#[tokio::test]
+async fn scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let day1 = w.pool_host("pool", 0).await;
+    w.set_cluster(&day1, Some("c1")).await;
+    w.set_host(&day1, HostStatus::Installing, "").await;
+    w.set_cluster(&day1, None).await;
+    let agent = w.agent(&day1).await;
+    assert_eq!(cond(&agent, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()));
+    assert!(
+        cond_message(&agent, SPEC_SYNCED)
+            .contains(&format!("cancelling non-day-2 host [{day1}] in the middle of installation is not allowed"))
+    );
+    assert_eq!(w.status(&day1).await, HostStatus::Installing);
+
+    let day2 = w.pool_host("pool", 1).await;
+    w.set_cluster(&day2, Some("c1")).await;
+    w.backend
+        .update_host(&day2, |h| {
+            h.kind = HostKind::AddToExistingClusterHost;
+            h.status = HostStatus::Installing;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    w.set_cluster(&day2, None).await;
+    assert_eq!(w.status(&day2).await, HostStatus::UnbindingPendingUserAction);
+    assert_eq!(cond(&w.agent(&day2).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
+/// Scenario 29, then the reclaim flow of §7 to its end: the reclaim agent's steps, the reboot into
+/// discovery, and the spoke clean-up of §2.8 once the host is back.
+#[tokio::test]
+async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    let node = w.hostname(&id).await;
+    let spoke = w.spoke_for("c1", &node).await;
+
+    w.set_cluster(&id, None).await;
+    assert_eq!(w.status(&id).await, HostStatus::Reclaiming);
+    let agent = w.agent(&id).await;
+    assert_eq!(cond(&agent, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+    let info = deprovision(&agent).expect("deprovision info");
+    assert_eq!((info.cluster_name.as_str(), info.node_name.as_str()), ("c1", node.as_str()));
+    assert_eq!(info.message, "Waiting for host to unbind to do spoke cleanup");
+    let ds = format!("/apis/apps/v1/namespaces/assisted-installer/daemonsets/{}-reclaim", node.replace('.', "-"));
+    assert!(spoke.get(&ds).is_some(), "no reclaim DaemonSet; spoke has {:?}", spoke.paths());
+
+    // The reclaim agent downloads the boot artifacts, then reboots the node into discovery.
+    let host = w.backend.host(&id).await.unwrap();
+    let urls = crate::hosts::instructions::BootArtifactUrls {
+        kernel_url: "http://hub.example/kernel".into(),
+        initrd_url: "http://hub.example/initrd".into(),
+        rootfs_url: "http://hub.example/rootfs".into(),
+    };
+    let steps = crate::hosts::instructions::next_steps(&host, Some(&urls), None);
+    assert_eq!(steps.instructions[0].step_type, "download-boot-artifacts");
+    w.backend.reclaim_download_done(&id, true).await.unwrap();
+    assert_eq!(w.status(&id).await, HostStatus::ReclaimingRebooting);
+    w.reconcile(&id).await;
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some(), "no clean-up before the host is back");
+    let ie_uid = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap().metadata.uid.unwrap();
+    w.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
+    assert_eq!(w.status(&id).await, HostStatus::DiscoveringUnbound);
+
+    // Back in the pool: the node leaves the spoke (and its reclaim DaemonSet with it).
+    w.reconcile(&id).await;
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
+    assert!(spoke.get(&ds).is_none());
+    assert_eq!(deprovision(&w.agent(&id).await), None);
+    w.backend.update_inventory(&id, crate::simulate::inventory(0).to_string()).await.unwrap();
+    assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
+}
+
+#[tokio::test]
+async fn scenario_30_reclaim_falls_back_to_a_plain_unbind() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    // No admin kubeconfig.
+    let a = w.installed_host("c1", 0).await;
+    w.set_cluster(&a, None).await;
+    assert_eq!(w.status(&a).await, HostStatus::UnbindingPendingUserAction);
+    assert_eq!(cond(&w.agent(&a).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+    assert_eq!(cond(&w.agent(&a).await, BOUND), ("False", "UnbindingPendingUserAction".into()));
+    // The spoke refuses the DaemonSet.
+    let b = w.installed_host("c1", 1).await;
+    let spoke = w.spoke_for("c1", &w.hostname(&b).await).await;
+    spoke.fail("PATCH", "/apis/apps/v1/", 500);
+    w.set_cluster(&b, None).await;
+    assert_eq!(w.status(&b).await, HostStatus::UnbindingPendingUserAction);
+    // The node is not in the spoke.
+    let c = w.installed_host("c1", 2).await;
+    w.set_cluster(&c, None).await;
+    assert_eq!(w.status(&c).await, HostStatus::UnbindingPendingUserAction);
+    assert_eq!(cond(&w.agent(&c).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
+/// A host unbound without reclaim, its spoke holding its node: the setting of scenarios 32–35.
+async fn unbound_waiting_for_reboot(w: &World) -> (String, String, FakeApiServer) {
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    let node = w.hostname(&id).await;
+    let spoke = w.spoke_for("c1", &node).await;
+    spoke.fail("PATCH", "/apis/apps/v1/", 500);
+    w.set_cluster(&id, None).await;
+    assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
+    assert!(deprovision(&w.agent(&id).await).is_some());
+    (id, node, spoke)
+}
+
+async fn reboot_into_discovery(w: &World, id: &str) {
+    let ie_uid = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap().metadata.uid.unwrap();
+    w.backend.register_host(&ie_uid, id, "v1", None).await.unwrap();
+    assert_eq!(w.status(id).await, HostStatus::DiscoveringUnbound);
+}
+
+#[tokio::test]
+async fn scenario_32_no_spoke_cleanup_while_the_host_is_unbinding() {
+    let w = world().await;
+    let (id, node, spoke) = unbound_waiting_for_reboot(&w).await;
+    let before = spoke.requests().len();
+    w.reconcile(&id).await;
+    assert_eq!(spoke.requests().len(), before, "the spoke was contacted: {:?}", spoke.requests());
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some());
+    assert!(deprovision(&w.agent(&id).await).is_some());
+}
+
+#[tokio::test]
+async fn scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spoke() {
+    let w = world().await;
+    let (id, node, spoke) = unbound_waiting_for_reboot(&w).await;
+    let mut a = w.agent(&id).await;
+    a.metadata.annotations.get_or_insert_default().insert(SKIP_SPOKE_CLEANUP_ANNOTATION.into(), "true".into());
+    w.store.update(&a).await.unwrap();
+    reboot_into_discovery(&w, &id).await;
+    let before = spoke.requests().len();
+    w.reconcile(&id).await;
+    assert_eq!(deprovision(&w.agent(&id).await), None);
+    assert_eq!(spoke.requests().len(), before);
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some());
+}
+
+#[tokio::test]
+async fn scenario_34_a_failed_spoke_cleanup_is_reported_and_retried() {
+    let w = world().await;
+    let (id, _node, spoke) = unbound_waiting_for_reboot(&w).await;
+    spoke.fail("DELETE", "/api/v1/nodes/", 500);
+    reboot_into_discovery(&w, &id).await;
+    assert_eq!(w.reconcile(&id).await, Action::RequeueAfter(Duration::from_secs(10)));
+    let info = deprovision(&w.agent(&id).await).expect("kept for the retry");
+    assert!(info.message.contains("failed to delete node"), "{}", info.message);
+}
+
+#[tokio::test]
+async fn scenario_35_the_node_leaves_the_spoke_once_the_host_is_back() {
+    let w = world().await;
+    let (id, node, spoke) = unbound_waiting_for_reboot(&w).await;
+    reboot_into_discovery(&w, &id).await;
+    w.reconcile(&id).await;
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
+    assert_eq!(deprovision(&w.agent(&id).await), None);
+}
+
+#[tokio::test]
+async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
+    // The ClusterDeployment is being deleted (the finalizer holds it).
+    w.store.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.store.delete::<Agent>(NS, &id).await.unwrap();
+    w.reconcile(&id).await;
+    assert!(spoke.requests().is_empty(), "{:?}", spoke.requests());
+    assert!(w.backend.host(&id).await.is_none(), "the host is deregistered");
+    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none(), "the finalizer is removed");
+}
+
+#[tokio::test]
+async fn scenario_37_deleting_an_installed_agent_removes_its_node() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    let node = w.hostname(&id).await;
+    let spoke = w.spoke_for("c1", &node).await;
+    w.store.delete::<Agent>(NS, &id).await.unwrap();
+    w.reconcile(&id).await;
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
+    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn scenario_40_an_agent_without_its_host_gets_it_back() {
+    let w = world().await;
+    let id = w.pool_host("pool", 0).await;
+    // A restored backup: the Agent without the state annotation, and no host record.
+    let mut a = w.agent(&id).await;
+    a.metadata.annotations = None;
+    w.store.update(&a).await.unwrap();
+    w.backend.deregister_host(&id).await.unwrap();
+    assert_eq!(w.reconcile(&id).await, Action::RequeueAfter(Duration::from_secs(60)));
+    let host = w.backend.host(&id).await.expect("recreated");
+    assert_eq!((host.status, host.cluster_id), (HostStatus::KnownUnbound, None));
+}
+
+#[tokio::test]
+async fn scenario_55_deleting_the_install_unbinds_late_bound_agents() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+    w.reconcile_cluster("c1").await;
+    let agent = w.agent(&id).await;
+    assert_eq!(agent.spec.cluster_deployment_name, None);
+    w.reconcile(&id).await;
+    assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
+    assert!(w.store.get::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted() {
+    let w = world().await;
+    let cid = w.cluster_deployment("c1", true).await.unwrap();
+    w.infraenv("c1-hosts", Some("c1")).await;
+    let ie_uid = w.store.get::<InfraEnv>(NS, "c1-hosts").await.unwrap().unwrap().metadata.uid.unwrap();
+    let id = uuid::Uuid::new_v4().to_string();
+    w.backend.register_host(&ie_uid, &id, "v1", Some(cid)).await.unwrap();
+    w.apply(
+        Kind::Agent,
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+               "metadata": {"name": id, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: "c1-hosts"}},
+               "spec": {"approved": true, "clusterDeploymentName": {"name": "c1", "namespace": NS}}}),
+    )
+    .await;
+    w.reconcile(&id).await;
+    w.store.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.reconcile_cluster("c1").await;
+    w.reconcile(&id).await;
+    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+    assert!(w.backend.host(&id).await.is_none());
+}
+
+#[tokio::test]
+async fn scenario_57_preserve_on_delete_deletes_late_bound_agents() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let mut cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    cd.spec.preserve_on_delete = true;
+    w.store.update(&cd).await.unwrap();
+    let id = w.installed_host("c1", 0).await;
+    w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+    w.reconcile_cluster("c1").await;
+    w.reconcile(&id).await;
+    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor() {
+    let w = world().await;
+    let id = w.pool_host("pool", 0).await;
+    w.clock.advance(SignedDuration::from_secs(179));
+    w.backend.refresh_all().await;
+    assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
+    w.clock.advance(SignedDuration::from_secs(2));
+    w.backend.refresh_all().await;
+    assert_eq!(w.status(&id).await, HostStatus::DisconnectedUnbound);
+    w.reconcile(&id).await;
+    assert_eq!(cond(&w.agent(&id).await, CONNECTED), ("False", "AgentIsDisconnected".into()));
+    w.backend.check_in(&id).await.unwrap();
+    assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
+}
