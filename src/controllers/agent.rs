@@ -125,7 +125,6 @@ async fn sync_spec<S: Store>(
     host: &mut Host,
     infraenv: Option<&InfraEnv>,
 ) -> Result<(), SyncError> {
-    let ns = agent.metadata.namespace.clone().unwrap_or_default();
     // Unbind: the Agent no longer names a cluster but the host is bound.
     match (&agent.spec.cluster_deployment_name, &host.cluster_id) {
         (None, Some(_)) => {
@@ -181,8 +180,40 @@ async fn sync_spec<S: Store>(
         agent.status = status;
     }
 
+    // §3.1: node labels the InfraEnv propagates.
+    if let Some(ie) = infraenv
+        && propagate_node_labels(agent, ie)
+    {
+        let status = agent.status.clone();
+        *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
+        agent.status = status;
+    }
+
     // §2.1: the spec pushed to the host.
     let spec = agent.spec.clone();
+    let ignition_token = match &spec.ignition_endpoint_token_reference {
+        None => String::new(),
+        Some(r) => match ctx.store.get::<Secret>(&r.namespace, &r.name).await {
+            Ok(Some(secret)) => match crate::resources::secret_value(&secret, IGNITION_TOKEN_KEY) {
+                Some(token) => token,
+                None => return Err(SyncError::input(format!("secret {} did not contain key value", r.name))),
+            },
+            Ok(None) => {
+                return Err(SyncError::input(format!(
+                    "failed to get secret {}/{}: secrets \"{}\" not found",
+                    r.namespace, r.name, r.name
+                )));
+            }
+            Err(e) => return Err(SyncError::backend(format!("failed to get secret {}/{}: {e}", r.namespace, r.name))),
+        },
+    };
+    let ignition_headers = match spec.ignition_endpoint_http_headers.as_ref().filter(|h| !h.is_empty()) {
+        None => String::new(),
+        Some(h) => {
+            serde_json::to_string(&h.iter().map(|(k, v)| serde_json::json!({"key": k, "value": v})).collect::<Vec<_>>())
+                .expect("headers serialize")
+        }
+    };
     let installer_args = match spec.installer_args.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => String::new(),
         Some(text) => match serde_json::from_str::<Vec<String>>(text) {
@@ -222,6 +253,8 @@ async fn sync_spec<S: Store>(
                     h.installation_disk_id = v.to_string();
                 }
                 h.node_labels = node_labels;
+                h.ignition_endpoint_token = ignition_token;
+                h.ignition_endpoint_http_headers = ignition_headers;
             }
             h.installer_args = installer_args;
             h.ignition_config_overrides = spec.ignition_config_overrides.clone().unwrap_or_default();
@@ -238,8 +271,49 @@ async fn sync_spec<S: Store>(
             .await
             .map_err(SyncError::from_api)?;
     }
-    let _ = ns;
     Ok(())
+}
+
+/// §3.1 `propagate-node-labels`: the InfraEnv labels it names become the Agent's node labels; the keys
+/// taken are remembered in an annotation, so that a label the InfraEnv no longer propagates (or no longer
+/// has) is removed again, while node labels set by hand are left alone. Returns whether the Agent changed.
+fn propagate_node_labels(agent: &mut Agent, ie: &InfraEnv) -> bool {
+    let keys: Vec<&str> = ie
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PROPAGATE_NODE_LABELS_ANNOTATION))
+        .map(|list| list.split(',').map(str::trim).filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default();
+    let ie_labels = ie.metadata.labels.clone().unwrap_or_default();
+    let wanted: BTreeMap<String, String> =
+        keys.iter().filter_map(|k| ie_labels.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+    let annotations = agent.metadata.annotations.clone().unwrap_or_default();
+    let inherited: Vec<String> = annotations
+        .get(INHERITED_NODE_LABELS_ANNOTATION)
+        .map(|list| list.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    if wanted.is_empty() && inherited.is_empty() {
+        return false;
+    }
+    let before = (agent.spec.node_labels.clone(), agent.metadata.annotations.clone());
+    let labels = agent.spec.node_labels.get_or_insert_default();
+    for k in &inherited {
+        if !wanted.contains_key(k) {
+            labels.remove(k);
+        }
+    }
+    labels.extend(wanted.clone());
+    if labels.is_empty() {
+        agent.spec.node_labels = None;
+    }
+    let ann = agent.metadata.annotations.get_or_insert_default();
+    if wanted.is_empty() {
+        ann.remove(INHERITED_NODE_LABELS_ANNOTATION);
+    } else {
+        ann.insert(INHERITED_NODE_LABELS_ANNOTATION.to_string(), wanted.keys().cloned().collect::<Vec<_>>().join(","));
+    }
+    (agent.spec.node_labels.clone(), agent.metadata.annotations.clone()) != before
 }
 
 /// §2.7: unbinds the host, with reclaim when the node can be rebooted into discovery by an agent we
@@ -630,10 +704,3 @@ pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, appro
     };
     from_host(host, approved, synced)
 }
-
-pub fn agent_key_of(host_infra_env_ns: &str, host_id: &str) -> (String, String) {
-    (host_infra_env_ns.to_string(), host_id.to_string())
-}
-
-#[allow(dead_code)]
-fn _unused(_: BTreeMap<String, String>) {}

@@ -375,6 +375,18 @@ async fn route_store_event<S: Store>(store: &S, agents: &WorkQueue, clusters: &W
                 }
             }
         }
+    } else if resource == resource_name::<Secret>() {
+        // Agents read their ignition endpoint token from a Secret (§2.4 watches).
+        let mention = format!("\"{name}\"");
+        for a in store.list_mentioning::<crate::resources::Agent>(None, &mention).await.unwrap_or_default() {
+            if a.spec
+                .ignition_endpoint_token_reference
+                .as_ref()
+                .is_some_and(|r| r.namespace == namespace && r.name == name)
+            {
+                agents.push(key_of(&a.metadata));
+            }
+        }
     } else if resource == resource_name::<crate::resources::InfraEnv>() && !status_only {
         // Agents copy InfraEnv settings (auto-approval, labels).
         let mention = format!("\"{name}\"");

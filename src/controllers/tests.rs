@@ -534,3 +534,74 @@ async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor()
     w.backend.check_in(&id).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
+
+#[tokio::test]
+async fn infraenv_labels_named_for_propagation_become_node_labels() {
+    let w = world().await;
+    let propagate = |keys: &str| {
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+               "metadata": {"name": "pool", "namespace": NS, "labels": {"zone": "a", "rack": "r1", "other": "x"},
+                            "annotations": {"infraenv.agent-install.openshift.io/propagate-node-labels": keys}},
+               "spec": {"pullSecretRef": {"name": "ps"}}})
+    };
+    w.apply(Kind::InfraEnv, propagate("zone, rack")).await;
+    let id = w.pool_host("pool", 0).await;
+    let labels = |a: &Agent| a.spec.node_labels.clone().unwrap_or_default();
+    let a = w.agent(&id).await;
+    assert_eq!(labels(&a), [("rack".to_string(), "r1".to_string()), ("zone".into(), "a".into())].into());
+    assert_eq!(
+        a.metadata.annotations.as_ref().unwrap()["agent.agent-install.openshift.io/inherited-node-labels"],
+        "rack,zone"
+    );
+    assert_eq!(w.backend.host(&id).await.unwrap().node_labels, r#"{"rack":"r1","zone":"a"}"#);
+    // A label set by hand stays; one the InfraEnv stops propagating goes.
+    let mut a = w.agent(&id).await;
+    a.spec.node_labels.as_mut().unwrap().insert("mine".into(), "yes".into());
+    w.store.update(&a).await.unwrap();
+    w.apply(Kind::InfraEnv, propagate("zone")).await;
+    w.reconcile(&id).await;
+    let a = w.agent(&id).await;
+    assert_eq!(labels(&a), [("mine".to_string(), "yes".to_string()), ("zone".into(), "a".into())].into());
+    assert_eq!(w.backend.host(&id).await.unwrap().node_labels, r#"{"mine":"yes","zone":"a"}"#);
+}
+
+#[tokio::test]
+async fn the_ignition_endpoint_token_comes_from_the_referenced_secret() {
+    let w = world().await;
+    let id = w.pool_host("pool", 0).await;
+    let set_ref = |name: Option<&str>| {
+        let w = &w;
+        let id = id.clone();
+        let name = name.map(str::to_string);
+        async move {
+            let mut a = w.agent(&id).await;
+            a.spec.ignition_endpoint_token_reference =
+                name.map(|n| serde_json::from_value(json!({"namespace": NS, "name": n})).unwrap());
+            a.spec.ignition_endpoint_http_headers = Some([("X-Origin".to_string(), "hub".to_string())].into());
+            w.store.update(&a).await.unwrap();
+            w.reconcile(&id).await;
+        }
+    };
+    w.apply(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": NS},
+                                  "stringData": {"ignition-token": "s3cret"}}),
+    )
+    .await;
+    w.apply(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "empty", "namespace": NS},
+                                  "stringData": {"other": "x"}}),
+    )
+    .await;
+    set_ref(Some("tok")).await;
+    let host = w.backend.host(&id).await.unwrap();
+    assert_eq!(host.ignition_endpoint_token, "s3cret");
+    assert_eq!(host.ignition_endpoint_http_headers, r#"[{"key":"X-Origin","value":"hub"}]"#);
+    set_ref(Some("empty")).await;
+    let a = w.agent(&id).await;
+    assert_eq!(cond(&a, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()));
+    assert!(cond_message(&a, SPEC_SYNCED).ends_with("secret empty did not contain key value"));
+    set_ref(None).await;
+    assert_eq!(w.backend.host(&id).await.unwrap().ignition_endpoint_token, "");
+}

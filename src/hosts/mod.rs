@@ -182,6 +182,13 @@ pub struct Host {
     /// JSON object text; empty for none.
     #[serde(default)]
     pub node_labels: String,
+    /// The token the installer presents to the machine config server (Agent
+    /// `ignitionEndpointTokenReference`); empty for none.
+    #[serde(default)]
+    pub ignition_endpoint_token: String,
+    /// JSON `[{"key","value"}]` of extra headers for that endpoint; empty for none.
+    #[serde(default)]
+    pub ignition_endpoint_http_headers: String,
     #[serde(default)]
     pub images_status: String,
     #[serde(default)]
@@ -232,6 +239,8 @@ impl Host {
             ignition_config_overrides: String::new(),
             machine_config_pool_name: String::new(),
             node_labels: String::new(),
+            ignition_endpoint_token: String::new(),
+            ignition_endpoint_http_headers: String::new(),
             images_status: String::new(),
             logs_info: String::new(),
             connectivity: String::new(),

@@ -21,6 +21,13 @@ pub const CURRENT_STAGE_ANNOTATION: &str = "agent.agent-install.openshift.io/cur
 pub const INVENTORY_VERSION_ANNOTATION: &str = "inventory.agent-install.openshift.io/version";
 pub const CD_NAMESPACE_LABEL: &str = "agent-install.openshift.io/clusterdeployment-namespace";
 pub const BMH_LABEL: &str = "agent-install.openshift.io/bmh";
+/// The node labels an Agent took from its InfraEnv (comma-separated keys), so that they go when the
+/// InfraEnv stops propagating them.
+pub const INHERITED_NODE_LABELS_ANNOTATION: &str = "agent.agent-install.openshift.io/inherited-node-labels";
+/// On an InfraEnv: the comma-separated keys of its labels that become its Agents' node labels.
+pub const PROPAGATE_NODE_LABELS_ANNOTATION: &str = "infraenv.agent-install.openshift.io/propagate-node-labels";
+/// The key of the ignition endpoint token in the secret `ignitionEndpointTokenReference` names.
+pub const IGNITION_TOKEN_KEY: &str = "ignition-token";
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
