@@ -355,6 +355,17 @@ impl Backend {
 
     /// The agent's inventory step reply.
     pub async fn update_inventory(&self, host_id: &str, inventory: String) -> Result<Host, ApiError> {
+        // The agent sends its inventory at every poll (§1.4); one that has not changed only says the
+        // host is still there (the instructions request that came with it already refreshed the host).
+        if let Some(slot) = self.slot(host_id) {
+            let mut guard = slot.lock().await;
+            if let Some(host) = guard.as_mut()
+                && host.inventory.as_deref() == Some(inventory.as_str())
+            {
+                host.checked_in_at = Some(self.clock.now());
+                return Ok(host.clone());
+            }
+        }
         serde_json::from_str::<crate::hosts::Inventory>(&inventory)
             .map_err(|e| ApiError::new(400, format!("Failed to parse inventory of host {host_id}: {e}")))?;
         let (host, ()) = self
