@@ -132,23 +132,6 @@ fn complete_metadata(st: &mut State, obj: &mut Value, live: Option<&Value>) {
     obj["metadata"]["resourceVersion"] = Value::String(st.next_version.to_string());
 }
 
-/// RFC 7386 merge: what both server-side apply (for the fields a single manager owns) and merge
-/// PATCH amount to for these tests.
-fn merge(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
 fn not_found(path: &str) -> Response<Full<Bytes>> {
     let name = path.rsplit('/').next().unwrap_or_default();
     status(404, "NotFound", &format!("\"{name}\" not found"))
@@ -179,7 +162,9 @@ async fn handle(state: &Mutex<State>, req: Request<hyper::body::Incoming>) -> Re
                 (None, true) => json!({}),
                 (None, false) => return not_found(&path),
             };
-            merge(&mut obj, &patch);
+            // A merge patch (RFC 7386): what both merge PATCH and, for the fields a single manager
+            // owns, server-side apply amount to in these tests.
+            crate::store::json::merge_patch(&mut obj, &patch);
             complete_metadata(&mut st, &mut obj, live.as_ref());
             st.objects.insert(path, obj.clone());
             respond(if live.is_some() { 200 } else { 201 }, &obj)
