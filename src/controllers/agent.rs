@@ -413,7 +413,7 @@ async fn clean_unbound_spoke_node<S: Store>(
     let client = match spoke_client(ctx, &info.cluster_namespace, &info.cluster_name).await? {
         Some(c) => c,
         None => {
-            tracing::warn!(agent = ?agent.metadata.name, "no admin kubeconfig for {}/{}; skipping spoke cleanup", info.cluster_namespace, info.cluster_name);
+            tracing::debug!(agent = ?agent.metadata.name, "no admin kubeconfig for {}/{}; skipping spoke cleanup", info.cluster_namespace, info.cluster_name);
             return Ok(());
         }
     };
