@@ -624,3 +624,22 @@ async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_clean
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none(), "{:?}", spoke.requests());
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering() {
+    let w = world().await;
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    w.set_host(&id, HostStatus::InstallingInProgress, "Writing image to disk").await;
+    let mut cluster = w.backend.cluster_by_kube_key(NS, "c1").await.unwrap();
+    cluster.status = "installing".into();
+    w.backend.put_cluster(cluster).await.unwrap();
+    w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+    w.reconcile_cluster("c1").await;
+    assert_eq!(w.status(&id).await, HostStatus::Cancelled, "cancelled before the cluster went");
+    assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_none(), "deregistered");
+    // The agent is returned to the pool, and waits for a reboot.
+    assert_eq!(w.agent(&id).await.spec.cluster_deployment_name, None);
+    w.reconcile(&id).await;
+    assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
+}
