@@ -175,6 +175,23 @@ impl AgentApi {
         crate::http::json(StatusCode::CREATED, &view)
     }
 
+    /// Gives every host record its Agent. Registration writes the host, then creates the Agent: a
+    /// process killed in between leaves a host that no controller sees and whose agent, still running,
+    /// never registers again. Run at start, before serving. Returns how many Agents were created.
+    pub async fn restore_missing_agents(&self) -> Result<usize, StoreError> {
+        let mut created = 0;
+        for host in self.backend.hosts(|_| true).await {
+            let Some(ie) = self.images.store.get_by_uid::<InfraEnv>(&host.infra_env_id).await? else { continue };
+            let ns = ie.metadata.namespace.clone().unwrap_or_default();
+            if self.images.store.get::<Agent>(&ns, &host.id).await?.is_none() {
+                tracing::info!(host = %host.id, namespace = %ns, "creating the Agent of a host registered before a crash");
+                self.ensure_agent(&ie, &host, false).await?;
+                created += 1;
+            }
+        }
+        Ok(created)
+    }
+
     /// Creates the host's Agent (§3.11), or resets the spec of an Agent whose host moved here from
     /// another InfraEnv.
     async fn ensure_agent(&self, ie: &InfraEnv, host: &Host, moved: bool) -> Result<(), StoreError> {

@@ -214,6 +214,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         images: images.clone(),
         auth: agent_auth.clone(),
     });
+    agent_api.restore_missing_agents().await.context("restoring the Agents of registered hosts")?;
     let app = Arc::new(crate::api::App {
         images: images.clone(),
         store: store.clone(),

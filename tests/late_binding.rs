@@ -380,3 +380,29 @@ fn scenario_78_ipxe_skips_installed_hosts_by_mac() {
     let r = script("aa:bb:cc:dd:ee:ff");
     assert_eq!(r.status, 200);
 }
+
+/// A server killed between writing a host and creating its Agent (registration does both) gets the
+/// Agent back when it starts: the host is neither lost nor invisible.
+#[test]
+fn a_host_registered_without_its_agent_gets_it_at_start() {
+    let listen = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
+    setup(&s);
+    let fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let host = name(&list[0]);
+    drop(fleet);
+    let dir = s.kill();
+    // The state a kill between the two writes leaves: the host record, no Agent.
+    let db = rusqlite::Connection::open(dir.path().join("state.db")).unwrap();
+    let removed = db.execute("DELETE FROM objects WHERE resource = 'agents.agent-install.openshift.io'", []).unwrap();
+    assert_eq!(removed, 1);
+    drop(db);
+    let s = Server::start_in(dir, &listen, &[]);
+    let list = wait_agents(&s, "the Agent back", 30, |l| l.len() == 1);
+    assert_eq!(name(&list[0]), host);
+    assert_eq!(list[0]["metadata"]["labels"]["infraenvs.agent-install.openshift.io"], "pool");
+}
