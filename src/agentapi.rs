@@ -180,12 +180,17 @@ impl AgentApi {
     /// never registers again. Run at start, before serving. Returns how many Agents were created.
     pub async fn restore_missing_agents(&self) -> Result<usize, StoreError> {
         let mut created = 0;
+        let mut infraenvs: std::collections::HashMap<String, Option<InfraEnv>> = Default::default();
         for host in self.backend.hosts(|_| true).await {
-            let Some(ie) = self.images.store.get_by_uid::<InfraEnv>(&host.infra_env_id).await? else { continue };
+            if !infraenvs.contains_key(&host.infra_env_id) {
+                let ie = self.images.store.get_by_uid::<InfraEnv>(&host.infra_env_id).await?;
+                infraenvs.insert(host.infra_env_id.clone(), ie);
+            }
+            let Some(ie) = &infraenvs[&host.infra_env_id] else { continue };
             let ns = ie.metadata.namespace.clone().unwrap_or_default();
             if self.images.store.get::<Agent>(&ns, &host.id).await?.is_none() {
                 tracing::info!(host = %host.id, namespace = %ns, "creating the Agent of a host registered before a crash");
-                self.ensure_agent(&ie, &host, false).await?;
+                self.ensure_agent(ie, &host, false).await?;
                 created += 1;
             }
         }

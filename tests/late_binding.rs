@@ -90,6 +90,13 @@ fn bind(s: &Server, agent: &str, cd: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A loopback address no one listens on, for a server restarted on the same address (the agents keep
+/// the URL they were given).
+fn free_loopback_address() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
 fn setup(s: &Server) {
     s.apply_ok(&format!("{}---\n{}---\n{IMAGE_SET}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
     s.wait_image_created(NS, "pool", "True");
@@ -258,10 +265,7 @@ fn agent_api_requires_the_infraenv_token() {
 
 #[test]
 fn restarts_at_random_points_lose_or_duplicate_no_agent() {
-    let listen = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let listen = free_loopback_address();
     let mut s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
     setup(&s);
     s.apply_ok(&cluster_yaml("churn", 5));
@@ -385,10 +389,7 @@ fn scenario_78_ipxe_skips_installed_hosts_by_mac() {
 /// Agent back when it starts: the host is neither lost nor invisible.
 #[test]
 fn a_host_registered_without_its_agent_gets_it_at_start() {
-    let listen = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let listen = free_loopback_address();
     let s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
     setup(&s);
     let fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);

@@ -109,7 +109,7 @@ impl World {
 
     /// A host of InfraEnv `ie` that registered and sent its inventory, with its Agent reconciled.
     async fn pool_host(&self, ie: &str, index: usize) -> String {
-        let ie_uid = self.store.get::<InfraEnv>(NS, ie).await.unwrap().unwrap().metadata.uid.unwrap();
+        let ie_uid = self.ie_uid(ie).await;
         let id = uuid::Uuid::new_v4().to_string();
         self.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
         self.backend.update_inventory(&id, crate::simulate::inventory(index).to_string()).await.unwrap();
@@ -122,6 +122,15 @@ impl World {
         .await;
         self.reconcile(&id).await;
         id
+    }
+
+    async fn ie_uid(&self, name: &str) -> String {
+        self.store.get::<InfraEnv>(NS, name).await.unwrap().expect("the InfraEnv exists").metadata.uid.unwrap()
+    }
+
+    /// The host's agent starts again (after an `exit` step or a reboot into discovery) and registers.
+    async fn register_again(&self, id: &str) {
+        self.backend.register_host(&self.ie_uid("pool").await, id, "v1", None).await.unwrap();
     }
 
     async fn reconcile(&self, name: &str) -> Action {
@@ -166,8 +175,7 @@ impl World {
         let id = self.pool_host("pool", index).await;
         self.set_cluster(&id, Some(cd)).await;
         // Binding makes the agent restart: it registers again and sends its inventory.
-        let ie_uid = self.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap().metadata.uid.unwrap();
-        self.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
+        self.register_again(&id).await;
         self.backend.update_inventory(&id, crate::simulate::inventory(index).to_string()).await.unwrap();
         self.set_host(&id, HostStatus::Installed, "Done").await;
         self.reconcile(&id).await;
@@ -324,8 +332,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke()
     assert_eq!(w.status(&id).await, HostStatus::ReclaimingRebooting);
     w.reconcile(&id).await;
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some(), "no clean-up before the host is back");
-    let ie_uid = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap().metadata.uid.unwrap();
-    w.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
+    w.register_again(&id).await;
     assert_eq!(w.status(&id).await, HostStatus::DiscoveringUnbound);
 
     // Back in the pool: the node leaves the spoke (and its reclaim DaemonSet with it).
@@ -374,8 +381,7 @@ async fn unbound_waiting_for_reboot(w: &World) -> (String, String, FakeApiServer
 }
 
 async fn reboot_into_discovery(w: &World, id: &str) {
-    let ie_uid = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap().metadata.uid.unwrap();
-    w.backend.register_host(&ie_uid, id, "v1", None).await.unwrap();
+    w.register_again(id).await;
     assert_eq!(w.status(id).await, HostStatus::DiscoveringUnbound);
 }
 
@@ -487,7 +493,7 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted() {
     let w = world().await;
     let cid = w.cluster_deployment("c1", true).await.unwrap();
     w.infraenv("c1-hosts", Some("c1")).await;
-    let ie_uid = w.store.get::<InfraEnv>(NS, "c1-hosts").await.unwrap().unwrap().metadata.uid.unwrap();
+    let ie_uid = w.ie_uid("c1-hosts").await;
     let id = uuid::Uuid::new_v4().to_string();
     w.backend.register_host(&ie_uid, &id, "v1", Some(cid)).await.unwrap();
     w.apply(
