@@ -32,7 +32,7 @@ pub fn resource_name<K: Object>() -> String {
     if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Worded as the Kubernetes API server words it: `secrets "pull-secret" not found`.
     #[error("{resource} \"{name}\" not found")]

@@ -26,8 +26,23 @@ pub struct SqliteStore {
     events: broadcast::Sender<ChangeEvent>,
 }
 
-/// Work for the thread that owns the connection.
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// Work for the thread that owns the connection. Jobs waiting together are run in one SQLite
+/// transaction (group commit), each in a savepoint of its own so that a failing job takes back only
+/// its own writes. A job returns what it wrote and what to do once the group's fate is known.
+type Job = Box<dyn FnOnce(&Group<'_>) -> Ran + Send>;
+
+/// A job's outcome within its group.
+struct Ran {
+    /// Whether its writes stay (otherwise they are rolled back to its savepoint).
+    ok: bool,
+    /// The objects it wrote, published to the cache when the group commits.
+    pending: Vec<(ObjKey, Option<Arc<Cached>>)>,
+    /// Answers the caller with the group's commit result.
+    finish: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+}
+
+/// At most this many jobs share a transaction: a bound on how long the first of them waits.
+const MAX_GROUP: usize = 256;
 
 /// (resource, namespace, name)
 type ObjKey = (String, String, String);
@@ -84,28 +99,40 @@ impl Cache {
     }
 }
 
-/// A write transaction: SQL, plus the objects it wrote so far, which its own reads must see before
-/// they are committed (and published to the cache).
-struct Tx<'a> {
-    sql: &'a rusqlite::Transaction<'a>,
+/// The jobs of one SQLite transaction: the committed objects, what the group's earlier jobs wrote,
+/// and the resourceVersion counter (kept here and written once per group).
+struct Group<'a> {
+    sql: &'a Connection,
     committed: &'a Cache,
+    written: RefCell<HashMap<ObjKey, Option<Arc<Cached>>>>,
+    resource_version: std::cell::Cell<i64>,
+}
+
+/// One job's view of the store: SQL, plus the objects written so far, which its own reads must see
+/// before they are committed (and published to the cache).
+struct Tx<'a> {
+    group: &'a Group<'a>,
     pending: RefCell<Vec<(ObjKey, Option<Arc<Cached>>)>>,
 }
 
 impl std::ops::Deref for Tx<'_> {
     type Target = Connection;
     fn deref(&self) -> &Connection {
-        self.sql
+        self.group.sql
     }
 }
 
 impl Tx<'_> {
     fn lookup(&self, res: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
         let pending = self.pending.borrow();
-        match pending.iter().rev().find(|((r, n, m), _)| r == res && n == ns && m == name) {
-            Some((_, entry)) => entry.clone(),
-            None => self.committed.get(res, ns, name),
+        if let Some((_, entry)) = pending.iter().rev().find(|((r, n, m), _)| r == res && n == ns && m == name) {
+            return entry.clone();
         }
+        let key = obj_key(res, ns, name);
+        if let Some(entry) = self.group.written.borrow().get(&key) {
+            return entry.clone();
+        }
+        self.group.committed.objects.get(&key).cloned()
     }
 }
 
@@ -211,67 +238,112 @@ impl SqliteStore {
         }
         // One thread owns the connection and runs every write in turn: writes are serialized by
         // SQLite anyway, and a pool of blocking threads waiting on a lock only costs memory.
+        let resource_version: i64 = conn
+            .query_row("SELECT value FROM counters WHERE name='resource_version'", [], |r| r.get(0))
+            .map_err(backend)?;
         let (writer, jobs) = std::sync::mpsc::channel::<Job>();
+        let cache = Arc::new(RwLock::new(cache));
+        let writer_cache = cache.clone();
         let mut conn = conn;
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
-                for job in jobs {
-                    // A panicking write rolls back (its transaction is dropped) and fails its caller
-                    // only; the thread goes on with the next.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)));
+                let mut resource_version = resource_version;
+                while let Ok(first) = jobs.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_GROUP
+                        && let Ok(job) = jobs.try_recv()
+                    {
+                        batch.push(job);
+                    }
+                    run_group(&mut conn, &writer_cache, &mut resource_version, batch);
                 }
             })
             .map_err(backend)?;
-        Ok(SqliteStore { writer, cache: Arc::new(RwLock::new(cache)), events: broadcast::channel(65536).0 })
+        Ok(SqliteStore { writer, cache, events: broadcast::channel(65536).0 })
     }
 
     fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
         self.cache.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn with_conn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let (done, result) = tokio::sync::oneshot::channel();
-        self.writer
-            .send(Box::new(move |conn| {
-                let _ = done.send(f(conn));
-            }))
-            .map_err(|_| backend("the store's writer thread is gone"))?;
-        result.await.map_err(|_| backend("the store's writer thread failed"))?
-    }
-
-    /// Runs `f` in one transaction and emits change events for what it touched once it committed.
+    /// Runs `f` on the writer thread, in a transaction (shared with the other writes waiting at the
+    /// same time, in a savepoint of its own), and emits change events for what it touched once that
+    /// transaction committed. An error from `f` rolls back its writes only.
     async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Tx<'_>, &mut Changes) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let cache = self.cache.clone();
-        let (out, changes) = self
-            .with_conn(move |conn| {
-                let sql = conn.transaction().map_err(backend)?;
-                let mut changes = Changes::default();
-                let (out, pending) = {
-                    let committed = cache.read().unwrap_or_else(|p| p.into_inner());
-                    let tx = Tx { sql: &sql, committed: &committed, pending: RefCell::default() };
-                    let out = f(&tx, &mut changes)?;
-                    (out, tx.pending.into_inner())
-                };
-                sql.commit().map_err(backend)?;
-                // Still holding the connection: the cache sees commits in commit order.
-                let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
-                for (key, entry) in pending {
-                    cache.put(key, entry);
-                }
-                Ok((out, changes))
-            })
-            .await?;
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |group| {
+            let tx = Tx { group, pending: RefCell::default() };
+            let mut changes = Changes::default();
+            match f(&tx, &mut changes) {
+                Ok(out) => Ran {
+                    ok: true,
+                    pending: tx.pending.into_inner(),
+                    finish: Box::new(move |committed| {
+                        let _ = done.send(committed.map(|()| (out, changes)));
+                    }),
+                },
+                Err(e) => Ran {
+                    ok: false,
+                    pending: Vec::new(),
+                    finish: Box::new(move |_| {
+                        let _ = done.send(Err(e));
+                    }),
+                },
+            }
+        });
+        self.writer.send(job).map_err(|_| backend("the store's writer thread is gone"))?;
+        let (out, changes) = result.await.map_err(|_| backend("the store's write failed"))??;
         for event in changes.0 {
             let _ = self.events.send(event);
         }
         Ok(out)
+    }
+
+    /// Writes a change computed from the live object without holding up the writer thread: `compute`
+    /// runs on the caller's thread over the committed object, and the writer only checks that the
+    /// object did not move meanwhile before storing the result. A write naming a stale
+    /// resourceVersion is refused, as the API server refuses it; one naming none is recomputed.
+    async fn write_over_live(
+        &self,
+        res: String,
+        ns: String,
+        name: String,
+        want_rv: Option<String>,
+        status_only: bool,
+        compute: impl Fn(&Value) -> Result<Replacement, StoreError>,
+    ) -> Result<Value, StoreError> {
+        loop {
+            let live = self.read_cache().get(&res, &ns, &name);
+            let Some(live) = live else {
+                return Err(StoreError::NotFound { resource: res, name });
+            };
+            if want_rv.as_ref().is_some_and(|want| *want != live.rv.to_string()) {
+                return Err(conflict(&res, &name));
+            }
+            let replacement = match compute(&live.value()?)? {
+                Replacement::Unchanged(body) => return Ok(body),
+                r => r,
+            };
+            let (r, n, m, base) = (res.clone(), ns.clone(), name.clone(), live.rv);
+            let written = self
+                .write(move |tx, changes| {
+                    match tx.lookup(&r, &n, &m) {
+                        Some(now) if now.rv == base => {}
+                        Some(_) => return Err(conflict(&r, &m)),
+                        None => return Err(StoreError::NotFound { resource: r, name: m }),
+                    }
+                    store_replacement(tx, changes, &r, &n, &m, replacement, status_only)
+                })
+                .await;
+            match written {
+                Err(StoreError::Conflict(_)) if want_rv.is_none() => continue,
+                other => return other,
+            }
+        }
     }
 
     /// Creates or updates an object from a validated user document, the way `kubectl apply` does: the
@@ -360,7 +432,7 @@ impl SqliteStore {
     /// Internal records that are not API objects (host and cluster records of the agent API), kept in
     /// the same file so that one transaction can never see half of a change.
     pub async fn put_record(&self, collection: &'static str, id: String, body: String) -> Result<(), StoreError> {
-        self.with_conn(move |conn| {
+        self.write(move |conn, _| {
             conn.prepare_cached(
                 "INSERT INTO records (collection, id, body) VALUES (?1, ?2, ?3)
                  ON CONFLICT (collection, id) DO UPDATE SET body=excluded.body",
@@ -373,7 +445,7 @@ impl SqliteStore {
     }
 
     pub async fn delete_record(&self, collection: &'static str, id: String) -> Result<(), StoreError> {
-        self.with_conn(move |conn| {
+        self.write(move |conn, _| {
             conn.prepare_cached("DELETE FROM records WHERE collection=?1 AND id=?2")
                 .and_then(|mut s| s.execute(params![collection, id]))
                 .map_err(backend)?;
@@ -383,7 +455,7 @@ impl SqliteStore {
     }
 
     pub async fn list_records(&self, collection: &'static str) -> Result<Vec<(String, String)>, StoreError> {
-        self.with_conn(move |conn| {
+        self.write(move |conn, _| {
             let mut stmt = conn.prepare_cached("SELECT id, body FROM records WHERE collection=?1").map_err(backend)?;
             let rows = stmt
                 .query_map(params![collection], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -434,10 +506,84 @@ fn get_row(tx: &Tx<'_>, res: &str, ns: &str, name: &str) -> Result<Option<(Value
     tx.lookup(res, ns, name).map(|c| Ok((c.value()?, c.rv))).transpose()
 }
 
-fn next_resource_version(tx: &Connection) -> Result<i64, StoreError> {
-    tx.prepare_cached("UPDATE counters SET value = value + 1 WHERE name='resource_version' RETURNING value")
-        .and_then(|mut s| s.query_row([], |r| r.get(0)))
-        .map_err(backend)
+fn next_resource_version(tx: &Tx<'_>) -> Result<i64, StoreError> {
+    let rv = tx.group.resource_version.get() + 1;
+    tx.group.resource_version.set(rv);
+    Ok(rv)
+}
+
+/// Runs a batch of jobs in one transaction and, once it committed, publishes what they wrote to the
+/// cache and answers their callers.
+fn run_group(conn: &mut Connection, cache: &RwLock<Cache>, resource_version: &mut i64, batch: Vec<Job>) {
+    let sql = match conn.transaction() {
+        Ok(sql) => sql,
+        // The jobs are dropped unrun: their callers get an error.
+        Err(_) => return,
+    };
+    let mut finishes = Vec::with_capacity(batch.len());
+    // A savepoint that could not be closed leaves the transaction in doubt: nothing of it commits.
+    let mut in_doubt: Option<StoreError> = None;
+    let (written, next_version) = {
+        let committed = cache.read().unwrap_or_else(|p| p.into_inner());
+        let group = Group {
+            sql: &sql,
+            committed: &committed,
+            written: RefCell::default(),
+            resource_version: std::cell::Cell::new(*resource_version),
+        };
+        let savepoint = |verb: &str| sql.prepare_cached(verb).and_then(|mut s| s.execute([])).map_err(backend);
+        for job in batch {
+            if savepoint("SAVEPOINT job").is_err() {
+                continue;
+            }
+            // A panicking job fails its caller only (its reply channel is dropped); the group goes on.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&group)));
+            let keep = matches!(&ran, Ok(r) if r.ok);
+            let closed = if keep {
+                savepoint("RELEASE job")
+            } else {
+                savepoint("ROLLBACK TO job").and_then(|_| savepoint("RELEASE job"))
+            };
+            if let Err(e) = &closed {
+                in_doubt.get_or_insert(e.clone());
+            }
+            let Ok(ran) = ran else { continue };
+            match closed {
+                Err(_) => finishes.push(ran.finish),
+                Ok(_) if keep => {
+                    let mut written = group.written.borrow_mut();
+                    for (key, entry) in ran.pending {
+                        written.insert(key, entry);
+                    }
+                    finishes.push(ran.finish);
+                }
+                Ok(_) => finishes.push(ran.finish),
+            }
+        }
+        (group.written.into_inner(), group.resource_version.get())
+    };
+    let committed = (|| {
+        if let Some(e) = in_doubt {
+            return Err(e);
+        }
+        if next_version != *resource_version {
+            sql.prepare_cached("UPDATE counters SET value=?1 WHERE name='resource_version'")
+                .and_then(|mut s| s.execute(params![next_version]))
+                .map_err(backend)?;
+        }
+        sql.commit().map_err(backend)
+    })();
+    if committed.is_ok() {
+        *resource_version = next_version;
+        // Still on the writer thread: the cache sees commits in commit order.
+        let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
+        for (key, entry) in written {
+            cache.put(key, entry);
+        }
+    }
+    for finish in finishes {
+        finish(committed.clone());
+    }
 }
 
 fn now_rfc3339() -> String {
@@ -445,7 +591,7 @@ fn now_rfc3339() -> String {
 }
 
 /// Writes `body` (whose metadata the caller completed) with a fresh resourceVersion, and records its owners.
-fn store_body(tx: &Tx<'_>, res: &str, ns: &str, mut body: Value) -> Result<Value, StoreError> {
+fn store_body(tx: &Tx<'_>, res: &str, ns: &str, mut body: Value, owners_changed: bool) -> Result<Value, StoreError> {
     let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let uid = body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let rv = next_resource_version(tx)?;
@@ -457,6 +603,17 @@ fn store_body(tx: &Tx<'_>, res: &str, ns: &str, mut body: Value) -> Result<Value
     )
     .and_then(|mut s| s.execute(params![res, ns, name, uid, rv, text]))
     .map_err(|e| if e.to_string().contains("UNIQUE constraint failed: objects.uid") { StoreError::Invalid(format!("uid {uid} is taken")) } else { backend(e) })?;
+    if owners_changed {
+        store_owners(tx, res, ns, &name, &body)?;
+    }
+    tx.pending
+        .borrow_mut()
+        .push((obj_key(res, ns, &name), Some(Arc::new(Cached { rv, uid, text: Bytes::from(text) }))));
+    Ok(body)
+}
+
+/// Records an object's owners, for garbage collection.
+fn store_owners(tx: &Tx<'_>, res: &str, ns: &str, name: &str, body: &Value) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3")
         .and_then(|mut s| s.execute(params![res, ns, name]))
         .map_err(backend)?;
@@ -472,10 +629,7 @@ fn store_body(tx: &Tx<'_>, res: &str, ns: &str, mut body: Value) -> Result<Value
             }
         }
     }
-    tx.pending
-        .borrow_mut()
-        .push((obj_key(res, ns, &name), Some(Arc::new(Cached { rv, uid, text: Bytes::from(text) }))));
-    Ok(body)
+    Ok(())
 }
 
 /// Creates an object: the store assigns uid, creationTimestamp, generation and resourceVersion; a status
@@ -511,22 +665,29 @@ fn insert_object(
         o.remove("status");
     }
     changes.touch(res, ns, &name);
-    store_body(tx, res, ns, body)
+    store_body(tx, res, ns, body, true)
+}
+
+/// What replacing an object's metadata and spec amounts to.
+enum Replacement {
+    /// Nothing changes: the live object, as it is.
+    Unchanged(Value),
+    /// The new object to store, and whether its owner references differ from the live one's.
+    Store { body: Value, owners_changed: bool },
+    /// The object was being deleted and its last finalizer went: it is removed.
+    Remove(Value),
 }
 
 /// Replaces metadata and spec of `live` with those of `new`, keeping the store's metadata and the status.
 /// `generation` moves when anything outside metadata and status changes. An object being deleted whose
-/// last finalizer goes is removed.
-fn replace_object(
-    tx: &Tx<'_>,
-    changes: &mut Changes,
-    res: &str,
-    live: &Value,
-    new: Value,
-) -> Result<Value, StoreError> {
+/// last finalizer goes is removed. Pure: callers run it off the writer thread where they can.
+fn replacement(live: &Value, new: Value) -> Result<Replacement, StoreError> {
     let ns = live["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
     let name = live["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let mut body = without_status(&new);
+    let mut body = new;
+    if let Some(o) = body.as_object_mut() {
+        o.remove("status");
+    }
     let Some(meta) = body["metadata"].as_object_mut() else {
         return Err(StoreError::Invalid("metadata is required".into()));
     };
@@ -536,37 +697,74 @@ fn replace_object(
             None => meta.remove(key),
         };
     }
-    meta.insert("name".into(), Value::String(name.clone()));
+    meta.insert("name".into(), Value::String(name));
     if !ns.is_empty() {
-        meta.insert("namespace".into(), Value::String(ns.clone()));
+        meta.insert("namespace".into(), Value::String(ns));
     }
     drop_empty_metadata(&mut body);
     if let Some(status) = live.get("status") {
         body["status"] = status.clone();
     }
     if body == *live {
-        return Ok(body);
+        return Ok(Replacement::Unchanged(body));
     }
-    let spec_changed = {
-        let strip = |v: &Value| {
-            let mut v = without_status(v);
-            if let Some(o) = v.as_object_mut() {
-                o.remove("metadata");
-            }
-            v
-        };
-        strip(&body) != strip(live)
+    let outside_metadata_and_status_differ = {
+        let rest =
+            |o: &Value| o.as_object().map(|m| m.iter().filter(|(k, _)| *k != "metadata" && *k != "status").count());
+        let a = body.as_object();
+        rest(&body) != rest(live)
+            || a.into_iter().flatten().any(|(k, v)| k != "metadata" && k != "status" && live.get(k) != Some(v))
     };
-    if spec_changed && let Some(g) = body["metadata"]["generation"].as_i64() {
+    if outside_metadata_and_status_differ && let Some(g) = body["metadata"]["generation"].as_i64() {
         body["metadata"]["generation"] = Value::from(g + 1);
     }
-    changes.touch(res, &ns, &name);
-    let deleting = body["metadata"].get("deletionTimestamp").is_some();
-    if deleting && finalizers(&body).is_empty() {
-        remove_object(tx, changes, res, &ns, &name, &body)?;
-        return Ok(body);
+    if body["metadata"].get("deletionTimestamp").is_some() && finalizers(&body).is_empty() {
+        return Ok(Replacement::Remove(body));
     }
-    store_body(tx, res, &ns, body)
+    let owners_changed = body["metadata"].get("ownerReferences") != live["metadata"].get("ownerReferences");
+    Ok(Replacement::Store { body, owners_changed })
+}
+
+/// Writes a [`Replacement`] of the object at `res/ns/name`.
+fn store_replacement(
+    tx: &Tx<'_>,
+    changes: &mut Changes,
+    res: &str,
+    ns: &str,
+    name: &str,
+    replacement: Replacement,
+    status_only: bool,
+) -> Result<Value, StoreError> {
+    match replacement {
+        Replacement::Unchanged(body) => Ok(body),
+        Replacement::Store { body, owners_changed } => {
+            if status_only {
+                changes.touch_status(res, ns, name);
+            } else {
+                changes.touch(res, ns, name);
+            }
+            store_body(tx, res, ns, body, owners_changed)
+        }
+        Replacement::Remove(body) => {
+            changes.touch(res, ns, name);
+            remove_object(tx, changes, res, ns, name, &body)?;
+            Ok(body)
+        }
+    }
+}
+
+/// [`replacement`] and [`store_replacement`] in one, for writes that read the live object in the writer.
+fn replace_object(
+    tx: &Tx<'_>,
+    changes: &mut Changes,
+    res: &str,
+    live: &Value,
+    new: Value,
+) -> Result<Value, StoreError> {
+    let ns = live["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+    let name = live["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let replacement = replacement(live, new)?;
+    store_replacement(tx, changes, res, &ns, &name, replacement, false)
 }
 
 fn finalizers(body: &Value) -> Vec<String> {
@@ -597,7 +795,7 @@ fn delete_object(tx: &Tx<'_>, changes: &mut Changes, res: &str, ns: &str, name: 
     if !finalizers(&body).is_empty() {
         if body["metadata"].get("deletionTimestamp").is_none() {
             body["metadata"]["deletionTimestamp"] = Value::String(now_rfc3339());
-            store_body(tx, res, ns, body)?;
+            store_body(tx, res, ns, body, false)?;
         }
         return Ok(Deletion::Pending);
     }
@@ -708,17 +906,8 @@ impl Store for SqliteStore {
         let (ns, name) = object_key(obj)?;
         let want_rv = obj.meta().resource_version.clone();
         let body = serde_json::to_value(obj).map_err(backend)?;
-        let stored = self
-            .write(move |tx, changes| {
-                let Some((live, rv)) = get_row(tx, &res, &ns, &name)? else {
-                    return Err(StoreError::NotFound { resource: res, name });
-                };
-                if want_rv.as_ref().is_some_and(|want| *want != rv.to_string()) {
-                    return Err(conflict(&res, &name));
-                }
-                replace_object(tx, changes, &res, &live, body)
-            })
-            .await?;
+        let stored =
+            self.write_over_live(res, ns, name, want_rv, false, move |live| replacement(live, body.clone())).await?;
         serde_json::from_value(stored).map_err(backend)
     }
 
@@ -728,15 +917,10 @@ impl Store for SqliteStore {
         let want_rv = obj.meta().resource_version.clone();
         let status = serde_json::to_value(obj).map_err(backend)?.get("status").cloned();
         let stored = self
-            .write(move |tx, changes| {
-                let Some((mut body, rv)) = get_row(tx, &res, &ns, &name)? else {
-                    return Err(StoreError::NotFound { resource: res, name });
-                };
-                if want_rv.as_ref().is_some_and(|want| *want != rv.to_string()) {
-                    return Err(conflict(&res, &name));
-                }
+            .write_over_live(res, ns, name, want_rv, true, move |live| {
+                let mut body = live.clone();
                 if body.get("status") == status.as_ref() {
-                    return Ok(body);
+                    return Ok(Replacement::Unchanged(body));
                 }
                 match &status {
                     Some(s) => body["status"] = s.clone(),
@@ -746,8 +930,7 @@ impl Store for SqliteStore {
                         }
                     }
                 }
-                changes.touch_status(&res, &ns, &name);
-                store_body(tx, &res, &ns, body)
+                Ok(Replacement::Store { body, owners_changed: false })
             })
             .await?;
         serde_json::from_value(stored).map_err(backend)
@@ -832,6 +1015,74 @@ mod tests {
         assert_eq!(all.len(), 1);
         assert_eq!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap(), Deletion::Deleted);
         assert!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap_err().is_not_found());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_waiting_together_commit_together_and_fail_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let resource = Kind::InfraEnv.resource();
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            // Hold the writer, so that the writes below queue up and run as one group.
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            store
+                .writer
+                .send(Box::new(move |_| {
+                    let _ = held.recv();
+                    Ran { ok: true, pending: Vec::new(), finish: Box::new(|_| {}) }
+                }))
+                .unwrap();
+            let mut writes = Vec::new();
+            for i in 0..20 {
+                let store = store.clone();
+                let doc = infraenv_doc(&format!("ie-{i}"), "k");
+                writes.push(tokio::spawn(async move { store.apply_document(Kind::InfraEnv, doc).await }));
+            }
+            // A write that stores an object and then fails: its object must not survive.
+            let doomed = {
+                let (store, resource) = (store.clone(), resource.clone());
+                let doc = infraenv_doc("doomed", "k");
+                tokio::spawn(async move {
+                    store
+                        .write(move |tx, changes| {
+                            insert_object(tx, changes, &resource, "ns", doc, true)?;
+                            Err::<(), _>(StoreError::Invalid("changed its mind".into()))
+                        })
+                        .await
+                })
+            };
+            // A second create of ie-0 in the same group sees the first one.
+            let twice = {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    store.create(&serde_json::from_value::<InfraEnv>(infraenv_doc("ie-0", "k")).unwrap()).await
+                })
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            release.send(()).unwrap();
+            let mut versions = Vec::new();
+            for w in writes {
+                let (stored, created) = w.await.unwrap().unwrap();
+                assert!(created);
+                versions.push(stored["metadata"]["resourceVersion"].as_str().unwrap().parse::<i64>().unwrap());
+            }
+            versions.sort();
+            versions.dedup();
+            assert_eq!(versions.len(), 20, "every write has its own resourceVersion");
+            assert!(matches!(doomed.await.unwrap(), Err(StoreError::Invalid(_))));
+            assert!(matches!(twice.await.unwrap(), Err(StoreError::AlreadyExists { .. })));
+            assert!(store.get_document(Kind::InfraEnv, "ns", "doomed").await.unwrap().is_none());
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let all: Vec<InfraEnv> = store.list(None).await.unwrap();
+        assert_eq!(all.len(), 20);
+        assert!(all.iter().all(|ie| ie.metadata.name.as_deref() != Some("doomed")));
+        let newest = all.iter().filter_map(|ie| ie.metadata.resource_version.as_ref()?.parse::<i64>().ok()).max();
+        let (next, _) = store.apply_document(Kind::InfraEnv, infraenv_doc("later", "k")).await.unwrap();
+        let next: i64 = next["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        assert!(Some(next) > newest, "the resourceVersion counter survives reopening");
     }
 
     fn owned_secret(name: &str, owner_uid: &str) -> k8s_openapi::api::core::v1::Secret {
