@@ -392,18 +392,9 @@ impl SqliteStore {
         let resource = kind.resource();
         let namespace = doc_namespace(kind, &doc);
         let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        self.write(move |tx, changes| {
-            let Some((live, rv)) = get_row(tx, &resource, &namespace, &name)? else {
-                return Err(StoreError::NotFound { resource, name });
-            };
-            if let Some(want) = doc["metadata"]["resourceVersion"].as_str()
-                && want != rv.to_string()
-            {
-                return Err(conflict(&resource, &name));
-            }
-            replace_object(tx, changes, &resource, &live, doc)
-        })
-        .await
+        let want_rv = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
+        self.write_over_live(resource, namespace, name, want_rv, false, move |live| replacement(live, doc.clone()))
+            .await
     }
 
     pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
