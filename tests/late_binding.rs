@@ -32,7 +32,8 @@ impl Drop for Fleet {
 fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> Fleet {
     let child = Command::new(BIN)
         .args(["simulate", "--server", server, "--infraenv", infraenv, "--hosts", &hosts.to_string()])
-        .args(["--time-scale", "0.02", "--reboot-check-seconds", "3", "--seed", infraenv])
+        .args(["--time-scale", "0.02", "--reboot-check-seconds", "3"])
+        .args(if extra.contains(&"--seed") { vec![] } else { vec!["--seed", infraenv] })
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -383,6 +384,28 @@ fn scenario_78_ipxe_skips_installed_hosts_by_mac() {
     assert!(r.text().starts_with("#!ipxe\ninitrd --name initrd "), "{}", r.text());
     let r = script("aa:bb:cc:dd:ee:ff");
     assert_eq!(r.status, 200);
+}
+
+/// §8.1: two hosts of one InfraEnv reporting the same MAC are an error, not a guess.
+#[test]
+fn ipxe_refuses_a_mac_two_hosts_report() {
+    let s = Server::start(&[]);
+    setup(&s);
+    // Two fleets with different seeds: different host ids, the same MAC for their first machine.
+    let _first = simulate(&s.url, &format!("{NS}/pool"), 1, &["--seed", "one"]);
+    let _second = simulate(&s.url, &format!("{NS}/pool"), 1, &["--seed", "two"]);
+    let list =
+        wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
+    let macs: Vec<&str> =
+        list.iter().map(|a| a["status"]["inventory"]["interfaces"][0]["macAddress"].as_str().unwrap()).collect();
+    assert_eq!(macs[0], macs[1]);
+    let ie_id = s.get_json("infraenv", NS, "pool")["metadata"]["uid"].as_str().unwrap().to_string();
+    let r = s.get(&format!(
+        "/api/assisted-install/v2/infra-envs/{ie_id}/downloads/files?file_name=ipxe-script&mac={}",
+        macs[0]
+    ));
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.text().trim(), format!("IPXE booting skipped. Unexpected number of hosts 2 with mac {}", macs[0]));
 }
 
 /// A server killed between writing a host and creating its Agent (registration does both) gets the
