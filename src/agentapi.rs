@@ -28,6 +28,7 @@ pub struct AgentApi {
     pub backend: Arc<Backend>,
     pub images: Arc<Images<SqliteStore>>,
     pub auth: AgentAuth,
+    pub logs: Arc<crate::hostlogs::HostLogs>,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +111,51 @@ impl AgentApi {
             (m, _) => error(405, &format!("method {m} is not allowed here")),
         };
         Some(resp)
+    }
+
+    /// `POST /api/assisted-install/v2/clusters/{cluster_id}/logs` (`V2UploadLogs`): a host's logs,
+    /// sent by the installer with the agent token of the host's InfraEnv.
+    pub async fn upload_logs(
+        &self,
+        head: &http::request::Parts,
+        cluster_id: &str,
+        body: crate::http::UploadBody,
+    ) -> Response<Body> {
+        let q = crate::api::query_map(&head.uri);
+        let param = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+        match param("logs_type") {
+            "host" => {}
+            "controller" => return error(400, "controller logs are not kept: only logs_type=host is accepted"),
+            "" => return error(400, "logs_type is required"),
+            other => return error(400, &format!("logs_type {other:?} is not one of host, controller")),
+        }
+        let (infra_env_id, host_id) = (param("infra_env_id"), param("host_id"));
+        if infra_env_id.is_empty() || host_id.is_empty() {
+            return error(400, "host logs need infra_env_id and host_id");
+        }
+        let token = head.headers.get(AGENT_AUTH_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if token.is_empty() {
+            return infra_error(StatusCode::UNAUTHORIZED, "missing X-Secret-Key");
+        }
+        if !self.auth.verify(infra_env_id, token) {
+            return infra_error(StatusCode::UNAUTHORIZED, "the token is not valid for this infra-env");
+        }
+        let host = match self.own_host(infra_env_id, host_id).await {
+            Ok(h) => h,
+            Err(r) => return r,
+        };
+        if host.cluster_id.as_deref() != Some(cluster_id) {
+            return error(404, &format!("host {host_id} is not a host of cluster {cluster_id}"));
+        }
+        let content_type = head.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let sha256 = match self.logs.store(cluster_id, host_id, content_type, body).await {
+            Ok(sha) => sha,
+            Err(e) => return error(e.status, &e.message),
+        };
+        match self.backend.logs_uploaded(host_id, sha256).await {
+            Ok(_) => Response::builder().status(StatusCode::NO_CONTENT).body(Body::Empty).expect("valid response"),
+            Err(e) => api_error(&e),
+        }
     }
 
     async fn own_host(&self, infra_env_id: &str, host_id: &str) -> Result<Host, Response<Body>> {

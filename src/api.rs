@@ -37,11 +37,36 @@ impl Handler for App {
         resp
     }
 
+    fn takes_upload(&self, head: &http::request::Parts) -> bool {
+        head.method == Method::POST && logs_cluster(head.uri.path()).is_some()
+    }
+
+    async fn handle_upload(
+        self: Arc<Self>,
+        head: http::request::Parts,
+        body: crate::http::UploadBody,
+    ) -> Response<Body> {
+        let route = route_label(head.uri.path());
+        self.metrics.started(route);
+        let cluster_id = logs_cluster(head.uri.path()).unwrap_or_default();
+        let mut resp = self.agent_api.upload_logs(&head, &cluster_id, body).await;
+        resp.extensions_mut().insert(RouteLabel(route));
+        resp
+    }
+
     fn completed(&self, c: Completion) {
         if !c.complete {
             tracing::info!(route = c.route, status = %c.status, sent = c.body_bytes, "response not completed");
         }
         self.metrics.completed(&c);
+    }
+}
+
+/// The cluster id of a `/api/assisted-install/v2/clusters/{cluster_id}/logs` path.
+fn logs_cluster(path: &str) -> Option<String> {
+    match path.trim_start_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+        ["api", "assisted-install", "v2", "clusters", id, "logs"] => Some(id.to_string()),
+        _ => None,
     }
 }
 
@@ -61,6 +86,7 @@ fn route_label(path: &str) -> &'static str {
         ["api", "assisted-install", "v2", "infra-envs", _, "hosts", _, "progress"] => {
             "/v2/infra-envs/:id/hosts/:host/progress"
         }
+        ["api", "assisted-install", "v2", "clusters", _, "logs"] => "/v2/clusters/:id/logs",
         ["images", _] => "/images/:imageID",
         ["images", _, "pxe-initrd"] => "/images/:imageID/pxe-initrd",
         ["images", _, "s390x-initrd-addrsize"] => "/images/:imageID/s390x-initrd-addrsize",
@@ -76,9 +102,8 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
-fn query_map(req: &Request<Bytes>) -> HashMap<String, String> {
-    req.uri()
-        .query()
+pub fn query_map(uri: &http::Uri) -> HashMap<String, String> {
+    uri.query()
         .map(|q| {
             q.split('&')
                 .filter(|p| !p.is_empty())
@@ -118,6 +143,11 @@ impl App {
         if let Some(resp) = self.agent_api.handle(&req, &segs).await {
             return resp;
         }
+        if let ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] = segs.as_slice()
+            && (req.method() == Method::GET || req.method() == Method::HEAD)
+        {
+            return self.download_logs(&req, cluster_id).await;
+        }
         let image_route = matches!(segs.first(), Some(&("images" | "byid" | "boot-artifacts")))
             || segs.starts_with(&["api", "assisted-install"]);
         if image_route && req.method() != Method::GET && req.method() != Method::HEAD {
@@ -144,7 +174,7 @@ impl App {
                 r
             }
             ["images", id] => {
-                let q = query_map(&req);
+                let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "'version' parameter required");
                 };
@@ -172,7 +202,7 @@ impl App {
                 other => text(StatusCode::NOT_FOUND, format!("unrecognized file name {other}")),
             },
             ["images", id, "pxe-initrd"] => {
-                let q = query_map(&req);
+                let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "'version' parameter required for initrd download");
                 };
@@ -180,7 +210,7 @@ impl App {
                 self.pxe_initrd(&req, id, version, arch).await
             }
             ["images", id, "s390x-initrd-addrsize"] => {
-                let q = query_map(&req);
+                let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "'version' parameter required for initrd download");
                 };
@@ -208,7 +238,7 @@ impl App {
                         );
                     }
                 };
-                let q = query_map(&req);
+                let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "Failed to parse query parameters: 'version' is required");
                 };
@@ -306,9 +336,36 @@ impl App {
         }
     }
 
+    /// `GET /api/assisted-install/v2/clusters/{id}/logs?logs_type=host&host_id=...`: the logs the
+    /// installer uploaded for a host (the Agent's logsURL).
+    async fn download_logs(&self, req: &Request<Bytes>, cluster_id: &str) -> Response<Body> {
+        let q = query_map(req.uri());
+        match q.get("logs_type").map(String::as_str).unwrap_or("host") {
+            "host" => {}
+            other => {
+                return text(StatusCode::BAD_REQUEST, format!("logs_type {other}: only host logs are kept"));
+            }
+        }
+        let Some(host_id) = q.get("host_id").filter(|h| !h.is_empty()) else {
+            return text(StatusCode::BAD_REQUEST, "host_id is required for host logs");
+        };
+        let not_found = || text(StatusCode::NOT_FOUND, format!("no logs of host {host_id} in cluster {cluster_id}"));
+        let Some(host) = self.backend.host(host_id).await else { return not_found() };
+        if host.cluster_id.as_deref() != Some(cluster_id) || host.logs_collected_at.is_none() {
+            return not_found();
+        }
+        let cluster_name = self.backend.cluster(cluster_id).await.map(|c| c.name).unwrap_or_default();
+        let filename = format!("{cluster_name}_{}_{}.tar.gz", host.role, host.hostname());
+        match self.agent_api.logs.representation(cluster_id, host_id, &host.logs_sha256, filename) {
+            Ok(Some(rep)) => crate::http::respond::respond(req.method(), req.headers(), &rep),
+            Ok(None) => not_found(),
+            Err(e) => text(StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.message),
+        }
+    }
+
     /// `GET /api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=...`
     async fn infraenv_file(&self, req: &Request<Bytes>, id: &str) -> Response<Body> {
-        let q = query_map(req);
+        let q = query_map(req.uri());
         let file_name = q.get("file_name").map(String::as_str).unwrap_or("");
         let script_type = q.get("ipxe_script_type").map(String::as_str);
         if script_type.is_some() && file_name != "ipxe-script" {

@@ -202,10 +202,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = Arc::new(config);
     let images = crate::image::Images::new(store.clone(), catalog.clone(), config);
     let metrics = crate::metrics::Metrics::new();
+    let host_logs = Arc::new(crate::hostlogs::HostLogs::new(&data_dir));
     let backend = crate::backend::Backend::load(
         store.clone(),
         Arc::new(crate::backend::SystemClock),
-        crate::backend::BackendConfig::default(),
+        crate::backend::BackendConfig { host_logs: Some(host_logs.clone()), ..Default::default() },
     )
     .await
     .context("loading host records")?;
@@ -213,6 +214,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         backend: backend.clone(),
         images: images.clone(),
         auth: agent_auth.clone(),
+        logs: host_logs,
     });
     agent_api.restore_missing_agents().await.context("restoring the Agents of registered hosts")?;
     let app = Arc::new(crate::api::App {

@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod cli;
 pub mod controllers;
 pub mod fake_apiserver;
+pub mod hostlogs;
 pub mod hosts;
 pub mod http;
 pub mod ignition;

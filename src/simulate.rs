@@ -332,7 +332,34 @@ impl Machine {
             )
             .await?;
         }
+        // The installer uploads the host's logs when it is done (`V2UploadLogs`).
+        let host: Value = self.call("host", self.client.get(self.url(&format!("/{}", self.id)))).await?.json().await?;
+        if let Some(cluster_id) = host["cluster_id"].as_str() {
+            self.upload_logs(cluster_id).await?;
+        }
         Ok(())
+    }
+
+    /// Uploads this machine's logs (a gzip-compressed text) as multipart/form-data.
+    async fn upload_logs(&self, cluster_id: &str) -> anyhow::Result<()> {
+        const BOUNDARY: &str = "bootstream-simulated-logs";
+        let mut body = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"upfile\"; filename=\"logs.gz\"\r\n\
+             Content-Type: application/gzip\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(&simulated_logs(&self.id));
+        body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+        let url = format!(
+            "{}/api/assisted-install/v2/clusters/{cluster_id}/logs?logs_type=host&infra_env_id={}&host_id={}",
+            self.target.server, self.target.infra_env_id, self.id
+        );
+        let req = self
+            .client
+            .post(url)
+            .header("content-type", format!("multipart/form-data; boundary={BOUNDARY}"))
+            .body(body);
+        self.call("logs", req).await.map(|_| ())
     }
 
     /// An installed machine: rebooted into discovery once its host waits for that, or running the
@@ -358,6 +385,14 @@ impl Machine {
         }
         Ok(Wake::Reboot)
     }
+}
+
+/// The logs a simulated host uploads: a gzip-compressed line naming the host.
+pub fn simulated_logs(host_id: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let _ = writeln!(gz, "simulated installation logs of host {host_id}");
+    gz.finish().unwrap_or_default()
 }
 
 /// A client suited to many concurrent agents on one server.

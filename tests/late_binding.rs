@@ -430,3 +430,93 @@ fn a_host_registered_without_its_agent_gets_it_at_start() {
     assert_eq!(name(&list[0]), host);
     assert_eq!(list[0]["metadata"]["labels"]["infraenvs.agent-install.openshift.io"], "pool");
 }
+
+/// §2.2 logsURL: the installer uploads a host's logs when it is done, the Agent links them, and the
+/// link serves what was uploaded. Bad uploads are refused and leave the stored logs as they were.
+#[test]
+fn installed_hosts_logs_are_linked_from_their_agent() {
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml("logs", 1));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let n = name(&list[0]);
+    bind(&s, &n, "logs");
+    let list = wait_agents(&s, "a logsURL", 60, |l| l[0]["status"]["debugInfo"]["logsURL"].is_string());
+    assert_eq!(state(&list[0]), "installed");
+    let url = list[0]["status"]["debugInfo"]["logsURL"].as_str().unwrap();
+    let path = &url[url.find("/api/").unwrap()..];
+    let cluster_id = path
+        .strip_prefix("/api/assisted-install/v2/clusters/")
+        .and_then(|p| p.strip_suffix(&format!("/logs?host_id={n}&logs_type=host")))
+        .unwrap_or_else(|| panic!("unexpected logsURL {url}"));
+    let uploaded = bootstream::simulate::simulated_logs(&n);
+    let download = |s: &Server| {
+        let r = s.get(path);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+        assert!(r.header("content-disposition").unwrap().starts_with("attachment; filename=logs_"));
+        r.body
+    };
+    assert_eq!(download(&s), uploaded);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let target = rt
+        .block_on(bootstream::simulate::Target::discover(
+            &bootstream::simulate::client(),
+            &s.url,
+            &format!("{NS}/pool"),
+        ))
+        .unwrap();
+    let upload = |cluster: &str, token: &str, content_type: &str, body: &[u8]| {
+        let path = format!(
+            "/api/assisted-install/v2/clusters/{cluster}/logs?logs_type=host&infra_env_id={}&host_id={n}",
+            target.infra_env_id
+        );
+        let mut headers = vec![("content-type", content_type)];
+        if !token.is_empty() {
+            headers.push(("x-secret-key", token));
+        }
+        try_request(&s.addr, "POST", &path, &headers, body).unwrap()
+    };
+    let multipart = "multipart/form-data; boundary=b";
+    let replacement =
+        b"--b\r\nContent-Disposition: form-data; name=\"upfile\"; filename=\"x\"\r\n\r\nother\r\n--b--\r\n";
+    assert_eq!(upload(cluster_id, "", multipart, replacement).status, 401, "no token");
+    assert_eq!(upload(cluster_id, "not-the-token", multipart, replacement).status, 401, "a wrong token");
+    let elsewhere = upload("00000000-0000-0000-0000-000000000000", &target.token, multipart, replacement);
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.text());
+    let not_multipart = upload(cluster_id, &target.token, "application/gzip", b"other");
+    assert_eq!(not_multipart.status, 400, "{}", not_multipart.text());
+    let no_file = upload(
+        cluster_id,
+        &target.token,
+        multipart,
+        b"--b\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\r\n--b--\r\n",
+    );
+    assert_eq!(no_file.status, 400, "{}", no_file.text());
+    let truncated = upload(
+        cluster_id,
+        &target.token,
+        multipart,
+        b"--b\r\nContent-Disposition: form-data; name=\"upfile\"\r\n\r\nhalf of it",
+    );
+    assert_eq!(truncated.status, 400, "{}", truncated.text());
+    assert_eq!(download(&s), uploaded, "refused uploads change nothing");
+
+    // A new upload replaces the logs.
+    assert_eq!(upload(cluster_id, &target.token, multipart, replacement).status, 204);
+    assert_eq!(download(&s), b"other");
+
+    // The logs go with their cluster.
+    let logs_dir = s.data_dir.path().join("logs").join(cluster_id);
+    assert!(logs_dir.is_dir());
+    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "logs", "-n", NS], None);
+    assert!(out.status.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while logs_dir.exists() {
+        assert!(Instant::now() < deadline, "the logs of a deleted cluster are still in {}", logs_dir.display());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(s.get(path).status, 404);
+}

@@ -90,6 +90,8 @@ pub struct BackendConfig {
     pub disconnection_timeout: SignedDuration,
     /// `ReclaimTimeout`.
     pub reclaim_timeout: SignedDuration,
+    /// Where uploaded host logs are kept; a deregistered cluster's go with it.
+    pub host_logs: Option<Arc<crate::hostlogs::HostLogs>>,
 }
 
 impl Default for BackendConfig {
@@ -97,6 +99,7 @@ impl Default for BackendConfig {
         BackendConfig {
             disconnection_timeout: SignedDuration::from_mins(3),
             reclaim_timeout: SignedDuration::from_mins(60),
+            host_logs: None,
         }
     }
 }
@@ -273,7 +276,8 @@ impl Backend {
                 || host.role != current.role
                 || host.approved != current.approved
                 || host.kind != current.kind
-                || host.validations_info != current.validations_info;
+                || host.validations_info != current.validations_info
+                || host.logs_collected_at != current.logs_collected_at;
             self.index(&host.id, current.cluster_id.as_deref(), host.cluster_id.as_deref());
             *guard = Some(host.clone());
             if announce {
@@ -392,6 +396,19 @@ impl Backend {
             .mutate(host_id, |host, ctx| {
                 host.checked_in_at = Some(ctx.now);
                 Self::fire(host, &event, ctx).map_err(|e| ApiError::new(400, e.message))
+            })
+            .await?;
+        Ok(host)
+    }
+
+    /// The host's logs were uploaded (`V2UploadLogs`): the Agent gets its logsURL (§2.2).
+    pub async fn logs_uploaded(&self, host_id: &str, sha256: String) -> Result<Host, ApiError> {
+        let (host, ()) = self
+            .mutate(host_id, |host, ctx| {
+                host.logs_collected_at = Some(ctx.now);
+                host.logs_sha256 = sha256;
+                host.logs_info = "completed".into();
+                Ok(())
             })
             .await?;
         Ok(host)
@@ -567,6 +584,9 @@ impl Backend {
         let mut clusters = self.clusters.lock().await;
         if clusters.remove(id).is_some() {
             self.db.delete_record(CLUSTERS, id.to_string()).await?;
+        }
+        if let Some(logs) = &self.config.host_logs {
+            logs.remove_cluster(id);
         }
         Ok(())
     }

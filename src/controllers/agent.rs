@@ -672,6 +672,16 @@ async fn update_status<S: Store>(
                 status.debug_info.events_url =
                     format!("{}/api/assisted-install/v2/events?host_id={}", ctx.service_base_url, h.id);
             }
+            // Set once, when the installer has uploaded the host's logs (§2.2).
+            if status.debug_info.logs_url.is_empty()
+                && h.logs_collected_at.is_some()
+                && let Some(cluster_id) = &h.cluster_id
+            {
+                status.debug_info.logs_url = format!(
+                    "{}/api/assisted-install/v2/clusters/{cluster_id}/logs?host_id={}&logs_type=host",
+                    ctx.service_base_url, h.id
+                );
+            }
         }
         None => {
             status.debug_info.state.clear();

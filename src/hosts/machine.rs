@@ -592,6 +592,8 @@ fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context, insuff
             host.inventory = None;
             host.progress = Progress::default();
             host.logs_info.clear();
+            host.logs_collected_at = None;
+            host.logs_sha256.clear();
             host.ntp_sources.clear();
             host.images_status.clear();
             host.status_info = INFO_DISCOVERING.into();
@@ -619,6 +621,8 @@ fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context, insuff
             host.bootstrap = false;
             host.images_status.clear();
             host.logs_info.clear();
+            host.logs_collected_at = None;
+            host.logs_sha256.clear();
             host.cluster_id = None;
             host.kind = HostKind::Host;
             host.connectivity.clear();

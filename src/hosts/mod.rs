@@ -193,6 +193,13 @@ pub struct Host {
     pub images_status: String,
     #[serde(default)]
     pub logs_info: String,
+    /// When the host's logs were uploaded (they are kept under the data directory); none since it
+    /// last registered or left its cluster.
+    #[serde(default)]
+    pub logs_collected_at: Option<Timestamp>,
+    /// SHA-256 (hex) of the uploaded logs: their ETag.
+    #[serde(default)]
+    pub logs_sha256: String,
     #[serde(default)]
     pub connectivity: String,
     #[serde(default)]
@@ -243,6 +250,8 @@ impl Host {
             ignition_endpoint_http_headers: String::new(),
             images_status: String::new(),
             logs_info: String::new(),
+            logs_collected_at: None,
+            logs_sha256: String::new(),
             connectivity: String::new(),
             domain_name_resolutions: String::new(),
             free_addresses: String::new(),

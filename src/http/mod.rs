@@ -52,12 +52,29 @@ pub struct Completion {
     pub elapsed: std::time::Duration,
 }
 
+/// A request body taken as a stream: uploads too large to collect in memory.
+pub type UploadBody = std::pin::Pin<Box<dyn futures_util::Stream<Item = std::io::Result<Bytes>> + Send>>;
+
 /// The application behind the server.
 pub trait Handler: Send + Sync + 'static {
     fn handle(
         self: std::sync::Arc<Self>,
         req: http::Request<Bytes>,
     ) -> impl Future<Output = http::Response<Body>> + Send;
+
+    /// Whether this request's body goes to [`Handler::handle_upload`] as a stream, instead of being
+    /// collected (up to the server's `max_body_bytes`) for [`Handler::handle`].
+    fn takes_upload(&self, _head: &http::request::Parts) -> bool {
+        false
+    }
+
+    fn handle_upload(
+        self: std::sync::Arc<Self>,
+        _head: http::request::Parts,
+        _body: UploadBody,
+    ) -> impl Future<Output = http::Response<Body>> + Send {
+        async { text(http::StatusCode::NOT_FOUND, "no uploads here") }
+    }
 
     /// Called once per request after the response was written or the connection failed.
     fn completed(&self, _completion: Completion) {}

@@ -422,16 +422,26 @@ async fn hyper_request<H: Handler>(
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();
-    let collected = http_body_util::Limited::new(body, max_body).collect().await;
-    let resp = match collected {
-        Ok(c) => handler.clone().handle(Request::from_parts(parts, c.to_bytes())).await,
-        Err(e) => {
-            let status = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                StatusCode::PAYLOAD_TOO_LARGE
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            super::text(status, format!("request body: {e}"))
+    let resp = if handler.takes_upload(&parts) {
+        use futures_util::StreamExt;
+        let data = http_body_util::BodyStream::new(body).filter_map(|frame| async move {
+            match frame {
+                Ok(frame) => frame.into_data().ok().map(Ok),
+                Err(e) => Some(Err(io::Error::other(e))),
+            }
+        });
+        handler.clone().handle_upload(parts, Box::pin(data)).await
+    } else {
+        match http_body_util::Limited::new(body, max_body).collect().await {
+            Ok(c) => handler.clone().handle(Request::from_parts(parts, c.to_bytes())).await,
+            Err(e) => {
+                let status = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
+                super::text(status, format!("request body: {e}"))
+            }
         }
     };
     let route = resp.extensions().get::<RouteLabel>().map(|r| r.0).unwrap_or("other");

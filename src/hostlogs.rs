@@ -1,0 +1,156 @@
+//! Host logs: what the installer uploads for a host (`V2UploadLogs` with `logs_type=host`, a
+//! multipart/form-data body whose `upfile` part is the archive) and what users download from the
+//! Agent's `logsURL` (`V2DownloadClusterLogs`). One file per host under the data directory, written
+//! to a temporary name and renamed into place, so that a failed or oversized upload never leaves a
+//! partial file where a download would find it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::http::UploadBody;
+use crate::http::respond::Representation;
+use crate::plan::{BaseFile, PlanBuilder};
+
+/// The largest upload accepted: the swagger's `maxLength` of `upfile` (250 MB).
+pub const MAX_LOGS_BYTES: u64 = 262_144_000;
+
+/// Why an upload was refused, with the HTTP status to answer.
+#[derive(Debug)]
+pub struct LogsError {
+    pub status: u16,
+    pub message: String,
+}
+
+fn refuse(status: u16, message: impl Into<String>) -> LogsError {
+    LogsError { status, message: message.into() }
+}
+
+#[derive(Debug)]
+pub struct HostLogs {
+    dir: PathBuf,
+}
+
+/// Removes a temporary upload unless it was moved into place.
+struct TempUpload(Option<PathBuf>);
+
+impl Drop for TempUpload {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl HostLogs {
+    pub fn new(data_dir: &Path) -> HostLogs {
+        HostLogs { dir: data_dir.join("logs") }
+    }
+
+    /// Where a host's logs live. Both ids must be UUIDs: they become path components.
+    fn path(&self, cluster_id: &str, host_id: &str) -> Result<PathBuf, LogsError> {
+        for (what, id) in [("cluster_id", cluster_id), ("host_id", host_id)] {
+            uuid::Uuid::parse_str(id).map_err(|_| refuse(400, format!("{what} {id:?} is not a UUID")))?;
+        }
+        Ok(self.dir.join(cluster_id).join(format!("{host_id}.tar.gz")))
+    }
+
+    /// Stores the `upfile` part of a multipart body as the host's logs, replacing earlier ones.
+    /// Returns the SHA-256 (hex) of what was stored.
+    pub async fn store(
+        &self,
+        cluster_id: &str,
+        host_id: &str,
+        content_type: &str,
+        body: UploadBody,
+    ) -> Result<String, LogsError> {
+        let target = self.path(cluster_id, host_id)?;
+        let boundary = multer::parse_boundary(content_type)
+            .map_err(|_| refuse(400, "the logs must be sent as multipart/form-data with a boundary"))?;
+        let limits = multer::SizeLimit::new().for_field("upfile", MAX_LOGS_BYTES);
+        let mut parts =
+            multer::Multipart::with_constraints(body, boundary, multer::Constraints::new().size_limit(limits));
+        let dir = target.parent().expect("logs path has a directory");
+        tokio::fs::create_dir_all(dir).await.map_err(|e| refuse(500, format!("creating {}: {e}", dir.display())))?;
+        while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
+            if field.name() != Some("upfile") {
+                // Other form fields carry nothing we keep; read past them.
+                while field.chunk().await.map_err(multipart_error)?.is_some() {}
+                continue;
+            }
+            let temp_path = dir.join(format!(".upload-{}", uuid::Uuid::new_v4()));
+            let mut temp = TempUpload(Some(temp_path.clone()));
+            let mut file = tokio::fs::File::create(&temp_path)
+                .await
+                .map_err(|e| refuse(500, format!("creating {}: {e}", temp_path.display())))?;
+            let mut sha = Sha256::new();
+            let mut field = field.map(|c| c.map_err(multipart_error));
+            while let Some(chunk) = field.next().await {
+                let chunk = chunk?;
+                sha.update(&chunk);
+                file.write_all(&chunk).await.map_err(|e| refuse(500, format!("writing the logs: {e}")))?;
+            }
+            file.sync_all().await.map_err(|e| refuse(500, format!("writing the logs: {e}")))?;
+            drop(file);
+            tokio::fs::rename(&temp_path, &target).await.map_err(|e| refuse(500, format!("storing the logs: {e}")))?;
+            temp.0 = None;
+            return Ok(hex::encode(sha.finalize()));
+        }
+        Err(refuse(400, "the upload has no upfile part"))
+    }
+
+    /// Removes the logs of a cluster's hosts (the cluster was deregistered).
+    pub fn remove_cluster(&self, cluster_id: &str) {
+        if uuid::Uuid::parse_str(cluster_id).is_err() {
+            return;
+        }
+        let dir = self.dir.join(cluster_id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("removing the host logs in {}: {e}", dir.display()),
+        }
+    }
+
+    /// The host's stored logs as a downloadable file, if there are any.
+    pub fn representation(
+        &self,
+        cluster_id: &str,
+        host_id: &str,
+        sha256_hex: &str,
+        filename: String,
+    ) -> Result<Option<Representation>, LogsError> {
+        let path = self.path(cluster_id, host_id)?;
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(refuse(500, format!("opening {}: {e}", path.display()))),
+        };
+        let meta = file.metadata().map_err(|e| refuse(500, e.to_string()))?;
+        let mut sha256 = [0u8; 32];
+        hex::decode_to_slice(sha256_hex, &mut sha256).map_err(|_| refuse(500, "the logs' checksum is missing"))?;
+        let base = Arc::new(BaseFile { path, file, len: meta.len(), sha256 });
+        let mut plan = PlanBuilder::default();
+        plan.file(&base, 0, base.len);
+        Ok(Some(Representation {
+            plan: plan.build(),
+            etag: sha256_hex.to_string(),
+            last_modified: meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+            content_type: "application/octet-stream",
+            filename: Some(filename),
+        }))
+    }
+}
+
+fn multipart_error(e: multer::Error) -> LogsError {
+    match e {
+        multer::Error::FieldSizeExceeded { .. } | multer::Error::StreamSizeExceeded { .. } => {
+            refuse(413, format!("the logs are larger than the {MAX_LOGS_BYTES} bytes accepted"))
+        }
+        multer::Error::StreamReadFailed(e) => refuse(400, format!("reading the upload: {e}")),
+        e => refuse(400, format!("the upload is not valid multipart/form-data: {e}")),
+    }
+}
