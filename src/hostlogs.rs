@@ -70,7 +70,9 @@ impl HostLogs {
         let target = self.path(cluster_id, host_id)?;
         let boundary = multer::parse_boundary(content_type)
             .map_err(|_| refuse(400, "the logs must be sent as multipart/form-data with a boundary"))?;
-        let limits = multer::SizeLimit::new().for_field("upfile", MAX_LOGS_BYTES);
+        // Other form fields are read past, but not forever: the whole body is bounded too.
+        let limits =
+            multer::SizeLimit::new().whole_stream(MAX_LOGS_BYTES + (1 << 20)).for_field("upfile", MAX_LOGS_BYTES);
         let mut parts =
             multer::Multipart::with_constraints(body, boundary, multer::Constraints::new().size_limit(limits));
         let dir = target.parent().expect("logs path has a directory");
