@@ -266,7 +266,7 @@ impl Backend {
         let ctx = self.context(cluster.as_ref());
         let mut host = current.clone();
         let out = change(&mut host, &ctx)?;
-        if !same_record(&host, current) {
+        if !same_record(&mut host, current) {
             self.persist(&host).await?;
             let announce = host.status != current.status
                 || host.cluster_id != current.cluster_id
@@ -283,9 +283,9 @@ impl Backend {
             if announce {
                 self.announce(&host, false);
             }
-        } else {
+        } else if let Some(kept) = guard.as_mut() {
             // Only the check-in time moved: kept in memory (see the module docs).
-            *guard = Some(host.clone());
+            kept.checked_in_at = host.checked_in_at;
         }
         Ok((host, out))
     }
@@ -611,11 +611,13 @@ impl Backend {
     }
 }
 
-/// Host records equal apart from the check-in time.
-fn same_record(a: &Host, b: &Host) -> bool {
-    let mut a = a.clone();
-    a.checked_in_at = b.checked_in_at;
-    a == *b
+/// Host records equal apart from the check-in time (compared without copying either: this runs
+/// at every poll of every agent).
+fn same_record(a: &mut Host, b: &Host) -> bool {
+    let checked_in_at = std::mem::replace(&mut a.checked_in_at, b.checked_in_at);
+    let same = *a == *b;
+    a.checked_in_at = checked_in_at;
+    same
 }
 
 /// Clusters accept new hosts until their installation starts, and again once installed (day 2).
