@@ -534,7 +534,7 @@ async fn restore_host<S: Store>(ctx: &AgentContext<S>, agent: Agent) -> Result<A
         host.role = role.clone();
         host.suggested_role = role.clone();
     }
-    host.inventory = annotations.get(INVENTORY_ANNOTATION).cloned();
+    host.inventory = annotations.get(INVENTORY_ANNOTATION).cloned().map(Into::into);
     host.validations_info = annotations.get(VALIDATIONS_INFO_ANNOTATION).cloned();
     if let Some(stage) = annotations.get(CURRENT_STAGE_ANNOTATION) {
         host.progress.current_stage = stage.clone();
@@ -615,7 +615,7 @@ fn desired_metadata(agent: &Agent, host: &Host, infraenv: Option<&InfraEnv>) -> 
     ann.insert(ROLE_ANNOTATION.to_string(), host.role.clone());
     ann.insert(INVENTORY_VERSION_ANNOTATION.to_string(), "0.1".to_string());
     match &host.inventory {
-        Some(inv) => ann.insert(INVENTORY_ANNOTATION.to_string(), inv.clone()),
+        Some(inv) => ann.insert(INVENTORY_ANNOTATION.to_string(), inv.to_string()),
         None => ann.remove(INVENTORY_ANNOTATION),
     };
     match &host.validations_info {
@@ -663,7 +663,7 @@ async fn update_status<S: Store>(
             } else {
                 h.role.clone()
             };
-            status.inventory = h.parsed_inventory().map(|i| AgentInventory::from_host(&i, h)).unwrap_or_default();
+            status.inventory = h.parsed_inventory().map(|i| AgentInventory::from_host(i, h)).unwrap_or_default();
             status.progress = AgentProgress::from_host(h);
             status.validations_info = h.validations_info.as_deref().and_then(|v| serde_json::from_str(v).ok());
             status.installation_disk_id = h.installation_disk_id.clone();

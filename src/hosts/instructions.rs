@@ -94,9 +94,9 @@ fn install_step(host: &Host, openshift_version: &str) -> Step {
         host.parsed_inventory()
             .and_then(|inv| {
                 inv.disks
-                    .into_iter()
+                    .iter()
                     .find(|d| d.installation_eligibility.as_ref().is_none_or(|e| e.eligible))
-                    .map(|d| if d.by_path.is_empty() { d.path } else { d.by_path })
+                    .map(|d| if d.by_path.is_empty() { d.path.clone() } else { d.by_path.clone() })
             })
             .unwrap_or_default()
     };

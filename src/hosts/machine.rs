@@ -467,27 +467,21 @@ fn stage(event: &Event) -> &str {
     }
 }
 
-/// What the guards of one transition ask about a host's inventory, worked out once: parsing the
-/// inventory and validating it are the costly part of a refresh, and several rules ask.
+/// What the guards of one transition ask about a host's inventory, worked out once: validating the
+/// inventory is the costly part of a refresh, and several rules ask (the inventory itself is parsed
+/// once per text, see [`super::InventoryText`]).
 struct Facts<'a> {
     host: &'a Host,
     ctx: &'a Context,
-    inventory: std::cell::OnceCell<Option<Inventory>>,
     validations: std::cell::OnceCell<Option<Vec<validations::Validation>>>,
 }
 
 impl<'a> Facts<'a> {
     fn new(host: &'a Host, ctx: &'a Context) -> Facts<'a> {
-        Facts { host, ctx, inventory: Default::default(), validations: Default::default() }
+        Facts { host, ctx, validations: Default::default() }
     }
-    fn inventory(&self) -> Option<&Inventory> {
-        self.inventory
-            .get_or_init(|| {
-                self.host
-                    .parsed_inventory()
-                    .filter(|_| self.host.inventory.as_deref().is_some_and(|i| !i.trim().is_empty()))
-            })
-            .as_ref()
+    fn inventory(&self) -> Option<&'a Inventory> {
+        self.host.parsed_inventory()
     }
     fn validations(&self) -> Option<&[validations::Validation]> {
         self.validations

@@ -8,6 +8,8 @@ pub mod instructions;
 pub mod machine;
 pub mod validations;
 
+use std::sync::{Arc, OnceLock};
+
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -154,7 +156,7 @@ pub struct Host {
     pub bootstrap: bool,
     /// The inventory JSON as the agent sent it.
     #[serde(default)]
-    pub inventory: Option<String>,
+    pub inventory: Option<InventoryText>,
     /// `{"hardware": [{"id", "status", "message"}, ...]}` as JSON text.
     #[serde(default)]
     pub validations_info: Option<String>,
@@ -264,8 +266,9 @@ impl Host {
         self.cluster_id.is_none()
     }
 
-    pub fn parsed_inventory(&self) -> Option<Inventory> {
-        self.inventory.as_deref().and_then(|i| serde_json::from_str(i).ok())
+    /// The inventory, if the host sent one that parses.
+    pub fn parsed_inventory(&self) -> Option<&Inventory> {
+        self.inventory.as_ref().and_then(InventoryText::parsed)
     }
 
     /// The requested hostname, else the one the inventory reports.
@@ -273,7 +276,78 @@ impl Host {
         if !self.requested_hostname.is_empty() {
             return self.requested_hostname.clone();
         }
-        self.parsed_inventory().map(|i| i.hostname).unwrap_or_default()
+        self.parsed_inventory().map(|i| i.hostname.clone()).unwrap_or_default()
+    }
+}
+
+/// An inventory as the agent sent it (JSON text), parsed at most once.
+///
+/// Copies of a host record share it: every check-in refreshes the host, whose guards read the
+/// inventory, and the agent sends the same inventory at every poll (§1.4), so parsing it once per
+/// text and not copying it are what keep a large pool cheap to serve.
+#[derive(Clone)]
+pub struct InventoryText(Arc<InventoryTextInner>);
+
+struct InventoryTextInner {
+    text: String,
+    parsed: OnceLock<Option<Inventory>>,
+}
+
+impl InventoryText {
+    pub fn new(text: String) -> InventoryText {
+        InventoryText(Arc::new(InventoryTextInner { text, parsed: OnceLock::new() }))
+    }
+
+    /// An inventory that must parse.
+    pub fn parse(text: String) -> Result<InventoryText, serde_json::Error> {
+        let inventory: Inventory = serde_json::from_str(&text)?;
+        Ok(InventoryText(Arc::new(InventoryTextInner { text, parsed: OnceLock::from(Some(inventory)) })))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0.text
+    }
+
+    /// The parsed inventory; None when the text is not an inventory.
+    pub fn parsed(&self) -> Option<&Inventory> {
+        self.0.parsed.get_or_init(|| serde_json::from_str(&self.0.text).ok()).as_ref()
+    }
+}
+
+impl From<String> for InventoryText {
+    fn from(text: String) -> InventoryText {
+        InventoryText::new(text)
+    }
+}
+
+impl std::ops::Deref for InventoryText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for InventoryText {
+    fn eq(&self, other: &InventoryText) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.text == other.0.text
+    }
+}
+
+impl std::fmt::Debug for InventoryText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl Serialize for InventoryText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for InventoryText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<InventoryText, D::Error> {
+        String::deserialize(d).map(InventoryText::new)
     }
 }
 

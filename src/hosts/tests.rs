@@ -30,7 +30,7 @@ fn host(status: HostStatus, cluster: Option<&str>) -> Host {
     h.status = status;
     h.checked_in_at = Some(t0());
     h.role = "master".into();
-    h.inventory = Some(good_inventory());
+    h.inventory = Some(good_inventory().into());
     h
 }
 
@@ -229,7 +229,7 @@ fn scenario_14_refresh_decides_known_or_insufficient_unbound() {
     let mut h = host(HostStatus::KnownUnbound, None);
     let mut inv: serde_json::Value = serde_json::from_str(&good_inventory()).unwrap();
     inv["cpu"]["count"] = 1.into();
-    h.inventory = Some(inv.to_string());
+    h.inventory = Some(inv.to_string().into());
     fire(&mut h, &Event::RefreshHost, &ctx()).unwrap();
     assert_eq!(h.status, HostStatus::InsufficientUnbound);
     assert!(h.status_info.starts_with("Host does not meet the minimum hardware requirements: "), "{}", h.status_info);
