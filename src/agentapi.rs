@@ -73,6 +73,10 @@ fn infra_error(status: StatusCode, message: &str) -> Response<Body> {
     crate::http::json(status, &json!({"code": status.as_u16(), "message": message}))
 }
 
+fn not_in_infraenv(infra_env_id: &str, host_id: &str) -> Response<Body> {
+    error(404, &format!("host {host_id} not found in infra-env {infra_env_id}"))
+}
+
 fn api_error(e: &ApiError) -> Response<Body> {
     error(e.status, &e.message)
 }
@@ -161,7 +165,16 @@ impl AgentApi {
     async fn own_host(&self, infra_env_id: &str, host_id: &str) -> Result<Host, Response<Body>> {
         match self.backend.host(host_id).await {
             Some(h) if h.infra_env_id == infra_env_id => Ok(h),
-            _ => Err(error(404, &format!("host {host_id} not found in infra-env {infra_env_id}"))),
+            _ => Err(not_in_infraenv(infra_env_id, host_id)),
+        }
+    }
+
+    /// Like [`Self::own_host`], for requests that do not need the record.
+    async fn check_own_host(&self, infra_env_id: &str, host_id: &str) -> Result<(), Response<Body>> {
+        if self.backend.is_host_of(host_id, infra_env_id).await {
+            Ok(())
+        } else {
+            Err(not_in_infraenv(infra_env_id, host_id))
         }
     }
 
@@ -293,7 +306,7 @@ impl AgentApi {
     }
 
     async fn next_steps(&self, infra_env_id: &str, host_id: &str) -> Response<Body> {
-        if let Err(r) = self.own_host(infra_env_id, host_id).await {
+        if let Err(r) = self.check_own_host(infra_env_id, host_id).await {
             return r;
         }
         let host = match self.backend.check_in(host_id).await {
@@ -326,7 +339,7 @@ impl AgentApi {
     }
 
     async fn step_reply(&self, infra_env_id: &str, host_id: &str, body: &Bytes) -> Response<Body> {
-        if let Err(r) = self.own_host(infra_env_id, host_id).await {
+        if let Err(r) = self.check_own_host(infra_env_id, host_id).await {
             return r;
         }
         let reply: StepReply = match parse(body, "step-reply") {
@@ -339,9 +352,9 @@ impl AgentApi {
                 if reply.exit_code != 0 {
                     tracing::warn!(host = host_id, step = %reply.step_id, "reclaim download failed: {}", reply.error);
                 }
-                self.backend.reclaim_download_done(host_id, reply.exit_code == 0).await
+                self.backend.reclaim_download_done(host_id, reply.exit_code == 0).await.map(|_| ())
             }
-            _ => self.backend.check_in(host_id).await,
+            _ => self.backend.touch(host_id).await,
         };
         match result {
             Ok(_) => Response::builder().status(StatusCode::NO_CONTENT).body(Body::Empty).expect("valid response"),
@@ -350,7 +363,7 @@ impl AgentApi {
     }
 
     async fn progress(&self, infra_env_id: &str, host_id: &str, body: &Bytes) -> Response<Body> {
-        if let Err(r) = self.own_host(infra_env_id, host_id).await {
+        if let Err(r) = self.check_own_host(infra_env_id, host_id).await {
             return r;
         }
         let p: HostProgress = match parse(body, "host-progress") {
@@ -382,7 +395,7 @@ pub fn host_view(h: &Host) -> Value {
         "role": h.role,
         "suggested_role": h.suggested_role,
         "bootstrap": h.bootstrap,
-        "inventory": h.inventory.clone().unwrap_or_default(),
+        "inventory": h.inventory.as_deref().unwrap_or_default(),
         "validations_info": h.validations_info.clone().unwrap_or_default(),
         "progress": {
             "current_stage": h.progress.current_stage,

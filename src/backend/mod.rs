@@ -217,6 +217,15 @@ impl Backend {
         slot.lock().await.clone()
     }
 
+    /// Whether host `id` exists and belongs to InfraEnv `infra_env_id` (answered without copying the
+    /// record: the agent API asks at every request).
+    pub async fn is_host_of(&self, id: &str, infra_env_id: &str) -> bool {
+        match self.slot(id) {
+            Some(slot) => slot.lock().await.as_ref().is_some_and(|h| h.infra_env_id == infra_env_id),
+            None => false,
+        }
+    }
+
     /// All hosts, or those matching `filter`.
     pub async fn hosts(&self, filter: impl Fn(&Host) -> bool) -> Vec<Host> {
         let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
@@ -357,30 +366,39 @@ impl Backend {
         Ok(host)
     }
 
+    /// A step reply that changes nothing about the host only says that its agent is there (the
+    /// instructions request before it already refreshed the host).
+    pub async fn touch(&self, host_id: &str) -> Result<(), ApiError> {
+        let slot = self.slot(host_id).ok_or_else(|| ApiError::new(404, format!("Host {host_id} not found")))?;
+        let mut guard = slot.lock().await;
+        let host = guard.as_mut().ok_or_else(|| ApiError::new(404, format!("Host {host_id} not found")))?;
+        host.checked_in_at = Some(self.clock.now());
+        Ok(())
+    }
+
     /// The agent's inventory step reply.
-    pub async fn update_inventory(&self, host_id: &str, inventory: String) -> Result<Host, ApiError> {
+    pub async fn update_inventory(&self, host_id: &str, inventory: String) -> Result<(), ApiError> {
         // The agent sends its inventory at every poll (§1.4); one that has not changed only says the
-        // host is still there (the instructions request that came with it already refreshed the host).
+        // host is still there.
         if let Some(slot) = self.slot(host_id) {
             let mut guard = slot.lock().await;
             if let Some(host) = guard.as_mut()
                 && host.inventory.as_deref() == Some(inventory.as_str())
             {
                 host.checked_in_at = Some(self.clock.now());
-                return Ok(host.clone());
+                return Ok(());
             }
         }
-        serde_json::from_str::<crate::hosts::Inventory>(&inventory)
+        let inventory = crate::hosts::InventoryText::parse(inventory)
             .map_err(|e| ApiError::new(400, format!("Failed to parse inventory of host {host_id}: {e}")))?;
-        let (host, ()) = self
-            .mutate(host_id, |host, ctx| {
-                host.checked_in_at = Some(ctx.now);
-                host.inventory = Some(inventory);
-                let _ = machine::fire(host, &Event::RefreshHost, ctx);
-                Ok(())
-            })
-            .await?;
-        Ok(host)
+        self.mutate(host_id, |host, ctx| {
+            host.checked_in_at = Some(ctx.now);
+            host.inventory = Some(inventory);
+            let _ = machine::fire(host, &Event::RefreshHost, ctx);
+            Ok(())
+        })
+        .await?;
+        Ok(())
     }
 
     /// The reply of a `download-boot-artifacts` step (§1.2 RebootingForReclaim / ReclaimHostFailed).
