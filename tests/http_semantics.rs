@@ -149,6 +149,49 @@ fn keep_alive_and_the_hyper_path_serve_the_same_bytes() {
 }
 
 #[test]
+fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
+    let e = env();
+    let secret = |name: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"{name}","namespace":"n"}},"stringData":{{"k":"v-{name}"}}}}"#
+        )
+    };
+    let put = |name: &str| {
+        let doc = secret(name);
+        format!(
+            "PUT /api/v1/namespaces/n/secrets/{name} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{doc}",
+            doc.len()
+        )
+    };
+    let mut s = std::net::TcpStream::connect(&e.server.addr).unwrap();
+    // A body that arrives in pieces, after its head.
+    let first = put("s1");
+    let split = first.find("\r\n\r\n").unwrap() + 10;
+    s.write_all(&first.as_bytes()[..split]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    s.write_all(&first.as_bytes()[split..]).unwrap();
+    // Then two requests with bodies and a GET in one write (pipelined).
+    let rest = format!(
+        "{}{}GET /api/v1/namespaces/n/secrets/s3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        put("s2"),
+        put("s3")
+    );
+    s.write_all(rest.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let statuses: Vec<&str> = text.lines().filter(|l| l.starts_with("HTTP/1.1 ")).collect();
+    assert_eq!(statuses.len(), 4, "{text}");
+    assert!(statuses.iter().all(|l| l.starts_with("HTTP/1.1 20")), "{text}");
+    for name in ["s1", "s2", "s3"] {
+        let got = e.server.get(&format!("/api/v1/namespaces/n/secrets/{name}"));
+        assert_eq!(got.status, 200, "{name}: {}", got.text());
+        assert!(got.text().contains(&format!("\"name\": \"{name}\"")), "{}", got.text());
+    }
+}
+
+#[test]
 fn bad_requests_get_clear_errors() {
     let e = env();
     let missing = "0b0e0f7e-1111-4222-8333-944445555666";

@@ -1,11 +1,14 @@
 //! The HTTP/1.1 server.
 //!
-//! Downloads are the hot path: thousands of BMCs and PXE clients pulling 1 GiB images. Simple GET and
-//! HEAD requests (no body, no upgrade) are answered by our own small HTTP/1.1 writer, which hands the
-//! base-image spans of a plan to `sendfile(2)` so that image bytes never pass through user space
-//! (see `../shared/docs/perf-notes.md` for why hyper's body model cannot do this). Any other request —
-//! one with a body, `Expect`, `Upgrade` or anything our parser does not take — hands the connection,
-//! with the bytes already read, to hyper for the rest of its life. Both paths call the same [`Handler`].
+//! Downloads are the hot path: thousands of BMCs and PXE clients pulling 1 GiB images. Plain requests
+//! (no body or a small one with a Content-Length, no upgrade, no `Expect`) are answered by our own
+//! small HTTP/1.1 reader and writer, which hands the base-image spans of a plan to `sendfile(2)` so
+//! that image bytes never pass through user space (see `../shared/docs/perf-notes.md` for why hyper's
+//! body model cannot do this). The agent API is the other hot path: thousands of agents polling over
+//! keep-alive connections, which hold no buffer between requests on this path. Any other request —
+//! a chunked or large body, an upload the handler streams, `Expect`, `Upgrade` or anything our parser
+//! does not take — hands the connection, with the bytes already read, to hyper for the rest of its
+//! life. Both paths call the same [`Handler`].
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -51,6 +54,9 @@ impl Default for ServerConfig {
 }
 
 const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Request bodies up to this size are read on the fast path (agent API calls, API documents); larger
+/// ones go to hyper, which streams or limits them.
+const MAX_FAST_BODY_BYTES: usize = 256 * 1024;
 const MAX_HEADERS: usize = 64;
 /// One sendfile call at most (as nginx's sendfile_max_chunk): keeps one fast client from starving others.
 const SENDFILE_CHUNK: usize = 2 << 20;
@@ -98,9 +104,14 @@ pub async fn serve<H: Handler>(
 /// Serves one connection on the fast path until it closes or needs hyper.
 async fn serve_connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>, config: &ServerConfig) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let mut buf = BytesMut::with_capacity(4096);
+    let mut buf = BytesMut::new();
     let mut first = true;
     loop {
+        if buf.is_empty() {
+            // Between requests a keep-alive connection holds no buffer: with thousands of idle agents
+            // that is most of what the server would otherwise keep per connection.
+            buf = BytesMut::new();
+        }
         let head = match read_head(&mut stream, &mut buf, config, first).await? {
             HeadRead::Closed => return Ok(()),
             HeadRead::TooLarge => {
@@ -118,12 +129,20 @@ async fn serve_connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>, co
         if !head.fast_path {
             return hand_to_hyper(stream, buf.freeze(), handler, config).await;
         }
-        let _ = buf.split_to(head.len);
-        let keep_alive = head.keep_alive;
-        let head_only = head.request.method() == Method::HEAD;
-        let method = head.request.method().clone();
+        let Head { request, len: head_len, keep_alive, body_len, .. } = *head;
+        let (parts, _) = request.into_parts();
+        if body_len > 0 && handler.takes_upload(&parts) {
+            return hand_to_hyper(stream, buf.freeze(), handler, config).await;
+        }
+        if !read_body(&mut stream, &mut buf, head_len + body_len, config).await? {
+            return Ok(());
+        }
+        let _ = buf.split_to(head_len);
+        let body = buf.split_to(body_len).freeze();
+        let head_only = parts.method == Method::HEAD;
+        let method = parts.method.clone();
         let started = Instant::now();
-        let resp = handler.clone().handle(head.request).await;
+        let resp = handler.clone().handle(Request::from_parts(parts, body)).await;
         let route = resp.extensions().get::<RouteLabel>().map(|r| r.0).unwrap_or("other");
         let status = resp.status();
         let result = write_response(&mut stream, resp, head_only, keep_alive, config).await;
@@ -147,7 +166,10 @@ struct Head {
     /// Bytes of the head in the buffer.
     len: usize,
     keep_alive: bool,
-    /// Whether our writer may answer it (GET/HEAD, no body, no upgrade, no Expect).
+    /// Content-Length of the body (0 without one).
+    body_len: usize,
+    /// Whether this path serves it: a body of at most [`MAX_FAST_BODY_BYTES`] given by Content-Length,
+    /// no upgrade, no `Expect`, no Transfer-Encoding.
     fast_path: bool,
 }
 
@@ -179,6 +201,13 @@ async fn read_head(
         // started (or for the very first one) the head must arrive within the header timeout.
         let wait = if buf.is_empty() && !first { config.idle_timeout } else { config.header_timeout };
         let deadline = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+        if buf.is_empty() {
+            // Allocate only once the request arrives.
+            match tokio::time::timeout_at(deadline, stream.readable()).await {
+                Err(_) => return Ok(HeadRead::Closed),
+                Ok(r) => r?,
+            }
+        }
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
         }
@@ -189,6 +218,25 @@ async fn read_head(
             Ok(Err(e)) => return Err(e),
         }
     }
+}
+
+/// Reads until `buf` holds `total` bytes (the head and its body), within the header timeout.
+/// Returns false if the client went away or stalled first.
+async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, total: usize, config: &ServerConfig) -> io::Result<bool> {
+    use tokio::io::AsyncReadExt;
+    if buf.len() >= total {
+        return Ok(true);
+    }
+    buf.reserve(total - buf.len());
+    let deadline = tokio::time::Instant::now() + config.header_timeout;
+    while buf.len() < total {
+        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+            Err(_) | Ok(Ok(0)) => return Ok(false),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// Parses a request head from the start of `buf`. `Ok(None)` = incomplete.
@@ -204,7 +252,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
     let method = Method::from_bytes(req.method.unwrap_or("").as_bytes()).map_err(|_| ())?;
     let mut builder = Request::builder().method(method.clone()).uri(req.path.unwrap_or("/")).version(version);
     let mut connection_close = version == Version::HTTP_10;
-    let mut has_body = false;
+    let mut content_length: Option<u64> = None;
     let mut special = false;
     for h in req.headers.iter() {
         let name = h.name;
@@ -220,9 +268,12 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
                 special = true;
             }
         } else if name.eq_ignore_ascii_case("content-length") {
-            if h.value != b"0" {
-                has_body = true;
+            // Repeated Content-Length headers must agree (RFC 9112 §6.3); anything else is hyper's to refuse.
+            let n: u64 = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).ok_or(())?;
+            if content_length.is_some_and(|c| c != n) {
+                return Err(());
             }
+            content_length = Some(n);
         } else if name.eq_ignore_ascii_case("transfer-encoding")
             || name.eq_ignore_ascii_case("expect")
             || name.eq_ignore_ascii_case("upgrade")
@@ -232,8 +283,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
         builder = builder.header(name, HeaderValue::from_bytes(h.value).map_err(|_| ())?);
     }
     let request = builder.body(Bytes::new()).map_err(|_| ())?;
-    let fast_path = (method == Method::GET || method == Method::HEAD) && !has_body && !special;
-    Ok(Some(Head { request, len, keep_alive: !connection_close, fast_path }))
+    let body_len = content_length.unwrap_or(0);
+    let fast_path = !special && body_len <= MAX_FAST_BODY_BYTES as u64;
+    let body_len = if fast_path { body_len as usize } else { 0 };
+    Ok(Some(Head { request, len, keep_alive: !connection_close, body_len, fast_path }))
 }
 
 struct WriteError {
@@ -550,7 +603,14 @@ mod tests {
         let h = parse_head(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap().unwrap();
         assert!(!h.keep_alive);
         let h = parse_head(b"PUT / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc").unwrap().unwrap();
+        assert!(h.fast_path);
+        assert_eq!(h.body_len, 3);
+        let big = format!("PUT / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_FAST_BODY_BYTES + 1);
+        assert!(!parse_head(big.as_bytes()).unwrap().unwrap().fast_path);
+        let h = parse_head(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
         assert!(!h.fast_path);
+        assert!(parse_head(b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n").is_err());
+        assert!(parse_head(b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n").is_err());
         let h = parse_head(b"GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n").unwrap().unwrap();
         assert!(!h.fast_path);
         assert!(parse_head(b"\x16\x03\x01 garbage\r\n\r\n").is_err());
