@@ -653,21 +653,25 @@ fn status_error(code: StatusCode, reason: &str, message: &str) -> Response<Body>
 
 /// A `<Kind>List` made of the stored object texts as they are: a list of ten thousand Agents costs
 /// one copy, not a parse and a re-serialization of each.
+/// A list of stored objects, as the stored texts themselves between the list's punctuation (the
+/// response of a list of thousands of Agents shares their texts instead of copying them).
 fn list_response(kind: Kind, items: &[Bytes]) -> Response<Body> {
     let head = format!(r#"{{"apiVersion":"{}","kind":"{}List","items":["#, kind.api_version(), kind.name());
-    let mut body = Vec::with_capacity(head.len() + items.iter().map(|i| i.len() + 1).sum::<usize>() + 3);
-    body.extend_from_slice(head.as_bytes());
+    let comma = Bytes::from_static(b",");
+    let mut chunks = Vec::with_capacity(items.len() * 2 + 1);
+    chunks.push(Bytes::from(head));
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
-            body.push(b',');
+            chunks.push(comma.clone());
         }
-        body.extend_from_slice(item);
+        chunks.push(item.clone());
     }
-    body.extend_from_slice(b"]}\n");
+    chunks.push(Bytes::from_static(b"]}\n"));
+    let body = Body::Chunks(chunks.into());
     Response::builder()
         .status(StatusCode::OK)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::CONTENT_LENGTH, body.len())
-        .body(Body::Bytes(Bytes::from(body)))
+        .body(body)
         .expect("valid response")
 }

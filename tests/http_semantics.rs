@@ -189,6 +189,16 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
         assert_eq!(got.status, 200, "{name}: {}", got.text());
         assert!(got.text().contains(&format!("\"name\": \"{name}\"")), "{}", got.text());
     }
+    // The list of them (written from the stored texts) reads the same on both paths.
+    let list = e.server.get("/api/v1/namespaces/n/secrets");
+    let via_hyper = e.server.request("GET", "/api/v1/namespaces/n/secrets", &[("Expect", "100-continue")]);
+    assert_eq!(list.status, 200);
+    assert_eq!(list.body, via_hyper.body);
+    let doc: serde_json::Value = serde_json::from_slice(&list.body).unwrap();
+    let names: Vec<&str> = doc["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    for name in ["s1", "s2", "s3"] {
+        assert!(names.contains(&name), "{names:?}");
+    }
 }
 
 #[test]

@@ -18,6 +18,9 @@ pub enum Body {
     #[default]
     Empty,
     Bytes(Bytes),
+    /// Shared pieces written one after the other: a list of stored objects goes out without being
+    /// copied into one buffer the size of the whole list.
+    Chunks(std::sync::Arc<[Bytes]>),
     /// Streamed by walking the plan (zero-copy for file segments on the fast path).
     Plan(Plan),
 }
@@ -27,6 +30,7 @@ impl Body {
         match self {
             Body::Empty => 0,
             Body::Bytes(b) => b.len() as u64,
+            Body::Chunks(c) => c.iter().map(|b| b.len() as u64).sum(),
             Body::Plan(p) => p.len(),
         }
     }

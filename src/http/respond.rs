@@ -251,6 +251,7 @@ mod tests {
         match r.body() {
             Body::Plan(p) => p.read_all().unwrap(),
             Body::Bytes(b) => b.to_vec(),
+            Body::Chunks(c) => c.concat(),
             Body::Empty => vec![],
         }
     }

@@ -303,6 +303,7 @@ async fn write_response(
     config: &ServerConfig,
 ) -> Result<u64, WriteError> {
     let (parts, body) = resp.into_parts();
+    let body_len = body.len();
     let no_body = head_only
         || parts.status == StatusCode::NOT_MODIFIED
         || parts.status == StatusCode::NO_CONTENT
@@ -323,7 +324,7 @@ async fn write_response(
         && parts.status != StatusCode::NOT_MODIFIED
         && parts.status != StatusCode::NO_CONTENT
     {
-        head.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+        head.extend_from_slice(format!("content-length: {body_len}\r\n").as_bytes());
     }
     if !parts.headers.contains_key(header::DATE) {
         head.extend_from_slice(b"date: ");
@@ -356,6 +357,24 @@ async fn write_response(
             for chunk in b.chunks(WRITE_CHUNK) {
                 write_all_timed(stream, chunk, config).await.map_err(|e| fail(e, written))?;
                 written += chunk.len() as u64;
+            }
+        }
+        Body::Chunks(chunks) => {
+            // Gathered into writes of up to WRITE_CHUNK: one buffer of that size per response at most.
+            let mut out = Vec::with_capacity(WRITE_CHUNK.min(body_len as usize));
+            for piece in chunks.iter() {
+                for part in piece.chunks(WRITE_CHUNK) {
+                    if out.len() + part.len() > WRITE_CHUNK {
+                        write_all_timed(stream, &out, config).await.map_err(|e| fail(e, written))?;
+                        written += out.len() as u64;
+                        out.clear();
+                    }
+                    out.extend_from_slice(part);
+                }
+            }
+            if !out.is_empty() {
+                write_all_timed(stream, &out, config).await.map_err(|e| fail(e, written))?;
+                written += out.len() as u64;
             }
         }
         Body::Plan(plan) => {
@@ -510,6 +529,11 @@ async fn hyper_request<H: Handler>(
     let body: HyperBody = match body {
         Body::Empty => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
         Body::Bytes(b) => http_body_util::Full::new(b).map_err(|never| match never {}).boxed(),
+        Body::Chunks(chunks) if method != Method::HEAD => {
+            let frames: Vec<_> = chunks.iter().map(|b| Ok(hyper::body::Frame::data(b.clone()))).collect();
+            http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed()
+        }
+        Body::Chunks(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
         Body::Plan(plan) if method != Method::HEAD => plan_body(plan),
         Body::Plan(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
     };
