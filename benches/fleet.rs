@@ -1,7 +1,9 @@
 //! The fleet benchmark: N simulated hosts through register → known-unbound → bound → installed →
 //! cluster deleted (unbound) → rebooted → known-unbound, against a release `bootstream serve`.
 //!
-//!     cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER]
+//!     cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER] [BOOT_SECONDS]
+//!
+//! BOOT_SECONDS (default 0) spreads the machines' first boot over that many seconds.
 //!
 //! Prints the time of each phase, agent API latency percentiles (measured by the simulated agents)
 //! and the server's peak RSS (VmHWM).
@@ -16,13 +18,16 @@ use bootstream::simulate::{self, Stats, Target, Timing};
 use serde_json::{Value, json};
 
 const NS: &str = "bench";
+/// The lifecycle phases, as the latency summary names them.
+const PHASES: [&str; 3] = ["register", "bind-install", "unbind-reboot"];
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let hosts: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let per_cluster: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let boot_seconds: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(0.0);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(run(hosts, per_cluster))
+    rt.block_on(run(hosts, per_cluster, boot_seconds))
 }
 
 /// CPU seconds (user + system) a process used so far.
@@ -168,7 +173,7 @@ async fn wait(
     }
 }
 
-async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
+async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64) -> anyhow::Result<()> {
     let bin = env!("CARGO_BIN_EXE_bootstream");
     let dir = tempfile::tempdir()?;
     let mut child = KillOnDrop(
@@ -200,8 +205,9 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
     // Agents poll every 60 s × 0.05 = 3 s; a person checks installed machines every 5 s.
-    let timing = Timing { time_scale: 0.05, stage_seconds: 0.0, reboot_check_seconds: 5.0 };
+    let timing = Timing { time_scale: 0.05, stage_seconds: 0.0, reboot_check_seconds: 5.0, boot_seconds };
     let start = Instant::now();
+    stats.set_phase(PHASES[0]);
     let tasks = simulate::start_fleet(&target, "bench", 0..hosts, timing, stats.clone(), stop.clone());
 
     let list = wait(&client, &server, "known-unbound", hosts, |l| {
@@ -209,6 +215,7 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     })
     .await?;
     let t_pool = start.elapsed();
+    stats.set_phase(PHASES[1]);
 
     let clusters = hosts.div_ceil(per_cluster);
     for c in 0..clusters {
@@ -256,6 +263,7 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     wait(&client, &server, "installed", hosts, |l| l.iter().filter(|a| state(a) == "installed").count() == hosts)
         .await?;
     let t_installed = start.elapsed();
+    stats.set_phase(PHASES[2]);
 
     for c in 0..clusters {
         client
@@ -277,7 +285,7 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     let server_cpu = cpu_seconds(&child.0.id().to_string());
     let agents_cpu = cpu_seconds("self");
 
-    println!("hosts {hosts}, {clusters} clusters of {per_cluster}");
+    println!("hosts {hosts}, {clusters} clusters of {per_cluster}, booted over {boot_seconds} s");
     println!("register -> known-unbound        {:>8.1} s", t_pool.as_secs_f64());
     println!("bind -> installed                {:>8.1} s", (t_installed - t_bind_start).as_secs_f64());
     println!("cluster deleted -> known-unbound {:>8.1} s", (t_done - t_installed).as_secs_f64());
@@ -288,6 +296,10 @@ async fn run(hosts: usize, per_cluster: usize) -> anyhow::Result<()> {
     println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "OPERATION", "COUNT", "P50 MS", "P99 MS", "MAX MS");
     for (op, n, p50, p99, max) in stats.summary() {
         println!("{op:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");
+    }
+    println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "PHASE", "CALLS", "P50 MS", "P99 MS", "MAX MS");
+    for (phase, n, p50, p99, max) in stats.phase_summary(&PHASES) {
+        println!("{phase:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");
     }
     for (e, n) in stats.errors() {
         println!("error {e}: {n}");

@@ -40,6 +40,10 @@ pub struct SimulateArgs {
     /// Seconds between checks whether an installed machine should be rebooted into discovery (real time).
     #[arg(long, default_value_t = 20.0)]
     pub reboot_check_seconds: f64,
+    /// Seconds over which the machines power on (real time): each first registers after its own delay
+    /// within it. 0 boots them all at once.
+    #[arg(long, default_value_t = 0.0)]
+    pub boot_seconds: f64,
 }
 
 /// Timing of a simulated fleet.
@@ -48,12 +52,17 @@ pub struct Timing {
     pub time_scale: f64,
     pub stage_seconds: f64,
     pub reboot_check_seconds: f64,
+    /// Seconds over which the fleet powers on (real time; see [`SimulateArgs::boot_seconds`]).
+    pub boot_seconds: f64,
 }
 
-/// Latency samples per API operation, in microseconds.
+/// Latency samples per API operation, in microseconds, and per phase of a run (named by whoever
+/// drives the fleet: the benchmark names its lifecycle phases).
 #[derive(Default)]
 pub struct Stats {
     samples: Mutex<HashMap<&'static str, Vec<u32>>>,
+    phase: Mutex<&'static str>,
+    by_phase: Mutex<HashMap<&'static str, Vec<u32>>>,
     errors: Mutex<HashMap<String, u64>>,
 }
 
@@ -61,6 +70,24 @@ impl Stats {
     fn record(&self, op: &'static str, took: Duration) {
         let us = took.as_micros().min(u32::MAX as u128) as u32;
         self.samples.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default().push(us);
+        let phase = *self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        self.by_phase.lock().unwrap_or_else(|p| p.into_inner()).entry(phase).or_default().push(us);
+    }
+    /// Calls that end from now on count toward `phase`.
+    pub fn set_phase(&self, phase: &'static str) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
+    }
+    /// (phase, count, p50 ms, p99 ms, max ms) of all operations, in the order the phases began.
+    pub fn phase_summary(&self, order: &[&'static str]) -> Vec<(String, usize, f64, f64, f64)> {
+        let by_phase = self.by_phase.lock().unwrap_or_else(|p| p.into_inner());
+        order
+            .iter()
+            .filter_map(|phase| {
+                let mut v = by_phase.get(phase)?.clone();
+                let (n, p50, p99, max) = percentiles(&mut v);
+                Some((phase.to_string(), n, p50, p99, max))
+            })
+            .collect()
     }
     fn error(&self, what: String) {
         *self.errors.lock().unwrap_or_else(|p| p.into_inner()).entry(what).or_default() += 1;
@@ -72,27 +99,29 @@ impl Stats {
         let mut out = Vec::new();
         let mut ops: Vec<_> = samples.keys().copied().collect();
         ops.sort();
-        let pct = |v: &mut Vec<u32>| -> (usize, f64, f64, f64) {
-            v.sort_unstable();
-            if v.is_empty() {
-                return (0, 0.0, 0.0, 0.0);
-            }
-            let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize] as f64 / 1000.0;
-            (v.len(), at(0.5), at(0.99), *v.last().unwrap() as f64 / 1000.0)
-        };
         for op in ops {
             let mut v = samples[op].clone();
             all.extend_from_slice(&v);
-            let (n, p50, p99, max) = pct(&mut v);
+            let (n, p50, p99, max) = percentiles(&mut v);
             out.push((op.to_string(), n, p50, p99, max));
         }
-        let (n, p50, p99, max) = pct(&mut all);
+        let (n, p50, p99, max) = percentiles(&mut all);
         out.push(("all".to_string(), n, p50, p99, max));
         out
     }
     pub fn errors(&self) -> HashMap<String, u64> {
         self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+}
+
+/// (count, p50 ms, p99 ms, max ms) of samples in microseconds.
+fn percentiles(v: &mut [u32]) -> (usize, f64, f64, f64) {
+    v.sort_unstable();
+    if v.is_empty() {
+        return (0, 0.0, 0.0, 0.0);
+    }
+    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize] as f64 / 1000.0;
+    (v.len(), at(0.5), at(0.99), *v.last().unwrap() as f64 / 1000.0)
 }
 
 /// What a fleet needs to reach the agent API of one InfraEnv.
@@ -236,6 +265,12 @@ impl Machine {
 
     /// Runs the machine until `stop` is set.
     pub async fn run(&self, stop: Arc<AtomicBool>) {
+        if self.timing.boot_seconds > 0.0 {
+            // Firmware and boot take different times on each machine: its own point in the window,
+            // from its (random) id.
+            let fraction = u32::from_str_radix(&self.id[..8], 16).unwrap_or(0) as f64 / u32::MAX as f64;
+            tokio::time::sleep(Duration::from_secs_f64(self.timing.boot_seconds * fraction)).await;
+        }
         while !stop.load(Ordering::Relaxed) {
             let result = match self.boot_discovery(&stop).await {
                 Ok(Next::Register) => Ok(()),
@@ -354,10 +389,13 @@ impl Machine {
             "{}/api/assisted-install/v2/clusters/{cluster_id}/logs?logs_type=host&infra_env_id={}&host_id={}",
             self.target.server, self.target.infra_env_id, self.id
         );
+        // The installer is a process of its own that uploads once: its connection is not one the
+        // (pooled) agent connections of other simulated machines should go on using.
         let req = self
             .client
             .post(url)
             .header("content-type", format!("multipart/form-data; boundary={BOUNDARY}"))
+            .header("connection", "close")
             .body(body);
         self.call("logs", req).await.map(|_| ())
     }
@@ -434,6 +472,7 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<std::process::ExitCode> {
         time_scale: args.time_scale,
         stage_seconds: args.stage_seconds,
         reboot_check_seconds: args.reboot_check_seconds,
+        boot_seconds: args.boot_seconds,
     };
     let tasks = start_fleet(&target, &args.seed, 0..args.hosts, timing, stats.clone(), stop.clone());
     eprintln!("{} simulated hosts booting from {} ({})", args.hosts, args.infraenv, target.infra_env_id);
