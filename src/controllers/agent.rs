@@ -97,14 +97,12 @@ pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
         None => None,
     };
 
-    // §2.3: labels, annotations and the InfraEnv owner.
+    // §2.3: labels, annotations and the InfraEnv owner. Written with the status at the end (one write
+    // where the store can), or by the spec sync if it writes the Agent first.
     let desired = desired_metadata(&agent, &host, infraenv.as_ref());
-    if desired.metadata != agent.metadata {
-        agent.metadata = desired.metadata;
-        let status = agent.status.clone();
-        agent = ctx.store.update(&agent).await?;
-        agent.status = status;
-    }
+    let metadata_changed = desired.metadata != agent.metadata;
+    agent.metadata = desired.metadata;
+    let version_before_sync = agent.metadata.resource_version.clone();
 
     let sync = sync_spec(ctx, &mut agent, &mut host, infraenv.as_ref()).await;
     if let Err(e) = &sync
@@ -112,9 +110,10 @@ pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
     {
         requeue = Some(REQUEUE_ON_ERROR);
     }
+    let metadata_unwritten = metadata_changed && agent.metadata.resource_version == version_before_sync;
     // Reread: binding and unbinding change the host.
     let host = ctx.backend.host(name).await;
-    update_status(ctx, agent, host.as_ref(), &sync).await?;
+    update_status(ctx, agent, host.as_ref(), &sync, metadata_unwritten).await?;
     Ok(requeue.map(Action::RequeueAfter).unwrap_or(Action::Done))
 }
 
@@ -640,12 +639,14 @@ fn valid_label_value(v: &str) -> bool {
             || (v.starts_with(|c: char| c.is_ascii_alphanumeric()) && v.ends_with(|c: char| c.is_ascii_alphanumeric())))
 }
 
-/// Step 10: the status from the host and the sync outcome.
+/// Step 10: the status from the host and the sync outcome; with the metadata too when
+/// `metadata_unwritten`.
 async fn update_status<S: Store>(
     ctx: &AgentContext<S>,
     mut agent: Agent,
     host: Option<&Host>,
     sync: &Result<(), SyncError>,
+    metadata_unwritten: bool,
 ) -> Result<(), StoreError> {
     let before = agent.status.clone();
     let now = Time(crate::resources::now_seconds());
@@ -688,8 +689,17 @@ async fn update_status<S: Store>(
             status.debug_info.state_info.clear();
         }
     }
-    if agent.status != before {
-        ctx.store.update_status(&agent).await?;
+    match (metadata_unwritten, agent.status != before) {
+        (true, true) => {
+            ctx.store.update_with_status(&agent).await?;
+        }
+        (true, false) => {
+            ctx.store.update(&agent).await?;
+        }
+        (false, true) => {
+            ctx.store.update_status(&agent).await?;
+        }
+        (false, false) => {}
     }
     Ok(())
 }

@@ -105,6 +105,17 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn update<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send;
     /// Replaces the object's status if its resourceVersion is still current; returns the stored object.
     fn update_status<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send;
+    /// [`Store::update`] then [`Store::update_status`] with the same object: what a controller does
+    /// when it changed both. Kubernetes makes these two calls; a store that can write both at once
+    /// (one write, one change event) does.
+    fn update_with_status<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, StoreError>> + Send {
+        async move {
+            let stored = self.update(obj).await?;
+            let mut with_status = obj.clone();
+            *with_status.meta_mut() = stored.meta().clone();
+            self.update_status(&with_status).await
+        }
+    }
     fn delete<K: Object>(
         &self,
         namespace: &str,

@@ -673,12 +673,18 @@ enum Replacement {
 /// `generation` moves when anything outside metadata and status changes. An object being deleted whose
 /// last finalizer goes is removed. Pure: callers run it off the writer thread where they can.
 fn replacement(live: &Value, new: Value) -> Result<Replacement, StoreError> {
+    replacement_of(live, new, false)
+}
+
+/// [`replacement`], with the status of `new` instead of the live one when `with_status`.
+fn replacement_of(live: &Value, new: Value, with_status: bool) -> Result<Replacement, StoreError> {
     let ns = live["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
     let name = live["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let mut body = new;
-    if let Some(o) = body.as_object_mut() {
-        o.remove("status");
-    }
+    let new_status = match body.as_object_mut() {
+        Some(o) => o.remove("status"),
+        None => None,
+    };
     let Some(meta) = body["metadata"].as_object_mut() else {
         return Err(StoreError::Invalid("metadata is required".into()));
     };
@@ -693,7 +699,8 @@ fn replacement(live: &Value, new: Value) -> Result<Replacement, StoreError> {
         meta.insert("namespace".into(), Value::String(ns));
     }
     drop_empty_metadata(&mut body);
-    if let Some(status) = live.get("status") {
+    let status = if with_status { new_status.as_ref() } else { live.get("status") };
+    if let Some(status) = status {
         body["status"] = status.clone();
     }
     if body == *live {
@@ -927,6 +934,17 @@ impl Store for SqliteStore {
         serde_json::from_value(stored).map_err(backend)
     }
 
+    async fn update_with_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        let res = resource_name::<K>();
+        let (ns, name) = object_key(obj)?;
+        let want_rv = obj.meta().resource_version.clone();
+        let body = serde_json::to_value(obj).map_err(backend)?;
+        let stored = self
+            .write_over_live(res, ns, name, want_rv, false, move |live| replacement_of(live, body.clone(), true))
+            .await?;
+        serde_json::from_value(stored).map_err(backend)
+    }
+
     async fn delete<K: Object>(&self, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
         let (res, ns, nm) = (resource_name::<K>(), namespace_of::<K>(Some(namespace)), name.to_string());
         self.write(move |tx, changes| delete_object(tx, changes, &res, &ns, &nm)).await
@@ -973,6 +991,30 @@ mod tests {
 
         let typed: InfraEnv = store.get_by_uid(&uid).await.unwrap().unwrap();
         assert_eq!(typed.spec.ssh_authorized_key.as_deref(), Some("k2"));
+    }
+
+    #[tokio::test]
+    async fn metadata_and_status_written_together_are_one_change() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let mut ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        let before: i64 = ie.metadata.resource_version.as_deref().unwrap().parse().unwrap();
+        let mut events = store.subscribe();
+        ie.metadata.labels.get_or_insert_default().insert("l".into(), "v".into());
+        ie.status.get_or_insert_default().iso_download_url = "http://x".into();
+        let stored = store.update_with_status(&ie).await.unwrap();
+        assert_eq!(stored.metadata.labels.as_ref().unwrap()["l"], "v");
+        assert_eq!(stored.status.as_ref().unwrap().iso_download_url, "http://x");
+        assert_eq!(stored.metadata.resource_version.as_deref(), Some((before + 1).to_string().as_str()));
+        assert_eq!(stored.metadata.generation, Some(1), "neither metadata nor status moves the generation");
+        let event = events.try_recv().unwrap();
+        assert!(!event.status_only);
+        assert!(events.try_recv().is_err(), "one write, one event");
+        // The old resourceVersion is refused, and nothing of that write is kept.
+        ie.status.get_or_insert_default().iso_download_url = "http://y".into();
+        assert!(matches!(store.update_with_status(&ie).await, Err(StoreError::Conflict(_))));
+        let now: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert_eq!(now.status.unwrap().iso_download_url, "http://x");
     }
 
     #[tokio::test]
