@@ -134,8 +134,14 @@ async fn serve_connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>, co
         if body_len > 0 && handler.takes_upload(&parts) {
             return hand_to_hyper(stream, buf.freeze(), handler, config).await;
         }
-        if !read_body(&mut stream, &mut buf, head_len + body_len, config).await? {
-            return Ok(());
+        match read_body(&mut stream, &mut buf, head_len + body_len, config).await? {
+            BodyRead::Complete => {}
+            BodyRead::Closed => return Ok(()),
+            BodyRead::Stalled => {
+                let resp = super::text(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time");
+                let _ = write_response(&mut stream, resp, false, false, config).await;
+                return Ok(());
+            }
         }
         let _ = buf.split_to(head_len);
         let body = buf.split_to(body_len).freeze();
@@ -220,23 +226,36 @@ async fn read_head(
     }
 }
 
+enum BodyRead {
+    Complete,
+    /// The client closed the connection first.
+    Closed,
+    /// The body did not arrive within the header timeout.
+    Stalled,
+}
+
 /// Reads until `buf` holds `total` bytes (the head and its body), within the header timeout.
-/// Returns false if the client went away or stalled first.
-async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, total: usize, config: &ServerConfig) -> io::Result<bool> {
+async fn read_body(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    total: usize,
+    config: &ServerConfig,
+) -> io::Result<BodyRead> {
     use tokio::io::AsyncReadExt;
     if buf.len() >= total {
-        return Ok(true);
+        return Ok(BodyRead::Complete);
     }
     buf.reserve(total - buf.len());
     let deadline = tokio::time::Instant::now() + config.header_timeout;
     while buf.len() < total {
         match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
-            Err(_) | Ok(Ok(0)) => return Ok(false),
+            Err(_) => return Ok(BodyRead::Stalled),
+            Ok(Ok(0)) => return Ok(BodyRead::Closed),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e),
         }
     }
-    Ok(true)
+    Ok(BodyRead::Complete)
 }
 
 /// Parses a request head from the start of `buf`. `Ok(None)` = incomplete.
@@ -338,14 +357,20 @@ async fn write_response(
 
     let mut written = 0u64;
     let fail = |error: io::Error, written: u64| WriteError { error, written };
-    if !no_body
-        && let Body::Bytes(b) = &body
-        && b.len() <= WRITE_CHUNK
-    {
+    if !no_body && body_len <= WRITE_CHUNK as u64 {
         // Small bodies go out with the head in one write.
-        head.extend_from_slice(b);
-        write_all_timed(stream, &head, config).await.map_err(|e| fail(e, 0))?;
-        return Ok(b.len() as u64);
+        let small: Option<&[Bytes]> = match &body {
+            Body::Bytes(b) => Some(std::slice::from_ref(b)),
+            Body::Chunks(c) => Some(c),
+            _ => None,
+        };
+        if let Some(pieces) = small {
+            for piece in pieces {
+                head.extend_from_slice(piece);
+            }
+            write_all_timed(stream, &head, config).await.map_err(|e| fail(e, 0))?;
+            return Ok(body_len);
+        }
     }
     write_all_timed(stream, &head, config).await.map_err(|e| fail(e, 0))?;
     if no_body {
@@ -614,6 +639,37 @@ impl tokio::io::AsyncWrite for Rewind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Answers with the length of the request body.
+    struct BodyLength;
+
+    impl Handler for BodyLength {
+        async fn handle(self: Arc<Self>, req: Request<Bytes>) -> Response<Body> {
+            super::super::text(StatusCode::OK, req.body().len().to_string())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stalls_gets_408_and_a_whole_one_its_answer() {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = ServerConfig { header_timeout: Duration::from_millis(300), ..Default::default() };
+        tokio::spawn(serve(listener, Arc::new(BodyLength), config, std::future::pending()));
+
+        let mut whole = TcpStream::connect(addr).await.unwrap();
+        whole.write_all(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nabcde").await.unwrap();
+        let mut answer = String::new();
+        whole.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with("\r\n\r\n5\n"), "{answer}");
+
+        let mut stalled = TcpStream::connect(addr).await.unwrap();
+        stalled.write_all(b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab").await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), stalled.read_to_string(&mut answer)).await.unwrap().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
+        assert!(answer.contains("connection: close\r\n"), "{answer}");
+    }
 
     #[test]
     fn parses_heads() {
