@@ -111,7 +111,12 @@ pub struct Backend {
     clock: Arc<dyn Clock>,
     config: BackendConfig,
     hosts: Mutex<HashMap<String, Slot>>,
-    clusters: tokio::sync::Mutex<HashMap<String, Cluster>>,
+    /// The committed cluster records. Every host change reads its cluster here, so this lock is held
+    /// only to copy or replace an entry, never across a write to the database.
+    clusters: Mutex<HashMap<String, Cluster>>,
+    /// Serializes cluster writes: a record reaches the map only after the database has it, in the
+    /// order the database got it.
+    cluster_writes: tokio::sync::Mutex<()>,
     /// Host ids by cluster id, so that a cluster's hosts are found without visiting every host.
     members: Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
     changes: broadcast::Sender<HostChange>,
@@ -153,7 +158,8 @@ impl Backend {
             clock,
             config,
             hosts: Mutex::new(hosts),
-            clusters: tokio::sync::Mutex::new(clusters),
+            clusters: Mutex::new(clusters),
+            cluster_writes: tokio::sync::Mutex::new(()),
             members: Mutex::new(members),
             changes: broadcast::channel(65536).0,
         }))
@@ -577,31 +583,36 @@ impl Backend {
 
     // ---- clusters ----
 
+    fn cluster_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cluster>> {
+        self.clusters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub async fn cluster(&self, id: &str) -> Option<Cluster> {
-        self.clusters.lock().await.get(id).cloned()
+        self.cluster_map().get(id).cloned()
     }
 
     pub async fn cluster_by_kube_key(&self, namespace: &str, name: &str) -> Option<Cluster> {
-        self.clusters.lock().await.values().find(|c| c.namespace == namespace && c.name == name).cloned()
+        self.cluster_map().values().find(|c| c.namespace == namespace && c.name == name).cloned()
     }
 
     /// Creates or replaces a cluster record.
     pub async fn put_cluster(&self, cluster: Cluster) -> Result<Cluster, ApiError> {
-        let mut clusters = self.clusters.lock().await;
-        if clusters.get(&cluster.id) == Some(&cluster) {
+        let _writing = self.cluster_writes.lock().await;
+        if self.cluster_map().get(&cluster.id) == Some(&cluster) {
             return Ok(cluster);
         }
         let body = serde_json::to_string(&cluster).map_err(|e| ApiError::new(500, e.to_string()))?;
         self.db.put_record(CLUSTERS, cluster.id.clone(), body).await?;
-        clusters.insert(cluster.id.clone(), cluster.clone());
+        self.cluster_map().insert(cluster.id.clone(), cluster.clone());
         Ok(cluster)
     }
 
     /// `DeregisterClusterInternal`: the record goes; its hosts stay (the Agents unbind them).
     pub async fn deregister_cluster(&self, id: &str) -> Result<(), ApiError> {
-        let mut clusters = self.clusters.lock().await;
-        if clusters.remove(id).is_some() {
+        let _writing = self.cluster_writes.lock().await;
+        if self.cluster_map().contains_key(id) {
             self.db.delete_record(CLUSTERS, id.to_string()).await?;
+            self.cluster_map().remove(id);
         }
         if let Some(logs) = &self.config.host_logs {
             logs.remove_cluster(id);
