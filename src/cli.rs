@@ -126,6 +126,13 @@ struct ServeArgs {
     /// Default ironic agent image for arm64.
     #[arg(long, env = "IRONIC_AGENT_IMAGE_ARM")]
     ironic_agent_image_arm: Option<String>,
+    /// The converged flow: BareMetalHosts boot the ironic agent from their PreprovisioningImage and
+    /// metal3 starts the discovery agent (custom deploy `start_assisted_install`). Needs metal3 4.12+.
+    #[arg(long, env = "ALLOW_CONVERGED_FLOW")]
+    converged_flow: bool,
+    /// Do not pause BareMetalHosts metal3 reports detached.
+    #[arg(long = "no-pause-provisioned-bmhs")]
+    no_pause_provisioned_bmhs: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -232,6 +239,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             auth: agent_auth,
             service_base_url: base_url.clone(),
             agent_image: args.agent_image.clone(),
+            metal3: true,
         },
         clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
     });
@@ -239,6 +247,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     tokio::spawn(crate::catalog::load_all(catalog.clone(), data_dir.join("os-images"), digests));
     tokio::spawn(crate::controllers::run_infraenv_controller_with(images, Some(backend)));
     tokio::spawn(crate::controllers::run_host_controllers(hub, 4, std::time::Duration::from_secs(10)));
+    let clock: Arc<dyn crate::backend::Clock> = Arc::new(crate::backend::SystemClock);
+    tokio::spawn(crate::controllers::run_metal3_controllers(
+        Arc::new(crate::controllers::bmac::BmacContext {
+            store: store.clone(),
+            clock: clock.clone(),
+            converged: args.converged_flow,
+            pause_provisioned: !args.no_pause_provisioned_bmhs,
+        }),
+        Arc::new(crate::controllers::ppi::PpiContext { store: store.clone(), clock }),
+    ));
 
     // Scripts and tests read this line to learn the address (useful with --listen ...:0).
     println!("bootstream listening on http://{addr} (base URL {base_url}, data dir {})", data_dir.display());
@@ -516,6 +534,31 @@ fn print_table(kind: Kind, v: &Value, single: bool) {
                     it["metadata"]["namespace"].as_str().unwrap_or(""),
                     it["metadata"]["name"].as_str().unwrap_or(""),
                     status
+                );
+            }
+        }
+        Kind::BareMetalHost => {
+            println!("{:<24} {:<32} {:<14} {:<18} ONLINE", "NAMESPACE", "NAME", "STATE", "BOOT MAC");
+            for it in items {
+                println!(
+                    "{:<24} {:<32} {:<14} {:<18} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    it["status"]["provisioning"]["state"].as_str().unwrap_or(""),
+                    it["spec"]["bootMACAddress"].as_str().unwrap_or(""),
+                    it["spec"]["online"].as_bool().unwrap_or(false)
+                );
+            }
+        }
+        Kind::PreprovisioningImage => {
+            println!("{:<24} {:<32} {:<7} IMAGE URL", "NAMESPACE", "NAME", "FORMAT");
+            for it in items {
+                println!(
+                    "{:<24} {:<32} {:<7} {}",
+                    it["metadata"]["namespace"].as_str().unwrap_or(""),
+                    it["metadata"]["name"].as_str().unwrap_or(""),
+                    it["status"]["format"].as_str().unwrap_or(""),
+                    it["status"]["imageUrl"].as_str().unwrap_or("")
                 );
             }
         }

@@ -26,6 +26,9 @@ pub struct AgentContext<S: Store> {
     /// Where the reclaim agent on a spoke node reaches the agent API.
     pub service_base_url: String,
     pub agent_image: String,
+    /// BareMetalHosts are managed here (the BMAC runs): an Agent whose BMH exists is returned to the
+    /// pool by rebooting it through metal3 (§5.5), not by the reclaim agent.
+    pub metal3: bool,
 }
 
 pub use super::infraenv::Action;
@@ -334,7 +337,9 @@ async fn unbind<S: Store>(
         // a plain unbind is what works (spec-controllers §11).
         let installed = matches!(host.status, HostStatus::Installed | HostStatus::AddedToExistingCluster);
         let node_name = agent.spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| host.hostname());
-        if installed {
+        if installed && has_bare_metal_host(ctx, agent).await {
+            tracing::info!(host = %host.id, "not reclaiming: the BareMetalHost returns the host to its InfraEnv");
+        } else if installed {
             match run_reclaim_agent(ctx, &cluster.namespace, &cluster.name, host, &node_name).await {
                 Ok(()) => reclaim = true,
                 Err(e) => tracing::info!(host = %host.id, "not reclaiming, the host waits for a reboot: {e}"),
@@ -356,6 +361,17 @@ async fn unbind<S: Store>(
     }
     status.csr_status = Default::default();
     Ok(())
+}
+
+/// §2.7 `shouldReclaimOnUnbind`: with metal3, an Agent labelled with an existing BMH (or whose BMH
+/// cannot be looked up) is left to the BMAC.
+async fn has_bare_metal_host<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> bool {
+    if !ctx.metal3 {
+        return false;
+    }
+    let Some(bmh) = agent.metadata.labels.as_ref().and_then(|l| l.get(BMH_LABEL)) else { return false };
+    let ns = agent.metadata.namespace.as_deref().unwrap_or_default();
+    !matches!(ctx.store.get::<crate::resources::BareMetalHost>(ns, bmh).await, Ok(None))
 }
 
 /// The admin kubeconfig of a ClusterDeployment's cluster, as a spoke client.
@@ -432,7 +448,8 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
     }
     let host = ctx.backend.host(&name).await;
     let spoke_resources_exist = host.as_ref().is_some_and(|h| h.progress.current_stage == "Done")
-        || agent.status.as_ref().is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()));
+        || agent.status.as_ref().is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()))
+        || spoke_bmh_created(ctx, &agent).await?;
     if !has_annotation(&agent, SKIP_SPOKE_CLEANUP_ANNOTATION)
         && let Some(cd_ref) = agent.spec.cluster_deployment_name.clone()
         && spoke_resources_exist
@@ -483,6 +500,16 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
         Err(e) => Err(e),
     }
     .inspect(|_| tracing::debug!(namespace = %ns, agent = %name, "agent deleted"))
+}
+
+/// Whether the BMAC created a Machine and BareMetalHost for this Agent on the spoke (§5.7): its
+/// hub BMH carries the annotation saying so.
+async fn spoke_bmh_created<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> Result<bool, StoreError> {
+    let Some(bmh) = agent.metadata.labels.as_ref().and_then(|l| l.get(BMH_LABEL)) else { return Ok(false) };
+    let ns = agent.metadata.namespace.as_deref().unwrap_or_default();
+    Ok(ctx.store.get::<crate::resources::BareMetalHost>(ns, bmh).await?.is_some_and(|b| {
+        b.annotation(crate::resources::metal3::SPOKE_BMH_MACHINE_CREATED_ANNOTATION).is_some()
+    }))
 }
 
 async fn cluster_alive<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) -> Result<bool, StoreError> {
@@ -664,7 +691,12 @@ async fn update_status<S: Store>(
             } else {
                 h.role.clone()
             };
-            status.inventory = h.parsed_inventory().map(|i| AgentInventory::from_host(i, h)).unwrap_or_default();
+            // A host's inventory is cleared when it is bound or unbound and comes again when its agent
+            // reports; meanwhile the Agent keeps the last one it had (as upstream does): the BMAC finds a
+            // host waiting for a reboot into discovery by the MACs in it.
+            if let Some(inventory) = h.parsed_inventory() {
+                status.inventory = AgentInventory::from_host(inventory, h);
+            }
             status.progress = AgentProgress::from_host(h);
             status.validations_info = h.validations_info.as_deref().and_then(|v| serde_json::from_str(v).ok());
             status.installation_disk_id = h.installation_disk_id.clone();

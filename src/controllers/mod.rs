@@ -4,8 +4,10 @@
 
 pub mod agent;
 pub mod agent_conditions;
+pub mod bmac;
 pub mod cluster;
 pub mod infraenv;
+pub mod ppi;
 #[cfg(test)]
 mod tests;
 
@@ -345,6 +347,90 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
         })
     };
     tokio::join!(store_feeder, host_feeder, monitor, agents, clusters);
+}
+
+/// The metal3 controllers: the Bare Metal Agent Controller over BareMetalHosts and the
+/// PreprovisioningImage controller (the latter in the converged flow only, as upstream registers it).
+pub async fn run_metal3_controllers<S: Store>(bmac: Arc<bmac::BmacContext<S>>, ppi: Arc<ppi::PpiContext<S>>) {
+    use crate::resources::{BareMetalHost, PreprovisioningImage};
+    let bmh_queue = Arc::new(WorkQueue::default());
+    let ppi_queue = Arc::new(WorkQueue::default());
+    let converged = bmac.converged;
+    let store = bmac.store.clone();
+    let enqueue_all = {
+        let (store, bq, pq) = (store.clone(), bmh_queue.clone(), ppi_queue.clone());
+        move || {
+            let (store, bq, pq) = (store.clone(), bq.clone(), pq.clone());
+            async move {
+                for b in store.list::<BareMetalHost>(None).await.unwrap_or_default() {
+                    bq.push(key_of(&b.metadata));
+                }
+                if converged {
+                    for p in store.list::<PreprovisioningImage>(None).await.unwrap_or_default() {
+                        pq.push(key_of(&p.metadata));
+                    }
+                }
+            }
+        }
+    };
+    enqueue_all().await;
+    let feeder = {
+        let (store, bq, pq) = (store.clone(), bmh_queue.clone(), ppi_queue.clone());
+        let mut events = store.subscribe();
+        async move {
+            loop {
+                match events.recv().await {
+                    Ok(ev) => route_metal3_event(&store, &bq, converged.then_some(&*pq), ev).await,
+                    Err(broadcast::error::RecvError::Lagged(_)) => enqueue_all().await,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    };
+    let bmhs = run_workers("baremetalhost", bmh_queue.clone(), 1, move |(ns, name)| {
+        let bmac = bmac.clone();
+        async move { bmac::reconcile(&bmac, &ns, &name).await }
+    });
+    let ppis = run_workers("preprovisioningimage", ppi_queue.clone(), 1, move |(ns, name)| {
+        let ppi = ppi.clone();
+        async move { ppi::reconcile(&ppi, &ns, &name).await }
+    });
+    tokio::join!(feeder, bmhs, ppis);
+}
+
+/// Which BareMetalHost and PreprovisioningImage keys a store change concerns (§5.1, §6 watches).
+async fn route_metal3_event<S: Store>(store: &S, bmhs: &WorkQueue, ppis: Option<&WorkQueue>, ev: ChangeEvent) {
+    use crate::resources::{Agent, BareMetalHost, PreprovisioningImage};
+    let ChangeEvent { resource, namespace, name, .. } = ev;
+    if resource == resource_name::<BareMetalHost>() {
+        bmhs.push((namespace.clone(), name.clone()));
+        // A PPI's reboot request and deletion depend on its BMH.
+        if let Some(ppis) = ppis {
+            ppis.push((namespace, name));
+        }
+    } else if resource == resource_name::<Agent>() {
+        let Ok(Some(agent)) = store.get::<Agent>(&namespace, &name).await else { return };
+        for bmh in bmac::bmhs_for_agent(store, &agent).await.unwrap_or_default() {
+            bmhs.push((namespace.clone(), bmh));
+        }
+    } else if resource == resource_name::<InfraEnv>() {
+        for bmh in bmac::bmhs_for_infraenv(store, &namespace, &name).await.unwrap_or_default() {
+            bmhs.push((namespace.clone(), bmh));
+        }
+        if let Some(ppis) = ppis {
+            for p in store.list::<PreprovisioningImage>(Some(&namespace)).await.unwrap_or_default() {
+                if p.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name) {
+                    ppis.push(key_of(&p.metadata));
+                }
+            }
+        }
+    } else if resource == resource_name::<PreprovisioningImage>() {
+        // The BMAC waits for the PPI of the same name in the converged flow.
+        bmhs.push((namespace.clone(), name.clone()));
+        if let Some(ppis) = ppis {
+            ppis.push((namespace, name));
+        }
+    }
 }
 
 fn key_of(meta: &crate::resources::ObjectMeta) -> Key {

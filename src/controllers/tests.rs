@@ -20,6 +20,8 @@ use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, Kind};
 use crate::store::Store;
 use crate::store::sqlite::SqliteStore;
 
+mod metal3;
+
 const NS: &str = "pool";
 
 struct World {
@@ -41,6 +43,7 @@ async fn world() -> World {
             auth: crate::auth::AgentAuth::from_key([7; 32]),
             service_base_url: "http://hub.example:8090".into(),
             agent_image: "quay.io/example/agent:v1".into(),
+            metal3: true,
         },
         clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
     };

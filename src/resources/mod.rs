@@ -14,9 +14,11 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod hive;
+pub mod metal3;
 
 pub use agent::Agent;
 pub use hive::{AgentClusterInstall, ClusterDeployment, ClusterImageSet};
+pub use metal3::{BareMetalHost, PreprovisioningImage};
 
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -375,6 +377,8 @@ pub enum Kind {
     ClusterDeployment,
     AgentClusterInstall,
     ClusterImageSet,
+    BareMetalHost,
+    PreprovisioningImage,
 }
 
 impl Kind {
@@ -390,7 +394,7 @@ impl Kind {
         self != Kind::ClusterImageSet
     }
 
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::InfraEnv,
         Kind::NMStateConfig,
         Kind::Secret,
@@ -398,6 +402,8 @@ impl Kind {
         Kind::ClusterDeployment,
         Kind::AgentClusterInstall,
         Kind::ClusterImageSet,
+        Kind::BareMetalHost,
+        Kind::PreprovisioningImage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -409,6 +415,8 @@ impl Kind {
             Kind::ClusterDeployment => "ClusterDeployment",
             Kind::AgentClusterInstall => "AgentClusterInstall",
             Kind::ClusterImageSet => "ClusterImageSet",
+            Kind::BareMetalHost => "BareMetalHost",
+            Kind::PreprovisioningImage => "PreprovisioningImage",
         }
     }
     pub fn api_version(self) -> &'static str {
@@ -417,6 +425,7 @@ impl Kind {
             Kind::Secret => "v1",
             Kind::ClusterDeployment | Kind::ClusterImageSet => "hive.openshift.io/v1",
             Kind::AgentClusterInstall => "extensions.hive.openshift.io/v1beta1",
+            Kind::BareMetalHost | Kind::PreprovisioningImage => "metal3.io/v1alpha1",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -428,6 +437,8 @@ impl Kind {
             Kind::ClusterDeployment => "clusterdeployments",
             Kind::AgentClusterInstall => "agentclusterinstalls",
             Kind::ClusterImageSet => "clusterimagesets",
+            Kind::BareMetalHost => "baremetalhosts",
+            Kind::PreprovisioningImage => "preprovisioningimages",
         }
     }
     /// REST path prefix of the kind's collection, Kubernetes style (`/apis/<group>/<version>` or `/api/v1`).
@@ -437,6 +448,7 @@ impl Kind {
             Kind::Secret => "/api/v1",
             Kind::ClusterDeployment | Kind::ClusterImageSet => "/apis/hive.openshift.io/v1",
             Kind::AgentClusterInstall => "/apis/extensions.hive.openshift.io/v1beta1",
+            Kind::BareMetalHost | Kind::PreprovisioningImage => "/apis/metal3.io/v1alpha1",
         }
     }
     /// Accepts the names users type on the command line: `infraenv`, `infraenvs`, `InfraEnv`, `secret`...
@@ -447,6 +459,8 @@ impl Kind {
             let short = match k {
                 Kind::ClusterDeployment => "cd",
                 Kind::AgentClusterInstall => "aci",
+                Kind::BareMetalHost => "bmh",
+                Kind::PreprovisioningImage => "ppi",
                 _ => "",
             };
             lower == singular || lower == k.plural() || lower == short || lower.split('.').next() == Some(k.plural())
@@ -549,6 +563,16 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
         }
         Kind::ClusterImageSet => {
             let typed: ClusterImageSet = typed_from(doc)?;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+        Kind::BareMetalHost => {
+            let mut typed: BareMetalHost = typed_from(doc)?;
+            typed.status = None;
+            serde_json::to_value(&typed).expect("typed resources serialize")
+        }
+        Kind::PreprovisioningImage => {
+            let mut typed: PreprovisioningImage = typed_from(doc)?;
+            typed.status = None;
             serde_json::to_value(&typed).expect("typed resources serialize")
         }
         Kind::Secret => {

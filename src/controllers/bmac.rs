@@ -1,0 +1,560 @@
+//! The Bare Metal Agent Controller (spec-controllers §5): pairs each BareMetalHost with the Agent its
+//! machine became (by boot MAC), points the host at its InfraEnv's discovery image, fills the Agent's
+//! spec from the host's annotations, and, when an Agent waits for a reboot into discovery after its
+//! cluster went (`UnbindingPendingUserAction`), gives the host back to metal3 so that it boots the
+//! discovery image again.
+//!
+//! A reconcile is a list of steps over the BMH and its Agent held in memory; a step may stop the chain.
+//! What the steps changed is written at the end, each object once, against the resourceVersion it was
+//! read at (a conflict means someone else wrote meanwhile: the next reconcile starts over).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::backend::Clock;
+use crate::controllers::agent_conditions::BOUND;
+use crate::resources::agent::{Agent, BMH_LABEL, ClusterDeploymentReference};
+use crate::resources::metal3::*;
+use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, PreprovisioningImage, find_condition};
+use crate::store::{Store, StoreError};
+
+pub use super::infraenv::Action;
+
+/// How long after an InfraEnv's image was (re)created before hosts are pointed at it: an InfraEnv is
+/// often edited several times in a row, and each new image would otherwise reprovision every host.
+pub const IMAGE_COOLDOWN: Duration = Duration::from_secs(60);
+/// While waiting for metal3 to reach `deleting`.
+const REQUEUE_WAITING: Duration = Duration::from_secs(10);
+const REASON_UNBINDING_PENDING_USER_ACTION: &str = "UnbindingPendingUserAction";
+const REASON_INFRAENV_AVAILABLE: &str = crate::resources::REASON_INFRAENV_AVAILABLE;
+/// What the installation disk is set to when root device hints match no disk of the host.
+pub const DISK_NOT_FOUND_BY_HINTS: &str = "/dev/not-found-by-hints";
+/// Agent progress stages after which metal3 must leave the host alone (non-converged flow).
+const STAGES_DETACHING: [&str; 4] = ["Failed", "Rebooting", "Joined", "Done"];
+
+pub struct BmacContext<S: Store> {
+    pub store: S,
+    pub clock: Arc<dyn Clock>,
+    /// The converged flow: metal3 boots hosts into the ironic agent (PreprovisioningImage), and
+    /// ironic's `start_assisted_install` deploy step starts the discovery agent.
+    pub converged: bool,
+    /// Pause BMHs that metal3 reports detached, keeping their status (`PAUSE_PROVISIONED_BMHS`).
+    pub pause_provisioned: bool,
+}
+
+/// Where a step leaves the reconcile.
+enum Step {
+    Continue,
+    Stop,
+    RequeueAfter(Duration),
+}
+
+/// The objects one reconcile works on.
+struct World {
+    bmh: BareMetalHost,
+    agent: Option<Agent>,
+    infraenv: Option<InfraEnv>,
+    /// The Agent is to be deleted (converged flow, `remove-agent-and-node-on-delete`).
+    delete_agent: bool,
+}
+
+pub async fn reconcile<S: Store>(ctx: &BmacContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
+    let Some(bmh) = ctx.store.get::<BareMetalHost>(ns, name).await? else {
+        return Ok(Action::Done);
+    };
+    let agent = find_agent(&ctx.store, &bmh).await?;
+    let infraenv = match bmh.label(INFRAENV_NAME_LABEL) {
+        Some(ie) => ctx.store.get::<InfraEnv>(ns, ie).await?,
+        None => None,
+    };
+    let (bmh_before, agent_before) = (bmh.clone(), agent.clone());
+    let mut w = World { bmh, agent, infraenv, delete_agent: false };
+
+    let outcome = run_steps(ctx, &mut w).await?;
+
+    if w.delete_agent
+        && let Some(agent) = &w.agent
+    {
+        let agent_name = agent.metadata.name.clone().unwrap_or_default();
+        match ctx.store.delete::<Agent>(ns, &agent_name).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    } else if let Some(agent) = &w.agent
+        && agent_before.as_ref().is_none_or(|before| before.metadata != agent.metadata || before.spec != agent.spec)
+    {
+        ctx.store.update(agent).await?;
+    }
+    // The BMAC writes metadata and spec only; the status is metal3's.
+    if w.bmh.metadata != bmh_before.metadata || w.bmh.spec != bmh_before.spec {
+        match ctx.store.update(&w.bmh).await {
+            Ok(_) => {}
+            // The last finalizer went and the BMH with it.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(match outcome {
+        Step::RequeueAfter(d) => Action::RequeueAfter(d),
+        Step::Continue | Step::Stop => Action::Done,
+    })
+}
+
+/// §5.2, in order; the first step that stops ends the chain.
+async fn run_steps<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step, StoreError> {
+    if w.infraenv.is_some() {
+        w.bmh.metadata.labels.get_or_insert_default().insert(BACKUP_LABEL.to_string(), "true".to_string());
+    }
+    macro_rules! step {
+        ($e:expr) => {
+            match $e {
+                Step::Continue => {}
+                other => return Ok(other),
+            }
+        };
+    }
+    step!(handle_finalizer(ctx, w));
+    if agent_bound_reason(w.agent.as_ref()) == Some(REASON_UNBINDING_PENDING_USER_ACTION) {
+        step!(reconcile_unbound_agent(ctx, w));
+    }
+    step!(handle_pause_and_detach(ctx, w));
+    step!(reconcile_bmh(ctx, w).await?);
+    if w.agent.is_none() {
+        return Ok(Step::Stop);
+    }
+    step!(reconcile_agent_spec(w));
+    if !ctx.converged {
+        step!(reconcile_agent_inventory(w));
+    }
+    Ok(Step::Continue)
+}
+
+fn agent_bound_reason(agent: Option<&Agent>) -> Option<&str> {
+    let status = agent?.status.as_ref()?;
+    find_condition(&status.conditions, BOUND).map(|c| c.reason.as_str())
+}
+
+/// §5.1: the Agent of a BMH: the newest Agent of its namespace with an interface whose MAC is the
+/// host's boot MAC.
+async fn find_agent<S: Store>(store: &S, bmh: &BareMetalHost) -> Result<Option<Agent>, StoreError> {
+    let Some(mac) = bmh.spec.boot_mac_address.as_deref().filter(|m| !m.is_empty()) else {
+        return Ok(None);
+    };
+    let ns = bmh.metadata.namespace.as_deref().unwrap_or_default();
+    // The MAC appears in the Agent's inventory as the agent reported it (lower case, as a rule);
+    // the cheap first cut looks for that spelling, and the exact check is case-insensitive.
+    let candidates = store.list_mentioning::<Agent>(Some(ns), &mac.to_ascii_lowercase()).await?;
+    let mut matching: Vec<Agent> = candidates.into_iter().filter(|a| agent_has_mac(a, mac)).collect();
+    if matching.is_empty() {
+        // Upper-case MACs in an inventory: rare, but the cut above would have missed them.
+        matching = store.list::<Agent>(Some(ns)).await?.into_iter().filter(|a| agent_has_mac(a, mac)).collect();
+    }
+    Ok(matching.into_iter().max_by_key(|a| a.metadata.creation_timestamp.as_ref().map(|t| t.0)))
+}
+
+pub fn agent_has_mac(agent: &Agent, mac: &str) -> bool {
+    agent.status.as_ref().is_some_and(|s| {
+        s.inventory.interfaces.iter().any(|i| i["macAddress"].as_str().is_some_and(|m| m.eq_ignore_ascii_case(mac)))
+    })
+}
+
+/// §5.6: the BMH finalizer, and what deleting a BMH does to its Agent.
+fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
+    let has_finalizer = w.bmh.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == BMH_FINALIZER));
+    if w.bmh.label(INFRAENV_NAME_LABEL).is_none() {
+        remove_finalizer(&mut w.bmh);
+        return Step::Stop;
+    }
+    if w.bmh.metadata.deletion_timestamp.is_none() {
+        if !has_finalizer {
+            w.bmh.metadata.finalizers.get_or_insert_default().push(BMH_FINALIZER.to_string());
+        }
+        return Step::Continue;
+    }
+    let remove_agent = ctx.converged && w.bmh.annotation(REMOVE_AGENT_ON_DELETE_ANNOTATION).is_some();
+    let cleanup = |bmh: &mut BareMetalHost| {
+        let ann = bmh.annotations_mut();
+        if remove_agent {
+            ann.remove(DETACHED_ANNOTATION);
+        }
+        ann.remove(PAUSED_ANNOTATION);
+    };
+    if !has_finalizer {
+        cleanup(&mut w.bmh);
+        return Step::Stop;
+    }
+    if !remove_agent || w.agent.is_none() {
+        cleanup(&mut w.bmh);
+        remove_finalizer(&mut w.bmh);
+        return Step::Stop;
+    }
+    // Remove-agent mode: let metal3 deprovision the host (cleaning `metadata`), wait until it is
+    // deleting the host, then delete the Agent and let the BMH go.
+    {
+        let ann = w.bmh.annotations_mut();
+        ann.remove(DETACHED_ANNOTATION);
+        ann.remove(PAUSED_ANNOTATION);
+    }
+    w.bmh.spec.automated_cleaning_mode = Some("metadata".to_string());
+    if w.bmh.provisioning_state() != "deleting" {
+        return Step::RequeueAfter(REQUEUE_WAITING);
+    }
+    w.delete_agent = true;
+    remove_finalizer(&mut w.bmh);
+    Step::Stop
+}
+
+fn remove_finalizer(bmh: &mut BareMetalHost) {
+    if let Some(f) = bmh.metadata.finalizers.as_mut() {
+        f.retain(|f| f != BMH_FINALIZER);
+    }
+}
+
+/// §5.5: the Agent's cluster went and its host waits for a reboot into discovery: hand the BMH back
+/// to metal3, which deprovisions it and (§5.3, on a later reconcile) boots the discovery image.
+fn reconcile_unbound_agent<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
+    let clear_annotations = |bmh: &mut BareMetalHost| {
+        let ann = bmh.annotations_mut();
+        for key in [DETACHED_ANNOTATION, PAUSED_ANNOTATION, HARDWARE_DETAILS_ANNOTATION, SPOKE_BMH_MACHINE_CREATED_ANNOTATION]
+        {
+            ann.remove(key);
+        }
+    };
+    if !ctx.converged {
+        if w.bmh.annotation(DETACHED_ANNOTATION).is_none() {
+            return Step::Continue;
+        }
+        clear_annotations(&mut w.bmh);
+        w.bmh.spec.image = None;
+        return Step::Stop;
+    }
+    match w.bmh.provisioning_state() {
+        "provisioned" => {
+            clear_annotations(&mut w.bmh);
+            w.bmh.spec.custom_deploy = None;
+            Step::Stop
+        }
+        "deprovisioning" => {
+            clear_annotations(&mut w.bmh);
+            Step::Stop
+        }
+        _ => {
+            clear_annotations(&mut w.bmh);
+            Step::Continue
+        }
+    }
+}
+
+/// §5.4: detach hosts whose installation no longer needs metal3, pause detached ones.
+fn handle_pause_and_detach<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
+    if w.bmh.annotation(ALLOW_PROVISIONED_HOST_MANAGEMENT_ANNOTATION).is_some() {
+        if ctx.converged && w.bmh.metadata.deletion_timestamp.is_none() {
+            let ann = w.bmh.annotations_mut();
+            ann.remove(DETACHED_ANNOTATION);
+            ann.remove(PAUSED_ANNOTATION);
+            return Step::Stop;
+        }
+        tracing::error!(
+            bmh = ?w.bmh.metadata.name,
+            "{ALLOW_PROVISIONED_HOST_MANAGEMENT_ANNOTATION} needs the converged flow; ignored"
+        );
+    }
+    let stage = w.agent.as_ref().and_then(|a| a.status.as_ref()).map(|s| s.progress.current_stage.as_str());
+    let detach = if ctx.converged {
+        w.bmh.provisioning_state() == "provisioned"
+    } else {
+        stage.is_some_and(|s| STAGES_DETACHING.contains(&s))
+    };
+    if detach
+        && agent_bound_reason(w.agent.as_ref()) != Some(REASON_UNBINDING_PENDING_USER_ACTION)
+        && w.bmh.annotation(DETACHED_ANNOTATION).is_none()
+    {
+        let value = if ctx.converged && w.bmh.annotation(REMOVE_AGENT_ON_DELETE_ANNOTATION).is_some() {
+            json!({"deleteAction": "delay"}).to_string()
+        } else {
+            BMAC_ANNOTATION_VALUE.to_string()
+        };
+        w.bmh.annotations_mut().insert(DETACHED_ANNOTATION.to_string(), value);
+        return Step::Stop;
+    }
+    // Only while the BMAC keeps the host detached: once §5.5 gave the host back to metal3, metal3
+    // may still report `detached` for a moment, and pausing then would stop it from ever noticing.
+    if ctx.pause_provisioned
+        && w.bmh.operational_status() == "detached"
+        && w.bmh.annotation(DETACHED_ANNOTATION).is_some()
+    {
+        let status = serde_json::to_string(&w.bmh.status).unwrap_or_default();
+        let ann = w.bmh.annotations_mut();
+        ann.insert(STATUS_ANNOTATION.to_string(), status);
+        ann.insert(PAUSED_ANNOTATION.to_string(), BMAC_ANNOTATION_VALUE.to_string());
+    }
+    if ctx.pause_provisioned
+        && w.bmh.provisioning_state().is_empty()
+        && w.bmh.annotation(PAUSED_ANNOTATION).is_some()
+        && w.bmh.annotation(STATUS_ANNOTATION).is_some()
+    {
+        // metal3 restores the status from the annotation once the host is unpaused.
+        w.bmh.annotations_mut().remove(PAUSED_ANNOTATION);
+    }
+    Step::Continue
+}
+
+/// §5.3 `reconcileBMH`: the image the host boots.
+async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step, StoreError> {
+    let Some(infraenv) = &w.infraenv else { return Ok(Step::Stop) };
+    if w.bmh.annotation(DETACHED_ANNOTATION).is_some() {
+        return Ok(Step::Continue);
+    }
+    if ctx.converged {
+        if w.bmh.spec.custom_deploy.as_ref().is_none_or(|c| c.method != ASSISTED_DEPLOY_METHOD) {
+            let ns = w.bmh.metadata.namespace.clone().unwrap_or_default();
+            let name = w.bmh.metadata.name.clone().unwrap_or_default();
+            let ppi_ready = ctx.store.get::<PreprovisioningImage>(&ns, &name).await?.is_some_and(|ppi| {
+                ppi.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == super::ppi::READY_CONDITION && c.status == "True" && c.reason == REASON_INFRAENV_AVAILABLE
+                    })
+                })
+            });
+            if !ppi_ready {
+                return Ok(Step::Stop);
+            }
+            w.bmh.spec.custom_deploy = Some(CustomDeploy { method: ASSISTED_DEPLOY_METHOD.to_string() });
+        }
+        return Ok(Step::Continue);
+    }
+    w.bmh.annotations_mut().entry(INSPECT_ANNOTATION.to_string()).or_insert_with(|| "disabled".to_string());
+    w.bmh.spec.automated_cleaning_mode = Some("disabled".to_string());
+    let status = infraenv.status.as_ref();
+    let iso_url = status.map(|s| s.iso_download_url.as_str()).unwrap_or("");
+    if iso_url.is_empty() {
+        return Ok(Step::Stop);
+    }
+    if w.bmh.spec.image.as_ref().is_some_and(|i| i.url == iso_url) {
+        return Ok(Step::Continue);
+    }
+    if let Some(wait) = cooldown_left(infraenv, ctx.clock.now()) {
+        return Ok(Step::RequeueAfter(wait));
+    }
+    if !matches!(w.bmh.provisioning_state(), "ready" | "available") {
+        // A host provisioned with the old image must be deprovisioned first; clearing the image
+        // starts that, and also makes ironic drop its cached copy.
+        w.bmh.spec.image = None;
+        return Ok(Step::Stop);
+    }
+    w.bmh.spec.image = Some(BmhImage { url: iso_url.to_string(), format: Some("live-iso".to_string()), ..Default::default() });
+    w.bmh.spec.online = true;
+    Ok(Step::Stop)
+}
+
+/// How long until an InfraEnv's image is old enough to be used (§5.3, §6.1 step 8); None once it is.
+pub fn cooldown_left(infraenv: &InfraEnv, now: Timestamp) -> Option<Duration> {
+    let created = infraenv.status.as_ref()?.created_time.as_ref()?.0;
+    let ready_at = created.checked_add(jiff::SignedDuration::try_from(IMAGE_COOLDOWN).ok()?).ok()?;
+    let left = now.duration_until(ready_at);
+    (left.is_positive()).then(|| Duration::try_from(left).unwrap_or(IMAGE_COOLDOWN))
+}
+
+/// §5.3 `reconcileAgentSpec`: the BMH's annotations become the Agent's spec.
+fn reconcile_agent_spec(w: &mut World) -> Step {
+    let bmh = &w.bmh;
+    let bmh_name = bmh.metadata.name.clone().unwrap_or_default();
+    let infraenv_cluster_ref = w.infraenv.as_ref().and_then(|ie| ie.spec.cluster_ref.clone());
+    let Some(agent) = w.agent.as_mut() else { return Step::Stop };
+    let annotations = bmh.metadata.annotations.clone().unwrap_or_default();
+    let copy = |key: &str, field: &mut Option<String>| {
+        if let Some(v) = annotations.get(key) {
+            *field = Some(v.clone());
+        }
+    };
+    copy(ROLE_ANNOTATION, &mut agent.spec.role);
+    copy(HOSTNAME_ANNOTATION, &mut agent.spec.hostname);
+    copy(MCP_ANNOTATION, &mut agent.spec.machine_config_pool);
+    copy(INSTALLER_ARGS_ANNOTATION, &mut agent.spec.installer_args);
+    copy(IGNITION_OVERRIDES_ANNOTATION, &mut agent.spec.ignition_config_overrides);
+    if let Some(secret) = annotations.get(FENCING_SECRET_ANNOTATION) {
+        agent.spec.fencing_credentials_secret_ref = Some(json!({"name": secret}));
+    }
+    if let Some(reference) = annotations.get(CLUSTER_REFERENCE_ANNOTATION) {
+        if infraenv_cluster_ref.is_some() {
+            tracing::error!(
+                bmh = %bmh_name,
+                "{CLUSTER_REFERENCE_ANNOTATION} is set but the InfraEnv is bound to a cluster: ignored"
+            );
+        } else if reference.is_empty() {
+            agent.spec.cluster_deployment_name = None;
+        } else {
+            match reference.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    agent.spec.cluster_deployment_name =
+                        Some(ClusterDeploymentReference { name: name.to_string(), namespace: ns.to_string() });
+                }
+                _ => tracing::error!(
+                    bmh = %bmh_name,
+                    "{CLUSTER_REFERENCE_ANNOTATION} must be namespace/name, got {reference:?}: ignored"
+                ),
+            }
+        }
+    }
+    let node_labels: BTreeMap<String, String> = annotations
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(NODE_LABEL_PREFIX).map(|k| (k.to_string(), v.clone())))
+        .collect();
+    if !node_labels.is_empty() {
+        agent.spec.node_labels = Some(node_labels);
+    }
+    let labels = agent.metadata.labels.get_or_insert_default();
+    for (k, v) in &annotations {
+        if let Some(label) = k.strip_prefix(AGENT_LABEL_PREFIX) {
+            labels.insert(label.to_string(), v.clone());
+        }
+    }
+    labels.insert(BMH_LABEL.to_string(), bmh_name);
+    agent.spec.approved = true;
+    if let Some(hints) = &bmh.spec.root_device_hints {
+        let disks = agent.status.as_ref().map(|s| s.inventory.disks.as_slice()).unwrap_or_default();
+        agent.spec.installation_disk_id = Some(installation_disk(disks, hints));
+    }
+    Step::Continue
+}
+
+/// The disk root device hints pick among an Agent's disks (its status inventory): every hint given
+/// must match, only disks eligible for installation count, and a multipath device is preferred over
+/// the paths it is made of.
+pub fn installation_disk(disks: &[Value], hints: &RootDeviceHints) -> String {
+    let text = |d: &Value, k: &str| d[k].as_str().unwrap_or_default().to_string();
+    let matches = |d: &&Value| {
+        let eligible = d["installationEligibility"]["eligible"].as_bool().unwrap_or(false);
+        let path = text(d, "path");
+        eligible
+            && hints.device_name.as_ref().is_none_or(|n| *n == path || *n == text(d, "byPath"))
+            && hints.hctl.as_ref().is_none_or(|h| *h == text(d, "hctl"))
+            && hints.model.as_ref().is_none_or(|m| text(d, "model").contains(m.as_str()))
+            && hints.vendor.as_ref().is_none_or(|v| text(d, "vendor").contains(v.as_str()))
+            && hints.serial_number.as_ref().is_none_or(|s| *s == text(d, "serial"))
+            && hints.wwn.as_ref().is_none_or(|w| *w == text(d, "wwn"))
+            && hints.min_size_gigabytes.is_none_or(|gib| d["sizeBytes"].as_i64().unwrap_or(0) >= gib << 30)
+            && hints.rotational.is_none_or(|r| r == text(d, "driveType").eq_ignore_ascii_case("HDD"))
+    };
+    let candidates: Vec<&Value> = disks.iter().filter(matches).collect();
+    candidates
+        .iter()
+        .find(|d| text(d, "driveType").eq_ignore_ascii_case("Multipath"))
+        .or(candidates.first())
+        .map(|d| text(d, "id"))
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| DISK_NOT_FOUND_BY_HINTS.to_string())
+}
+
+/// §5.3 `reconcileAgentInventory`: the Agent's inventory as metal3 hardware details, written once.
+fn reconcile_agent_inventory(w: &mut World) -> Step {
+    let Some(agent) = &w.agent else { return Step::Continue };
+    let Some(status) = &agent.status else { return Step::Continue };
+    let inv = &status.inventory;
+    let hardware_hostname =
+        w.bmh.status.as_ref().and_then(|s| s.hardware.as_ref()).and_then(|h| h["hostname"].as_str()).unwrap_or("");
+    if inv.interfaces.is_empty()
+        || w.bmh.annotation(HARDWARE_DETAILS_ANNOTATION).is_some()
+        || !hardware_hostname.is_empty()
+    {
+        return Step::Continue;
+    }
+    let details = hardware_details(agent);
+    w.bmh.annotations_mut().insert(HARDWARE_DETAILS_ANNOTATION.to_string(), details.to_string());
+    Step::Stop
+}
+
+/// metal3's HardwareDetails from an Agent's inventory.
+pub fn hardware_details(agent: &Agent) -> Value {
+    let Some(status) = &agent.status else { return json!({}) };
+    let inv = &status.inventory;
+    let strip_prefix = |ip: &str| ip.split('/').next().unwrap_or_default().to_string();
+    let mut nics = Vec::new();
+    for i in &inv.interfaces {
+        let ips = i["ipV6Addresses"].as_array().into_iter().flatten().chain(i["ipV4Addresses"].as_array().into_iter().flatten());
+        for ip in ips.filter_map(Value::as_str) {
+            nics.push(json!({
+                "ip": strip_prefix(ip),
+                "name": i["name"],
+                "model": i["vendor"],
+                "mac": i["macAddress"],
+                "speedGbps": i["speedMbps"].as_i64().unwrap_or(0) / 1024,
+            }));
+        }
+    }
+    let storage: Vec<Value> = inv
+        .disks
+        .iter()
+        .map(|d| {
+            let by_path = d["byPath"].as_str().unwrap_or_default();
+            json!({
+                "name": if by_path.is_empty() { d["path"].clone() } else { json!(by_path) },
+                "hctl": d["hctl"],
+                "model": d["model"],
+                "sizeBytes": d["sizeBytes"],
+                "serialNumber": d["serial"],
+                "wwn": d["wwn"],
+                "vendor": d["vendor"],
+                "rotational": d["driveType"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("HDD")),
+            })
+        })
+        .collect();
+    let hostname = agent.spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| inv.hostname.clone());
+    json!({
+        "nics": nics,
+        "storage": storage,
+        "ramMebibytes": inv.memory["physicalBytes"].as_i64().unwrap_or(0) >> 20,
+        "cpu": {
+            "flags": inv.cpu["flags"],
+            "count": inv.cpu["count"],
+            "model": inv.cpu["modelName"],
+            "arch": inv.cpu["architecture"],
+            "clockMegahertz": inv.cpu["clockMegahertz"],
+        },
+        "systemVendor": {
+            "manufacturer": inv.system_vendor["manufacturer"],
+            "productName": inv.system_vendor["productName"],
+            "serialNumber": inv.system_vendor["serialNumber"],
+        },
+        "hostname": hostname,
+    })
+}
+
+/// The BMHs a change to another object concerns (§5.1 watches): an Agent's BMH (by label, else by
+/// MAC), an InfraEnv's BMHs (by label), a PreprovisioningImage's BMH (same name).
+pub async fn bmhs_for_agent<S: Store>(store: &S, agent: &Agent) -> Result<Vec<String>, StoreError> {
+    let ns = agent.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(bmh) = agent.metadata.labels.as_ref().and_then(|l| l.get(BMH_LABEL)) {
+        return Ok(vec![bmh.clone()]);
+    }
+    let macs: Vec<String> = agent
+        .status
+        .as_ref()
+        .map(|s| s.inventory.interfaces.iter().filter_map(|i| i["macAddress"].as_str().map(str::to_ascii_lowercase)).collect())
+        .unwrap_or_default();
+    if macs.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(store
+        .list::<BareMetalHost>(Some(ns))
+        .await?
+        .into_iter()
+        .filter(|b| b.spec.boot_mac_address.as_ref().is_some_and(|m| macs.contains(&m.to_ascii_lowercase())))
+        .filter_map(|b| b.metadata.name)
+        .collect())
+}
+
+pub async fn bmhs_for_infraenv<S: Store>(store: &S, ns: &str, infraenv: &str) -> Result<Vec<String>, StoreError> {
+    Ok(store
+        .list::<BareMetalHost>(Some(ns))
+        .await?
+        .into_iter()
+        .filter(|b| b.label(INFRAENV_NAME_LABEL) == Some(infraenv))
+        .filter_map(|b| b.metadata.name)
+        .collect())
+}
