@@ -442,11 +442,13 @@ impl App {
             ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
             _ => return not_found(),
         };
-        let (namespace, plural, name) = match rest {
-            [plural] => (None, *plural, None),
-            [plural, name] => (Some(""), *plural, Some(*name)),
-            ["namespaces", ns, plural] => (Some(*ns), *plural, None),
-            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
+        let (namespace, plural, name, status) = match rest {
+            [plural] => (None, *plural, None, false),
+            [plural, name] => (Some(""), *plural, Some(*name), false),
+            [plural, name, "status"] => (Some(""), *plural, Some(*name), true),
+            ["namespaces", ns, plural] => (Some(*ns), *plural, None, false),
+            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), false),
+            ["namespaces", ns, plural, name, "status"] => (Some(*ns), *plural, Some(*name), true),
             _ => return not_found(),
         };
         let Some(kind) = Kind::from_plural(plural).filter(|k| k.api_prefix() == api_prefix) else {
@@ -468,6 +470,13 @@ impl App {
                 _ => Some(""),
             }
         };
+        if status {
+            let (Some(ns), Some(name)) = (namespace, name) else { return not_found() };
+            return match self.status_api(kind, ns, name, req).await {
+                Ok(r) => r,
+                Err(e) => store_error(&e),
+            };
+        }
         let result = match (req.method().clone(), namespace, name) {
             (Method::GET, ns, None) => Ok(list_response(kind, &self.store.list_texts(kind, ns))),
             (Method::GET, Some(ns), Some(name)) => match self.store.get_document(kind, ns, name).await {
@@ -514,6 +523,58 @@ impl App {
             Ok(r) => r,
             Err(e) => store_error(&e),
         }
+    }
+
+    /// The status subresource, `.../NAME/status`: what a controller outside bootstream (metal3's bare
+    /// metal operator reporting a BareMetalHost) writes. GET returns the object; PUT replaces the status
+    /// with the document's (refused if its resourceVersion is stale); PATCH merges a patch into it.
+    /// Nothing but the status changes either way.
+    async fn status_api(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        req: &Request<Bytes>,
+    ) -> Result<Response<Body>, StoreError> {
+        let invalid = |e: crate::resources::DocumentError| StoreError::Invalid(e.to_string());
+        let Some(live) = self.store.get_document(kind, ns, name).await? else {
+            return Err(not_found_error(kind, name));
+        };
+        let stored = match req.method().clone() {
+            Method::GET => live,
+            Method::PUT => {
+                let doc: Value = serde_json::from_slice(req.body())
+                    .map_err(|e| StoreError::Invalid(format!("the body is not JSON: {e}")))?;
+                let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
+                let want_rv = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
+                self.store.replace_status_document(kind, ns, name, status, want_rv).await?
+            }
+            Method::PATCH => {
+                let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+                if !content_type.starts_with("application/merge-patch+json") {
+                    return Ok(status_error(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "UnsupportedMediaType",
+                        &format!("the patch type {content_type:?} is not supported; use application/merge-patch+json"),
+                    ));
+                }
+                let patch: Value = serde_json::from_slice(req.body())
+                    .map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))?;
+                let mut doc = live.clone();
+                crate::store::json::merge_patch(&mut doc, &patch);
+                let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
+                let want_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
+                self.store.replace_status_document(kind, ns, name, status, want_rv).await?
+            }
+            m => {
+                return Ok(status_error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "MethodNotAllowed",
+                    &format!("method {m} not allowed here"),
+                ));
+            }
+        };
+        Ok(crate::http::json(StatusCode::OK, &stored))
     }
 
     /// `kubectl patch --type merge`: the merge patch is applied to the live object, the result validated

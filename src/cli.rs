@@ -77,6 +77,9 @@ enum Command {
         /// The patch, as JSON.
         #[arg(short = 'p', long = "patch")]
         patch: String,
+        /// `status` patches the status subresource (what metal3 writes on a BareMetalHost).
+        #[arg(long)]
+        subresource: Option<String>,
     },
     /// Drive the agent API as a fleet of discovery agents would (for load tests and demos).
     Simulate(crate::simulate::SimulateArgs),
@@ -133,6 +136,10 @@ struct ServeArgs {
     /// Do not pause BareMetalHosts metal3 reports detached.
     #[arg(long = "no-pause-provisioned-bmhs")]
     no_pause_provisioned_bmhs: bool,
+    /// Seconds an InfraEnv's new image waits before BareMetalHosts and PreprovisioningImages get it
+    /// (edits in a row then cost one reprovisioning, not one each).
+    #[arg(long, env = "BOOTSTREAM_IMAGE_COOLDOWN_SECONDS", default_value_t = 60)]
+    image_cooldown_seconds: u64,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -254,8 +261,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             clock: clock.clone(),
             converged: args.converged_flow,
             pause_provisioned: !args.no_pause_provisioned_bmhs,
+            image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
         }),
-        Arc::new(crate::controllers::ppi::PpiContext { store: store.clone(), clock }),
+        Arc::new(crate::controllers::ppi::PpiContext {
+            store: store.clone(),
+            clock,
+            image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
+        }),
     ));
 
     // Scripts and tests read this line to learn the address (useful with --listen ...:0).
@@ -320,16 +332,21 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
             println!("{} \"{name}\" deleted", display_kind(kind));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Patch { server, kind, name, namespace, patch_type, patch } => {
+        Command::Patch { server, kind, name, namespace, patch_type, patch, subresource } => {
             let kind = parse_kind(&kind)?;
             if patch_type != "merge" {
                 anyhow::bail!("--type {patch_type} is not supported; use --type merge");
             }
             let body: Value =
                 serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
+            let url = match subresource.as_deref() {
+                None => object_url(&server, kind, &namespace, &name),
+                Some("status") => format!("{}/status", object_url(&server, kind, &namespace, &name)),
+                Some(other) => anyhow::bail!("--subresource {other} is not supported; use --subresource status"),
+            };
             call(
                 client
-                    .patch(object_url(&server, kind, &namespace, &name))
+                    .patch(url)
                     .header("content-type", "application/merge-patch+json")
                     .body(body.to_string()),
             )

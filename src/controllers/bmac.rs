@@ -24,8 +24,9 @@ use crate::store::{Store, StoreError};
 
 pub use super::infraenv::Action;
 
-/// How long after an InfraEnv's image was (re)created before hosts are pointed at it: an InfraEnv is
-/// often edited several times in a row, and each new image would otherwise reprovision every host.
+/// How long after an InfraEnv's image was (re)created before hosts are pointed at it, by default: an
+/// InfraEnv is often edited several times in a row, and each new image would otherwise reprovision
+/// every host.
 pub const IMAGE_COOLDOWN: Duration = Duration::from_secs(60);
 /// While waiting for metal3 to reach `deleting`.
 const REQUEUE_WAITING: Duration = Duration::from_secs(10);
@@ -44,6 +45,8 @@ pub struct BmacContext<S: Store> {
     pub converged: bool,
     /// Pause BMHs that metal3 reports detached, keeping their status (`PAUSE_PROVISIONED_BMHS`).
     pub pause_provisioned: bool,
+    /// [`IMAGE_COOLDOWN`] unless configured.
+    pub image_cooldown: Duration,
 }
 
 /// Where a step leaves the reconcile.
@@ -338,7 +341,7 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
     if w.bmh.spec.image.as_ref().is_some_and(|i| i.url == iso_url) {
         return Ok(Step::Continue);
     }
-    if let Some(wait) = cooldown_left(infraenv, ctx.clock.now()) {
+    if let Some(wait) = cooldown_left(infraenv, ctx.clock.now(), ctx.image_cooldown) {
         return Ok(Step::RequeueAfter(wait));
     }
     if !matches!(w.bmh.provisioning_state(), "ready" | "available") {
@@ -353,11 +356,11 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
 }
 
 /// How long until an InfraEnv's image is old enough to be used (§5.3, §6.1 step 8); None once it is.
-pub fn cooldown_left(infraenv: &InfraEnv, now: Timestamp) -> Option<Duration> {
+pub fn cooldown_left(infraenv: &InfraEnv, now: Timestamp, cooldown: Duration) -> Option<Duration> {
     let created = infraenv.status.as_ref()?.created_time.as_ref()?.0;
-    let ready_at = created.checked_add(jiff::SignedDuration::try_from(IMAGE_COOLDOWN).ok()?).ok()?;
+    let ready_at = created.checked_add(jiff::SignedDuration::try_from(cooldown).ok()?).ok()?;
     let left = now.duration_until(ready_at);
-    (left.is_positive()).then(|| Duration::try_from(left).unwrap_or(IMAGE_COOLDOWN))
+    (left.is_positive()).then(|| Duration::try_from(left).unwrap_or(cooldown))
 }
 
 /// §5.3 `reconcileAgentSpec`: the BMH's annotations become the Agent's spec.

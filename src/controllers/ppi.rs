@@ -34,6 +34,8 @@ const REQUEUE_WAITING_FOR_BMH: Duration = Duration::from_secs(10);
 pub struct PpiContext<S: Store> {
     pub store: S,
     pub clock: Arc<dyn Clock>,
+    /// How old an InfraEnv image must be before it is published ([`super::bmac::IMAGE_COOLDOWN`]).
+    pub image_cooldown: Duration,
 }
 
 pub async fn reconcile<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
@@ -119,7 +121,7 @@ async fn image_status<S: Store>(
         fail(ppi, false, REASON_WAITING_FOR_IMAGE, "Waiting for InfraEnv image to be created");
         return Ok((Action::Done, false));
     };
-    if let Some(wait) = super::bmac::cooldown_left(&infraenv, ctx.clock.now()) {
+    if let Some(wait) = super::bmac::cooldown_left(&infraenv, ctx.clock.now(), ctx.image_cooldown) {
         fail(ppi, false, REASON_WAITING_FOR_COOLDOWN, "Waiting for InfraEnv image to cool down");
         return Ok((Action::RequeueAfter(wait), false));
     }

@@ -615,6 +615,31 @@ pub fn validate_update(kind: Kind, live: &Value, new: &Value) -> Result<(), Docu
     }
 }
 
+/// Checks the status of a document written through the status subresource and returns it
+/// normalized. Kinds without a status (Secret, NMStateConfig, ClusterImageSet) have no such subresource.
+pub fn validate_status(kind: Kind, doc: &Value) -> Result<Option<Value>, DocumentError> {
+    fn check<St: serde::de::DeserializeOwned + Serialize>(doc: &Value) -> Result<Option<Value>, DocumentError> {
+        match doc.get("status") {
+            None | Some(Value::Null) => Ok(None),
+            Some(s) => {
+                let typed: St = typed_from(s).map_err(|e| DocumentError::Invalid(format!("status: {e}")))?;
+                Ok(Some(serde_json::to_value(typed).expect("typed resources serialize")))
+            }
+        }
+    }
+    match kind {
+        Kind::InfraEnv => check::<InfraEnvStatus>(doc),
+        Kind::Agent => check::<agent::AgentStatus>(doc),
+        Kind::ClusterDeployment => check::<hive::ClusterDeploymentStatus>(doc),
+        Kind::AgentClusterInstall => check::<hive::AgentClusterInstallStatus>(doc),
+        Kind::BareMetalHost => check::<metal3::BareMetalHostStatus>(doc),
+        Kind::PreprovisioningImage => check::<metal3::PreprovisioningImageStatus>(doc),
+        Kind::Secret | Kind::NMStateConfig | Kind::ClusterImageSet => {
+            Err(DocumentError::Invalid(format!("{} has no status subresource", kind.name())))
+        }
+    }
+}
+
 fn typed_from<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, DocumentError> {
     serde_path_to_error::deserialize(doc).map_err(|e| {
         let path = e.path().to_string();

@@ -397,6 +397,34 @@ impl SqliteStore {
             .await
     }
 
+    /// Replaces an object's status (the status subresource): everything else stays as stored. With a
+    /// resourceVersion, the write is refused if the object moved since.
+    pub async fn replace_status_document(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        status: Option<Value>,
+        want_rv: Option<String>,
+    ) -> Result<Value, StoreError> {
+        let (res, ns, name) = (kind.resource(), namespace.to_string(), name.to_string());
+        self.write_over_live(res, ns, name, want_rv, true, move |live| {
+            let mut body = live.clone();
+            if body.get("status") == status.as_ref() {
+                return Ok(Replacement::Unchanged(body));
+            }
+            match (&status, body.as_object_mut()) {
+                (Some(s), _) => body["status"] = s.clone(),
+                (None, Some(o)) => {
+                    o.remove("status");
+                }
+                (None, None) => {}
+            }
+            Ok(Replacement::Store { body, owners_changed: false })
+        })
+        .await
+    }
+
     pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
         let entry = self.read_cache().get(&kind.resource(), namespace, name);
         entry.map(|c| c.value()).transpose()

@@ -19,12 +19,18 @@ const ISO_URL: &str = "http://hub.example:8090/byapikey/token/4.16/x86_64/full.i
 
 fn bmac_ctx(w: &World, converged: bool) -> BmacContext<SqliteStore> {
     let clock: Arc<dyn Clock> = w.clock.clone();
-    BmacContext { store: w.store.clone(), clock, converged, pause_provisioned: true }
+    BmacContext {
+        store: w.store.clone(),
+        clock,
+        converged,
+        pause_provisioned: true,
+        image_cooldown: bmac::IMAGE_COOLDOWN,
+    }
 }
 
 fn ppi_ctx(w: &World) -> PpiContext<SqliteStore> {
     let clock: Arc<dyn Clock> = w.clock.clone();
-    PpiContext { store: w.store.clone(), clock }
+    PpiContext { store: w.store.clone(), clock, image_cooldown: bmac::IMAGE_COOLDOWN }
 }
 
 /// The MAC `crate::simulate::inventory(index)` gives the host's NIC.

@@ -1,0 +1,151 @@
+//! BareMetalHosts end to end, run the way a user runs it: `bootstream serve`, the CLI (`apply`, `get`,
+//! `patch --subresource status` standing in for metal3's bare metal operator) and `bootstream simulate`
+//! playing the machine's discovery agent over the real agent API.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
+const NS: &str = "metal";
+/// The NIC MAC of the first machine `bootstream simulate` plays.
+const MAC: &str = "52:54:00:00:00:00";
+
+struct Fleet(Child);
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bmh_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: {name}\n  namespace: {NS}\n  labels:\n    infraenvs.agent-install.openshift.io: pool\n  annotations:\n    bmac.agent-install.openshift.io/role: master\n    bmac.agent-install.openshift.io/hostname: master-0.example.com\nspec:\n  online: false\n  bootMACAddress: {}\n  bmc:\n    address: redfish-virtualmedia://192.0.2.10/redfish/v1/Systems/1\n    credentialsName: {name}-bmc-secret\n",
+        MAC.to_ascii_uppercase()
+    )
+}
+
+fn wait_for(s: &Server, kind: &str, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = cli(&["get", "--server", &s.url, kind, name, "-n", NS, "-o", "json"], None);
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            if done(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{kind} {name} never got {what}: {v:#}");
+        } else {
+            assert!(Instant::now() < deadline, "{kind} {name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings() {
+    let s = Server::start(&["--image-cooldown-seconds", "1"]);
+    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
+    s.apply_ok(&bmh_yaml("host-0"));
+    // Metal3 has not reported the host yet: the BMAC only prepares it.
+    let bmh = wait_for(&s, "bmh", "host-0", "the BMAC's finalizer and inspection disabled", |b| {
+        b["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == "bmac.agent-install.openshift.io/deprovision"))
+            && b["metadata"]["annotations"]["inspect.metal3.io"] == "disabled"
+    });
+    assert!(bmh["spec"].get("image").is_none(), "{bmh:#}");
+
+    // Metal3 reports the host available: it gets the InfraEnv's ISO and is powered on.
+    let ie = s.wait_image_created(NS, "pool", "True");
+    let iso_url = ie["status"]["isoDownloadURL"].as_str().unwrap().to_string();
+    let out = cli(
+        &["patch", "--server", &s.url, "bmh", "host-0", "-n", NS, "--subresource", "status", "--type", "merge", "-p",
+          r#"{"status": {"operationalStatus": "OK", "provisioning": {"state": "available"}, "poweredOn": false,
+                         "errorCount": 0, "errorMessage": "", "hardwareProfile": ""}}"#],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bmh = wait_for(&s, "bmh", "host-0", "the ISO", |b| b["spec"]["image"]["url"] == iso_url.as_str());
+    assert_eq!(bmh["spec"]["image"]["format"], "live-iso");
+    assert_eq!(bmh["spec"]["online"], true);
+    assert_eq!(bmh["spec"]["automatedCleaningMode"], "disabled");
+    assert_eq!(bmh["status"]["provisioning"]["state"], "available", "the status metal3 wrote stays");
+    // The ISO the BMC is given is served.
+    assert_eq!(s.request("HEAD", &s.path_of(&iso_url), &[]).status, 200);
+
+    // The machine boots it and its agent registers: the Agent takes the BMH's settings.
+    let _fleet = Fleet(
+        Command::new(BIN)
+            .args(["simulate", "--server", &s.url, "--infraenv", &format!("{NS}/pool"), "--hosts", "1"])
+            .args(["--time-scale", "0.02", "--seed", "bmh"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let agent = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = cli(&["get", "--server", &s.url, "agents", "-n", NS, "-o", "json"], None);
+            let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let found = list["items"].as_array().and_then(|items| {
+                items.iter().find(|a| a["metadata"]["labels"]["agent-install.openshift.io/bmh"] == "host-0").cloned()
+            });
+            if let Some(a) = found.filter(|a| a["spec"]["role"] == "master") {
+                break a;
+            }
+            assert!(Instant::now() < deadline, "no Agent took the BMH's settings: {list:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert_eq!(agent["spec"]["hostname"], "master-0.example.com");
+    assert_eq!(agent["spec"]["approved"], true);
+    let bmh = wait_for(&s, "bmh", "host-0", "hardware details", |b| {
+        b["metadata"]["annotations"]["inspect.metal3.io/hardwaredetails"].is_string()
+    });
+    let details: Value =
+        serde_json::from_str(bmh["metadata"]["annotations"]["inspect.metal3.io/hardwaredetails"].as_str().unwrap()).unwrap();
+    assert_eq!(details["nics"][0]["mac"], MAC);
+    assert_eq!(details["hostname"], "master-0.example.com");
+
+    // The table view names the state metal3 reported.
+    let out = cli(&["get", "--server", &s.url, "bmh", "-n", NS], None);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("host-0") && table.contains("available"), "{table}");
+}
+
+#[test]
+fn bad_bare_metal_documents_and_status_writes_are_refused_with_the_field_named() {
+    let s = Server::start(&[]);
+    s.apply_ok(&pull_secret_yaml(NS));
+    let out = s.apply(&bmh_yaml("host-0").replace("bootMACAddress", "bootMacAddress"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bootMacAddress"), "{}", String::from_utf8_lossy(&out.stderr));
+    s.apply_ok(&bmh_yaml("host-0"));
+    let out = cli(
+        &["patch", "--server", &s.url, "bmh", "host-0", "-n", NS, "--subresource", "status", "--type", "merge", "-p",
+          r#"{"status": {"provisioning": {"state": 7}}}"#],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("status") && err.contains("state"), "{err}");
+    // Nothing was lost: the BMH is as applied.
+    let bmh = s.get_json("bmh", NS, "host-0");
+    assert_eq!(bmh["spec"]["bootMACAddress"], MAC.to_ascii_uppercase());
+    assert!(bmh.get("status").is_none_or(|st| st.get("provisioning").is_none()), "{bmh:#}");
+    // Kinds without a status have no status subresource.
+    let out = cli(
+        &["patch", "--server", &s.url, "secret", "pull-secret", "-n", NS, "--subresource", "status", "--type", "merge",
+          "-p", "{}"],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Secret has no status subresource"), "{err}");
+}
