@@ -381,7 +381,7 @@ fn reconcile_agent_spec(w: &mut World) -> Step {
     copy(INSTALLER_ARGS_ANNOTATION, &mut agent.spec.installer_args);
     copy(IGNITION_OVERRIDES_ANNOTATION, &mut agent.spec.ignition_config_overrides);
     if let Some(secret) = annotations.get(FENCING_SECRET_ANNOTATION) {
-        agent.spec.fencing_credentials_secret_ref = Some(json!({"name": secret}));
+        agent.spec.fencing_credentials_secret_ref = Some(secret.clone());
     }
     if let Some(reference) = annotations.get(CLUSTER_REFERENCE_ANNOTATION) {
         if infraenv_cluster_ref.is_some() {

@@ -65,7 +65,8 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_labels: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fencing_credentials_secret_ref: Option<Value>,
+    /// The name of a secret in the Agent's namespace holding fencing credentials.
+    pub fencing_credentials_secret_ref: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

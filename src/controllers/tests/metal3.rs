@@ -160,7 +160,7 @@ async fn scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations() {
                INSTALLER_ARGS_ANNOTATION: "[\"--append-karg\", \"nameserver=8.8.8.8\"]",
                IGNITION_OVERRIDES_ANNOTATION: "{\"ignition\": {\"version\": \"3.1.0\"}}",
                format!("{NODE_LABEL_PREFIX}topology.example.com/rack"): "r1",
-               format!("{AGENT_LABEL_PREFIX}site"): "east"}),
+               format!("{AGENT_LABEL_PREFIX}site"): "east", FENCING_SECRET_ANNOTATION: "node-0-fencing"}),
     )
     .await;
     w.metal3_reports("bmh-0", "available", "OK").await;
@@ -172,6 +172,7 @@ async fn scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations() {
     assert_eq!(a.spec.machine_config_pool.as_deref(), Some("infra"));
     assert_eq!(a.spec.installer_args.as_deref(), Some("[\"--append-karg\", \"nameserver=8.8.8.8\"]"));
     assert_eq!(a.spec.ignition_config_overrides.as_deref(), Some("{\"ignition\": {\"version\": \"3.1.0\"}}"));
+    assert_eq!(a.spec.fencing_credentials_secret_ref.as_deref(), Some("node-0-fencing"));
     assert_eq!(a.spec.node_labels.unwrap().get("topology.example.com/rack").map(String::as_str), Some("r1"));
     let labels = a.metadata.labels.unwrap();
     assert_eq!(labels.get(crate::resources::agent::BMH_LABEL).map(String::as_str), Some("bmh-0"));
