@@ -550,16 +550,10 @@ impl App {
                 self.store.replace_status_document(kind, ns, name, status, want_rv).await?
             }
             Method::PATCH => {
-                let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-                if !content_type.starts_with("application/merge-patch+json") {
-                    return Ok(status_error(
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        "UnsupportedMediaType",
-                        &format!("the patch type {content_type:?} is not supported; use application/merge-patch+json"),
-                    ));
-                }
-                let patch: Value = serde_json::from_slice(req.body())
-                    .map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))?;
+                let patch = match merge_patch_of(req)? {
+                    Ok(patch) => patch,
+                    Err(refused) => return Ok(refused),
+                };
                 let mut doc = live.clone();
                 crate::store::json::merge_patch(&mut doc, &patch);
                 let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
@@ -587,16 +581,10 @@ impl App {
         name: &str,
         req: &Request<Bytes>,
     ) -> Result<Response<Body>, StoreError> {
-        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-        if !content_type.starts_with("application/merge-patch+json") {
-            return Ok(status_error(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "UnsupportedMediaType",
-                &format!("the patch type {content_type:?} is not supported; use application/merge-patch+json"),
-            ));
-        }
-        let patch: Value = serde_json::from_slice(req.body())
-            .map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))?;
+        let patch = match merge_patch_of(req)? {
+            Ok(patch) => patch,
+            Err(refused) => return Ok(refused),
+        };
         for _ in 0..5 {
             let Some(live) = self.store.get_document(kind, ns, name).await? else {
                 return Err(not_found_error(kind, name));
@@ -705,6 +693,22 @@ fn store_error(e: &StoreError) -> Response<Body> {
 }
 
 /// A Kubernetes `Status` object, as the API server answers errors.
+/// The JSON merge patch (RFC 7386) a PATCH request carries; a request of another patch type gets the
+/// 415 response to send instead, and a body that is not JSON an Invalid error.
+fn merge_patch_of(req: &Request<Bytes>) -> Result<Result<Value, Response<Body>>, StoreError> {
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.starts_with("application/merge-patch+json") {
+        return Ok(Err(status_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &format!("the patch type {content_type:?} is not supported; use application/merge-patch+json"),
+        )));
+    }
+    serde_json::from_slice(req.body())
+        .map(Ok)
+        .map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))
+}
+
 fn status_error(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
     crate::http::json(
         code,

@@ -149,15 +149,22 @@ async fn find_agent<S: Store>(store: &S, bmh: &BareMetalHost) -> Result<Option<A
         return Ok(None);
     };
     let ns = bmh.metadata.namespace.as_deref().unwrap_or_default();
-    // The MAC appears in the Agent's inventory as the agent reported it (lower case, as a rule);
-    // the cheap first cut looks for that spelling, and the exact check is case-insensitive.
-    let candidates = store.list_mentioning::<Agent>(Some(ns), &mac.to_ascii_lowercase()).await?;
-    let mut matching: Vec<Agent> = candidates.into_iter().filter(|a| agent_has_mac(a, mac)).collect();
-    if matching.is_empty() {
-        // Upper-case MACs in an inventory: rare, but the cut above would have missed them.
-        matching = store.list::<Agent>(Some(ns)).await?.into_iter().filter(|a| agent_has_mac(a, mac)).collect();
+    let mut matching = Vec::new();
+    for needle in mac_spellings(mac) {
+        for agent in store.list_mentioning::<Agent>(Some(ns), &needle).await? {
+            if agent_has_mac(&agent, mac) && !matching.iter().any(|a: &Agent| a.metadata.uid == agent.metadata.uid) {
+                matching.push(agent);
+            }
+        }
     }
     Ok(matching.into_iter().max_by_key(|a| a.metadata.creation_timestamp.as_ref().map(|t| t.0)))
+}
+
+/// The spellings a MAC address is found under in stored objects: agents report lower case, people
+/// write BMHs in either. (The store's text search is a cheap first cut; callers compare exactly.)
+fn mac_spellings(mac: &str) -> Vec<String> {
+    let (lower, upper) = (mac.to_ascii_lowercase(), mac.to_ascii_uppercase());
+    if lower == upper { vec![lower] } else { vec![lower, upper] }
 }
 
 pub fn agent_has_mac(agent: &Agent, mac: &str) -> bool {
@@ -538,18 +545,22 @@ pub async fn bmhs_for_agent<S: Store>(store: &S, agent: &Agent) -> Result<Vec<St
     let macs: Vec<String> = agent
         .status
         .as_ref()
-        .map(|s| s.inventory.interfaces.iter().filter_map(|i| i["macAddress"].as_str().map(str::to_ascii_lowercase)).collect())
+        .map(|s| s.inventory.interfaces.iter().filter_map(|i| i["macAddress"].as_str().map(str::to_string)).collect())
         .unwrap_or_default();
-    if macs.is_empty() {
-        return Ok(Vec::new());
+    let mut names = Vec::new();
+    for mac in &macs {
+        for needle in mac_spellings(mac) {
+            for b in store.list_mentioning::<BareMetalHost>(Some(ns), &needle).await? {
+                if b.spec.boot_mac_address.as_ref().is_some_and(|m| m.eq_ignore_ascii_case(mac))
+                    && let Some(name) = b.metadata.name
+                    && !names.contains(&name)
+                {
+                    names.push(name);
+                }
+            }
+        }
     }
-    Ok(store
-        .list::<BareMetalHost>(Some(ns))
-        .await?
-        .into_iter()
-        .filter(|b| b.spec.boot_mac_address.as_ref().is_some_and(|m| macs.contains(&m.to_ascii_lowercase())))
-        .filter_map(|b| b.metadata.name)
-        .collect())
+    Ok(names)
 }
 
 pub async fn bmhs_for_infraenv<S: Store>(store: &S, ns: &str, infraenv: &str) -> Result<Vec<String>, StoreError> {

@@ -409,6 +409,10 @@ async fn route_metal3_event<S: Store>(store: &S, bmhs: &WorkQueue, ppis: Option<
             ppis.push((namespace, name));
         }
     } else if resource == resource_name::<Agent>() {
+        // Agents change all the time in a large pool; most namespaces have no BMH to tell.
+        if !store.any::<BareMetalHost>(Some(&namespace)).await.unwrap_or(true) {
+            return;
+        }
         let Ok(Some(agent)) = store.get::<Agent>(&namespace, &name).await else { return };
         for bmh in bmac::bmhs_for_agent(store, &agent).await.unwrap_or_default() {
             bmhs.push((namespace.clone(), bmh));

@@ -615,15 +615,22 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret() {
     assert_eq!(w.backend.host(&id).await.unwrap().ignition_endpoint_token, "");
 }
 
-#[tokio::test]
-async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke() {
-    let w = world().await;
+/// A host of cluster c1 mid-installation (Configuring), its node in a reachable spoke: the setting of
+/// scenario 38.
+async fn mid_installation_with_spoke(w: &World) -> (String, String, FakeApiServer) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     w.set_host(&id, HostStatus::InstallingInProgress, "Configuring").await;
     w.reconcile(&id).await;
     let node = w.hostname(&id).await;
     let spoke = w.spoke_for("c1", &node).await;
+    (id, node, spoke)
+}
+
+#[tokio::test]
+async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke() {
+    let w = world().await;
+    let (id, node, spoke) = mid_installation_with_spoke(&w).await;
     let mut a = w.agent(&id).await;
     a.status.get_or_insert_default().csr_status.approved_csrs =
         Some(vec![json!({"name": "csr-1", "type": "client", "approvedAt": "2026-11-22T00:00:00Z"})]);

@@ -95,6 +95,11 @@ pub trait Store: Clone + Send + Sync + 'static {
         let _ = needle;
         self.list(namespace)
     }
+    /// Whether any object of kind K exists (in `namespace`): lets a watch skip work for kinds a
+    /// user does not use at all.
+    fn any<K: Object>(&self, namespace: Option<&str>) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move { Ok(!self.list::<K>(namespace).await?.is_empty()) }
+    }
     /// The object with this `metadata.uid` (InfraEnvs are addressed by uid in image URLs).
     fn get_by_uid<K: Object>(&self, uid: &str) -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
     /// Creates the object; the store assigns uid, creationTimestamp, generation and resourceVersion.

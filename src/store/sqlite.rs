@@ -908,6 +908,14 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn any<K: Object>(&self, namespace: Option<&str>) -> Result<bool, StoreError> {
+        let res = resource_name::<K>();
+        let start = obj_key(&res, namespace.unwrap_or_default(), "");
+        let cache = self.read_cache();
+        let first = cache.objects.range(start..).next();
+        Ok(first.is_some_and(|((r, n, _), _)| *r == res && namespace.is_none_or(|ns| n == ns)))
+    }
+
     async fn get_by_uid<K: Object>(&self, uid: &str) -> Result<Option<K>, StoreError> {
         let res = resource_name::<K>();
         let entry = {
@@ -1223,6 +1231,22 @@ mod tests {
         let held: Secret = store.get("ns", "held").await.unwrap().unwrap();
         assert!(held.metadata.deletion_timestamp.is_some(), "dependents with finalizers are only marked");
         assert!(store.get::<Secret>("ns", "other").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn any_sees_only_its_kind_and_namespace() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        assert!(!store.any::<InfraEnv>(None).await.unwrap());
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        // Kinds stored next to InfraEnvs (in key order) do not count for it, nor it for them.
+        store.create(&owned_secret("s", "x")).await.unwrap();
+        assert!(store.any::<InfraEnv>(None).await.unwrap());
+        assert!(store.any::<InfraEnv>(Some("ns")).await.unwrap());
+        assert!(!store.any::<InfraEnv>(Some("other")).await.unwrap());
+        assert!(!store.any::<crate::resources::Agent>(Some("ns")).await.unwrap());
+        assert!(!store.any::<crate::resources::BareMetalHost>(None).await.unwrap());
+        store.delete::<InfraEnv>("ns", "a").await.unwrap();
+        assert!(!store.any::<InfraEnv>(Some("ns")).await.unwrap());
     }
 
     #[tokio::test]

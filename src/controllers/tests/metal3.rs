@@ -696,12 +696,7 @@ async fn scenario_30_with_metal3_an_agent_with_its_bmh_is_not_reclaimed() {
 #[tokio::test]
 async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_spoke() {
     let w = world().await;
-    w.cluster_deployment("c1", true).await;
-    let id = w.installed_host("c1", 0).await;
-    w.set_host(&id, HostStatus::InstallingInProgress, "Configuring").await;
-    w.reconcile(&id).await;
-    let node = w.hostname(&id).await;
-    let spoke = w.spoke_for("c1", &node).await;
+    let (id, node, spoke) = mid_installation_with_spoke(&w).await;
     w.bmh("bmh-0", 0, json!({SPOKE_BMH_MACHINE_CREATED_ANNOTATION: "2026-11-24T10:00:00Z"})).await;
     let mut a = w.agent(&id).await;
     a.metadata.labels.get_or_insert_default().insert(crate::resources::agent::BMH_LABEL.into(), "bmh-0".into());
