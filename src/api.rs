@@ -554,11 +554,26 @@ impl App {
                     Ok(patch) => patch,
                     Err(refused) => return Ok(refused),
                 };
-                let mut doc = live.clone();
-                crate::store::json::merge_patch(&mut doc, &patch);
-                let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
-                let want_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
-                self.store.replace_status_document(kind, ns, name, status, want_rv).await?
+                // Retried on conflict against the object as it is then, as the API server does for patches.
+                let mut live = live;
+                let mut attempts = 0;
+                loop {
+                    let mut doc = live.clone();
+                    crate::store::json::merge_patch(&mut doc, &patch);
+                    let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
+                    let want_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
+                    match self.store.replace_status_document(kind, ns, name, status, want_rv).await {
+                        Err(e) if e.is_conflict() && attempts < 5 => {
+                            attempts += 1;
+                            live = self
+                                .store
+                                .get_document(kind, ns, name)
+                                .await?
+                                .ok_or_else(|| not_found_error(kind, name))?;
+                        }
+                        other => break other?,
+                    }
+                }
             }
             m => {
                 return Ok(status_error(
@@ -704,9 +719,7 @@ fn merge_patch_of(req: &Request<Bytes>) -> Result<Result<Value, Response<Body>>,
             &format!("the patch type {content_type:?} is not supported; use application/merge-patch+json"),
         )));
     }
-    serde_json::from_slice(req.body())
-        .map(Ok)
-        .map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))
+    serde_json::from_slice(req.body()).map(Ok).map_err(|e| StoreError::Invalid(format!("the patch is not JSON: {e}")))
 }
 
 fn status_error(code: StatusCode, reason: &str, message: &str) -> Response<Body> {

@@ -344,13 +344,8 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
                 Some("status") => format!("{}/status", object_url(&server, kind, &namespace, &name)),
                 Some(other) => anyhow::bail!("--subresource {other} is not supported; use --subresource status"),
             };
-            call(
-                client
-                    .patch(url)
-                    .header("content-type", "application/merge-patch+json")
-                    .body(body.to_string()),
-            )
-            .await?;
+            call(client.patch(url).header("content-type", "application/merge-patch+json").body(body.to_string()))
+                .await?;
             println!("{} \"{name}\" patched", display_kind(kind));
             Ok(ExitCode::SUCCESS)
         }

@@ -55,7 +55,9 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     s.apply_ok(&bmh_yaml("host-0"));
     // Metal3 has not reported the host yet: the BMAC only prepares it.
     let bmh = wait_for(&s, "bmh", "host-0", "the BMAC's finalizer and inspection disabled", |b| {
-        b["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == "bmac.agent-install.openshift.io/deprovision"))
+        b["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "bmac.agent-install.openshift.io/deprovision"))
             && b["metadata"]["annotations"]["inspect.metal3.io"] == "disabled"
     });
     assert!(bmh["spec"].get("image").is_none(), "{bmh:#}");
@@ -64,9 +66,22 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     let ie = s.wait_image_created(NS, "pool", "True");
     let iso_url = ie["status"]["isoDownloadURL"].as_str().unwrap().to_string();
     let out = cli(
-        &["patch", "--server", &s.url, "bmh", "host-0", "-n", NS, "--subresource", "status", "--type", "merge", "-p",
-          r#"{"status": {"operationalStatus": "OK", "provisioning": {"state": "available"}, "poweredOn": false,
-                         "errorCount": 0, "errorMessage": "", "hardwareProfile": ""}}"#],
+        &[
+            "patch",
+            "--server",
+            &s.url,
+            "bmh",
+            "host-0",
+            "-n",
+            NS,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status": {"operationalStatus": "OK", "provisioning": {"state": "available"}, "poweredOn": false,
+                         "errorCount": 0, "errorMessage": "", "hardwareProfile": ""}}"#,
+        ],
         None,
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -109,7 +124,8 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
         b["metadata"]["annotations"]["inspect.metal3.io/hardwaredetails"].is_string()
     });
     let details: Value =
-        serde_json::from_str(bmh["metadata"]["annotations"]["inspect.metal3.io/hardwaredetails"].as_str().unwrap()).unwrap();
+        serde_json::from_str(bmh["metadata"]["annotations"]["inspect.metal3.io/hardwaredetails"].as_str().unwrap())
+            .unwrap();
     assert_eq!(details["nics"][0]["mac"], MAC);
     assert_eq!(details["hostname"], "master-0.example.com");
 
@@ -125,11 +141,28 @@ fn bad_bare_metal_documents_and_status_writes_are_refused_with_the_field_named()
     s.apply_ok(&pull_secret_yaml(NS));
     let out = s.apply(&bmh_yaml("host-0").replace("bootMACAddress", "bootMacAddress"));
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bootMacAddress"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bootMacAddress"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     s.apply_ok(&bmh_yaml("host-0"));
     let out = cli(
-        &["patch", "--server", &s.url, "bmh", "host-0", "-n", NS, "--subresource", "status", "--type", "merge", "-p",
-          r#"{"status": {"provisioning": {"state": 7}}}"#],
+        &[
+            "patch",
+            "--server",
+            &s.url,
+            "bmh",
+            "host-0",
+            "-n",
+            NS,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status": {"provisioning": {"state": 7}}}"#,
+        ],
         None,
     );
     assert!(!out.status.success());
@@ -141,8 +174,21 @@ fn bad_bare_metal_documents_and_status_writes_are_refused_with_the_field_named()
     assert!(bmh.get("status").is_none_or(|st| st.get("provisioning").is_none()), "{bmh:#}");
     // Kinds without a status have no status subresource.
     let out = cli(
-        &["patch", "--server", &s.url, "secret", "pull-secret", "-n", NS, "--subresource", "status", "--type", "merge",
-          "-p", "{}"],
+        &[
+            "patch",
+            "--server",
+            &s.url,
+            "secret",
+            "pull-secret",
+            "-n",
+            NS,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            "{}",
+        ],
         None,
     );
     assert!(!out.status.success());

@@ -195,7 +195,8 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
     assert_eq!(list.status, 200);
     assert_eq!(list.body, via_hyper.body);
     let doc: serde_json::Value = serde_json::from_slice(&list.body).unwrap();
-    let names: Vec<&str> = doc["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let names: Vec<&str> =
+        doc["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
     for name in ["s1", "s2", "s3"] {
         assert!(names.contains(&name), "{names:?}");
     }

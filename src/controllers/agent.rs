@@ -507,9 +507,11 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
 async fn spoke_bmh_created<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> Result<bool, StoreError> {
     let Some(bmh) = agent.metadata.labels.as_ref().and_then(|l| l.get(BMH_LABEL)) else { return Ok(false) };
     let ns = agent.metadata.namespace.as_deref().unwrap_or_default();
-    Ok(ctx.store.get::<crate::resources::BareMetalHost>(ns, bmh).await?.is_some_and(|b| {
-        b.annotation(crate::resources::metal3::SPOKE_BMH_MACHINE_CREATED_ANNOTATION).is_some()
-    }))
+    Ok(ctx
+        .store
+        .get::<crate::resources::BareMetalHost>(ns, bmh)
+        .await?
+        .is_some_and(|b| b.annotation(crate::resources::metal3::SPOKE_BMH_MACHINE_CREATED_ANNOTATION).is_some()))
 }
 
 async fn cluster_alive<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) -> Result<bool, StoreError> {

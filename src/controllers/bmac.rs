@@ -230,7 +230,8 @@ fn remove_finalizer(bmh: &mut BareMetalHost) {
 fn reconcile_unbound_agent<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     let clear_annotations = |bmh: &mut BareMetalHost| {
         let ann = bmh.annotations_mut();
-        for key in [DETACHED_ANNOTATION, PAUSED_ANNOTATION, HARDWARE_DETAILS_ANNOTATION, SPOKE_BMH_MACHINE_CREATED_ANNOTATION]
+        for key in
+            [DETACHED_ANNOTATION, PAUSED_ANNOTATION, HARDWARE_DETAILS_ANNOTATION, SPOKE_BMH_MACHINE_CREATED_ANNOTATION]
         {
             ann.remove(key);
         }
@@ -327,7 +328,9 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
             let ppi_ready = ctx.store.get::<PreprovisioningImage>(&ns, &name).await?.is_some_and(|ppi| {
                 ppi.status.as_ref().is_some_and(|s| {
                     s.conditions.iter().any(|c| {
-                        c.type_ == super::ppi::READY_CONDITION && c.status == "True" && c.reason == REASON_INFRAENV_AVAILABLE
+                        c.type_ == super::ppi::READY_CONDITION
+                            && c.status == "True"
+                            && c.reason == REASON_INFRAENV_AVAILABLE
                     })
                 })
             });
@@ -357,7 +360,8 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
         w.bmh.spec.image = None;
         return Ok(Step::Stop);
     }
-    w.bmh.spec.image = Some(BmhImage { url: iso_url.to_string(), format: Some("live-iso".to_string()), ..Default::default() });
+    w.bmh.spec.image =
+        Some(BmhImage { url: iso_url.to_string(), format: Some("live-iso".to_string()), ..Default::default() });
     w.bmh.spec.online = true;
     Ok(Step::Stop)
 }
@@ -486,7 +490,11 @@ pub fn hardware_details(agent: &Agent) -> Value {
     let strip_prefix = |ip: &str| ip.split('/').next().unwrap_or_default().to_string();
     let mut nics = Vec::new();
     for i in &inv.interfaces {
-        let ips = i["ipV6Addresses"].as_array().into_iter().flatten().chain(i["ipV4Addresses"].as_array().into_iter().flatten());
+        let ips = i["ipV6Addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(i["ipV4Addresses"].as_array().into_iter().flatten());
         for ip in ips.filter_map(Value::as_str) {
             nics.push(json!({
                 "ip": strip_prefix(ip),

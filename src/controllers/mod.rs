@@ -423,7 +423,8 @@ async fn route_metal3_event<S: Store>(store: &S, bmhs: &WorkQueue, ppis: Option<
         }
         if let Some(ppis) = ppis {
             for p in store.list::<PreprovisioningImage>(Some(&namespace)).await.unwrap_or_default() {
-                if p.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name) {
+                if p.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name)
+                {
                     ppis.push(key_of(&p.metadata));
                 }
             }

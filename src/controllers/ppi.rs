@@ -50,11 +50,8 @@ pub async fn reconcile<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> R
     if !finalizers.iter().any(|f| f == PPI_FINALIZER) {
         finalizers.push(PPI_FINALIZER.to_string());
     }
-    let written = if ppi.metadata.finalizers != before.metadata.finalizers {
-        ctx.store.update(&ppi).await?
-    } else {
-        ppi.clone()
-    };
+    let written =
+        if ppi.metadata.finalizers != before.metadata.finalizers { ctx.store.update(&ppi).await? } else { ppi.clone() };
     ppi.metadata = written.metadata;
 
     let (outcome, reboot_bmh) = image_status(ctx, &mut ppi).await?;
@@ -74,9 +71,10 @@ async fn image_status<S: Store>(
     ppi: &mut PreprovisioningImage,
 ) -> Result<(Action, bool), StoreError> {
     let ns = ppi.metadata.namespace.clone().unwrap_or_default();
-    let formats = &ppi.spec.accept_formats;
+    let now = Time(ctx.clock.now());
+    let formats = ppi.spec.accept_formats.clone();
     if !formats.iter().any(|f| f == "iso" || f == "initrd") {
-        fail(ppi, true, REASON_UNSUPPORTED_IMAGE_FORMAT, "Unsupported image format");
+        fail(ppi, &now, true, REASON_UNSUPPORTED_IMAGE_FORMAT, "Unsupported image format");
         return Ok((Action::Done, false));
     }
     let label = ppi.metadata.labels.as_ref().and_then(|l| l.get(INFRAENV_NAME_LABEL)).cloned().unwrap_or_default();
@@ -84,6 +82,7 @@ async fn image_status<S: Store>(
     let Some(infraenv) = infraenv.filter(|ie| ie.metadata.deletion_timestamp.is_none()) else {
         fail(
             ppi,
+            &now,
             false,
             REASON_INFRAENV_NOT_AVAILABLE,
             &format!("InfraEnv {label}/{ns} is not found or is being deleted"),
@@ -95,6 +94,7 @@ async fn image_status<S: Store>(
     if normalize_arch(&ppi_arch) != normalize_arch(&infraenv_arch) {
         fail(
             ppi,
+            &now,
             true,
             REASON_INFRAENV_ARCH_MISMATCH,
             &format!(
@@ -112,23 +112,28 @@ async fn image_status<S: Store>(
             .get_or_insert_default()
             .insert(ENABLE_IRONIC_AGENT_ANNOTATION.to_string(), "true".to_string());
         if let Err(e) = ctx.store.update(&with_ironic).await {
-            fail(ppi, true, REASON_IRONIC_AGENT_UPDATE_FAILURE, &format!("Could not add ironic agent to image: {e}"));
+            fail(
+                ppi,
+                &now,
+                true,
+                REASON_IRONIC_AGENT_UPDATE_FAILURE,
+                &format!("Could not add ironic agent to image: {e}"),
+            );
             return Ok((Action::RequeueAfter(Duration::from_secs(10)), false));
         }
         return Ok((Action::Done, false));
     }
     let Some(status) = infraenv.status.as_ref().filter(|s| s.created_time.is_some()) else {
-        fail(ppi, false, REASON_WAITING_FOR_IMAGE, "Waiting for InfraEnv image to be created");
+        fail(ppi, &now, false, REASON_WAITING_FOR_IMAGE, "Waiting for InfraEnv image to be created");
         return Ok((Action::Done, false));
     };
     if let Some(wait) = super::bmac::cooldown_left(&infraenv, ctx.clock.now(), ctx.image_cooldown) {
-        fail(ppi, false, REASON_WAITING_FOR_COOLDOWN, "Waiting for InfraEnv image to cool down");
+        fail(ppi, &now, false, REASON_WAITING_FOR_COOLDOWN, "Waiting for InfraEnv image to cool down");
         return Ok((Action::RequeueAfter(wait), false));
     }
 
     let previous_url = ppi.status.as_ref().map(|s| s.image_url.clone()).unwrap_or_default();
     let generation = ppi.metadata.generation;
-    let now = Time(ctx.clock.now());
     let st = ppi.status.get_or_insert_default();
     st.architecture = infraenv_arch;
     if formats.iter().any(|f| f == "iso") {
@@ -166,17 +171,24 @@ async fn image_status<S: Store>(
 }
 
 /// A failure: the image fields are cleared and Ready is False, Error as given.
-fn fail(ppi: &mut PreprovisioningImage, error: bool, reason: &str, message: &str) {
+fn fail(ppi: &mut PreprovisioningImage, now: &Time, error: bool, reason: &str, message: &str) {
     let generation = ppi.metadata.generation;
-    let now = Time(crate::resources::now_seconds());
     let st = ppi.status.get_or_insert_default();
     st.image_url.clear();
     st.kernel_url.clear();
     st.extra_kernel_params.clear();
     st.format.clear();
     st.architecture.clear();
-    set_condition(&mut st.conditions, READY_CONDITION, "False", reason, message, generation, &now);
-    set_condition(&mut st.conditions, ERROR_CONDITION, if error { "True" } else { "False" }, reason, message, generation, &now);
+    set_condition(&mut st.conditions, READY_CONDITION, "False", reason, message, generation, now);
+    set_condition(
+        &mut st.conditions,
+        ERROR_CONDITION,
+        if error { "True" } else { "False" },
+        reason,
+        message,
+        generation,
+        now,
+    );
 }
 
 /// metav1 condition semantics: the transition time moves only when the status does.
@@ -206,7 +218,10 @@ fn set_condition(
     }
 }
 
-async fn owning_bmh<S: Store>(ctx: &PpiContext<S>, ppi: &PreprovisioningImage) -> Result<Option<BareMetalHost>, StoreError> {
+async fn owning_bmh<S: Store>(
+    ctx: &PpiContext<S>,
+    ppi: &PreprovisioningImage,
+) -> Result<Option<BareMetalHost>, StoreError> {
     let ns = ppi.metadata.namespace.as_deref().unwrap_or_default();
     let Some(owner) = ppi.metadata.owner_references.as_ref().and_then(|o| o.iter().find(|o| o.kind == "BareMetalHost"))
     else {

@@ -224,7 +224,10 @@ fn scenario_62_root_device_hints_pick_the_installation_disk() {
     assert_eq!(bmac::installation_disk(&disks, &hints(json!({"wwn": "0x9999"}))), bmac::DISK_NOT_FOUND_BY_HINTS);
     assert_eq!(bmac::installation_disk(&disks, &hints(json!({"wwn": "0x6000"}))), "/dev/dm-0");
     assert_eq!(bmac::installation_disk(&disks, &hints(json!({"deviceName": "/dev/sda"}))), "/dev/sda");
-    assert_eq!(bmac::installation_disk(&disks, &hints(json!({"minSizeGigabytes": 500}))), bmac::DISK_NOT_FOUND_BY_HINTS);
+    assert_eq!(
+        bmac::installation_disk(&disks, &hints(json!({"minSizeGigabytes": 500}))),
+        bmac::DISK_NOT_FOUND_BY_HINTS
+    );
     // Only eligible disks count.
     let mut ineligible = disks.clone();
     ineligible[0]["installationEligibility"]["eligible"] = json!(false);
@@ -259,7 +262,8 @@ async fn scenario_63_the_agent_inventory_becomes_hardware_details() {
     w.metal3_reports("bmh-3", "available", "OK").await;
     w.run_bmac(&ctx, "bmh-3").await;
     let b = w.get_bmh("bmh-3").await;
-    let details: Value = serde_json::from_str(&annotation(&b, HARDWARE_DETAILS_ANNOTATION).expect("hardware details")).unwrap();
+    let details: Value =
+        serde_json::from_str(&annotation(&b, HARDWARE_DETAILS_ANNOTATION).expect("hardware details")).unwrap();
     assert_eq!(details["hostname"], "sim-3");
     assert_eq!(details["nics"][0]["ip"], "10.0.0.3", "the prefix length is dropped");
     assert_eq!(details["nics"][0]["mac"], mac(3));
@@ -376,8 +380,10 @@ async fn scenario_65_a_bmh_that_is_not_detached_is_left_alone() {
 async fn ppi(w: &World, formats: &[&str], arch: &str) -> PreprovisioningImage {
     let bmh = w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap();
     let owners = bmh
-        .map(|b| json!([{"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "name": "bmh-0",
-                         "uid": b.metadata.uid.unwrap()}]))
+        .map(|b| {
+            json!([{"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "name": "bmh-0",
+                         "uid": b.metadata.uid.unwrap()}])
+        })
         .unwrap_or(json!([]));
     w.apply(
         Kind::PreprovisioningImage,
