@@ -10,6 +10,7 @@
 
 pub mod json;
 pub mod sqlite;
+mod verbatim;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -2,10 +2,11 @@
 //! change, with Kubernetes metadata semantics: uid, creationTimestamp, generation (bumped when the spec
 //! changes), resourceVersion (a store-wide counter; writes carrying a stale one are refused).
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use bytes::Bytes;
 use rusqlite::{Connection, params};
@@ -13,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::json::{LAST_APPLIED_ANNOTATION, three_way};
+use super::verbatim::{self, Part, Verbatim};
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
 use crate::resources::Kind;
 
@@ -24,6 +26,9 @@ pub struct SqliteStore {
     writer: std::sync::mpsc::Sender<Job>,
     cache: Arc<RwLock<Cache>>,
     events: broadcast::Sender<ChangeEvent>,
+    /// Writes stored as the object's own text (see [`SqliteStore::write_verbatim`]), for tests and
+    /// profiles.
+    verbatim_writes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Work for the thread that owns the connection. Jobs waiting together are run in one SQLite
@@ -56,12 +61,47 @@ struct Cached {
     rv: i64,
     uid: String,
     text: Bytes,
+    /// The object decoded, kept for the kinds [`keeps_decoded`] names once a reader decoded it.
+    decoded: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Cached {
+    fn new(rv: i64, uid: String, text: Bytes) -> Cached {
+        Cached { rv, uid, text, decoded: OnceLock::new() }
+    }
+
     fn value(&self) -> Result<Value, StoreError> {
         serde_json::from_slice(&self.text).map_err(backend)
     }
+
+    /// The object as a K: a copy of the decoded one where it is kept, else decoded from the text.
+    fn object<K: Object>(&self) -> Result<K, StoreError> {
+        if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
+            return Ok(k.clone());
+        }
+        let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
+        if keeps_decoded::<K>() {
+            let _ = self.decoded.set(Arc::new(k.clone()));
+        }
+        Ok(k)
+    }
+}
+
+/// Whether the cache keeps decoded copies of K's objects. Controllers read an InfraEnv, a
+/// ClusterDeployment or an AgentClusterInstall at nearly every host change (thousands of times a
+/// second in a busy pool) and they change rarely: copying a decoded object costs a fraction of
+/// parsing its text again. Kinds with one object per host (Agents, BareMetalHosts) are decoded at each
+/// read instead: a second copy of each would double the memory the pool takes.
+fn keeps_decoded<K: Object>() -> bool {
+    let group = K::group(&());
+    let kind = K::kind(&());
+    matches!(
+        (&*group, &*kind),
+        ("agent-install.openshift.io", "InfraEnv")
+            | ("hive.openshift.io", "ClusterDeployment")
+            | ("hive.openshift.io", "ClusterImageSet")
+            | ("extensions.hive.openshift.io", "AgentClusterInstall")
+    )
 }
 
 /// The committed objects, in (resource, namespace, name) order, with a uid index.
@@ -227,7 +267,7 @@ impl SqliteStore {
                 .query_map([], |r| {
                     Ok((
                         obj_key(&r.get::<_, String>(0)?, &r.get::<_, String>(1)?, &r.get::<_, String>(2)?),
-                        Cached { uid: r.get(3)?, rv: r.get(4)?, text: Bytes::from(r.get::<_, String>(5)?) },
+                        Cached::new(r.get(4)?, r.get(3)?, Bytes::from(r.get::<_, String>(5)?)),
                     ))
                 })
                 .map_err(backend)?;
@@ -260,7 +300,12 @@ impl SqliteStore {
                 }
             })
             .map_err(backend)?;
-        Ok(SqliteStore { writer, cache, events: broadcast::channel(65536).0 })
+        Ok(SqliteStore { writer, cache, events: broadcast::channel(65536).0, verbatim_writes: Default::default() })
+    }
+
+    /// How many writes were stored as the object's own text.
+    pub fn verbatim_writes(&self) -> u64 {
+        self.verbatim_writes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
@@ -344,6 +389,51 @@ impl SqliteStore {
                 other => return other,
             }
         }
+    }
+
+    /// Writes `part` of `obj` as its own text when [`verbatim::plan`] proves that this is what the
+    /// general path would store (the common case of a controller writing back what it read, changed):
+    /// no JSON value is built, parsed or compared, and the writer thread only splices in the new
+    /// resourceVersion. `None` when the shortcut does not apply; the caller then takes the general path.
+    async fn write_verbatim<K: Object>(&self, obj: &K, part: Part) -> Option<Result<K, StoreError>> {
+        let want_rv = obj.meta().resource_version.as_deref()?;
+        let (ns, name) = object_key(obj).ok()?;
+        let res = resource_name::<K>();
+        let live = self.read_cache().get(&res, &ns, &name)?;
+        if want_rv != live.rv.to_string() {
+            return None;
+        }
+        let text = serde_json::to_string(obj).ok()?;
+        let (rv_at, owners_changed) = match verbatim::plan(std::str::from_utf8(&live.text).ok()?, &text, part)? {
+            Verbatim::Unchanged => return Some(Ok(obj.clone())),
+            Verbatim::Store { rv_at, owners_changed } => (rv_at, owners_changed),
+        };
+        let owners = owners_changed
+            .then(|| obj.meta().owner_references.iter().flatten().map(|o| o.uid.clone()).collect::<Vec<_>>());
+        let (base, uid) = (live.rv, live.uid.clone());
+        let written = self
+            .write(move |tx, changes| {
+                match tx.lookup(&res, &ns, &name) {
+                    Some(now) if now.rv == base => {}
+                    Some(_) => return Err(conflict(&res, &name)),
+                    None => return Err(StoreError::NotFound { resource: res, name }),
+                }
+                let rv = next_resource_version(tx)?;
+                if part == Part::Status {
+                    changes.touch_status(&res, &ns, &name);
+                } else {
+                    changes.touch(&res, &ns, &name);
+                }
+                store_text(tx, &res, &ns, &name, uid, rv, verbatim::with_resource_version(&text, &rv_at, rv), owners)?;
+                Ok(rv)
+            })
+            .await;
+        Some(written.map(|rv| {
+            self.verbatim_writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut stored = obj.clone();
+            stored.meta_mut().resource_version = Some(rv.to_string());
+            stored
+        }))
     }
 
     /// Creates or updates an object from a validated user document, the way `kubectl apply` does: the
@@ -615,37 +705,55 @@ fn store_body(tx: &Tx<'_>, res: &str, ns: &str, mut body: Value, owners_changed:
     let uid = body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let rv = next_resource_version(tx)?;
     body["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-    let text = body.to_string();
+    let owners = owners_changed.then(|| owner_uids(&body));
+    store_text(tx, res, ns, &name, uid, rv, body.to_string(), owners)?;
+    Ok(body)
+}
+
+/// The uids of an object's owners.
+fn owner_uids(body: &Value) -> Vec<String> {
+    let owners = body["metadata"]["ownerReferences"].as_array().into_iter().flatten();
+    owners.filter_map(|o| o["uid"].as_str().map(str::to_string)).collect()
+}
+
+/// Writes an object's text, whose resourceVersion is `rv`, and records its owners when given.
+#[allow(clippy::too_many_arguments)]
+fn store_text(
+    tx: &Tx<'_>,
+    res: &str,
+    ns: &str,
+    name: &str,
+    uid: String,
+    rv: i64,
+    text: String,
+    owners: Option<Vec<String>>,
+) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO objects (resource, namespace, name, uid, resource_version, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (resource, namespace, name) DO UPDATE SET resource_version=excluded.resource_version, body=excluded.body",
     )
     .and_then(|mut s| s.execute(params![res, ns, name, uid, rv, text]))
     .map_err(|e| if e.to_string().contains("UNIQUE constraint failed: objects.uid") { StoreError::Invalid(format!("uid {uid} is taken")) } else { backend(e) })?;
-    if owners_changed {
-        store_owners(tx, res, ns, &name, &body)?;
+    if let Some(owners) = owners {
+        store_owners(tx, res, ns, name, &owners)?;
     }
-    tx.pending
-        .borrow_mut()
-        .push((obj_key(res, ns, &name), Some(Arc::new(Cached { rv, uid, text: Bytes::from(text) }))));
-    Ok(body)
+    tx.pending.borrow_mut().push((obj_key(res, ns, name), Some(Arc::new(Cached::new(rv, uid, Bytes::from(text))))));
+    Ok(())
 }
 
 /// Records an object's owners, for garbage collection.
-fn store_owners(tx: &Tx<'_>, res: &str, ns: &str, name: &str, body: &Value) -> Result<(), StoreError> {
+fn store_owners(tx: &Tx<'_>, res: &str, ns: &str, name: &str, owner_uids: &[String]) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM owner_refs WHERE resource=?1 AND namespace=?2 AND name=?3")
         .and_then(|mut s| s.execute(params![res, ns, name]))
         .map_err(backend)?;
-    if let Some(owners) = body["metadata"]["ownerReferences"].as_array() {
+    if !owner_uids.is_empty() {
         let mut insert = tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO owner_refs (owner_uid, resource, namespace, name) VALUES (?1, ?2, ?3, ?4)",
             )
             .map_err(backend)?;
-        for owner in owners {
-            if let Some(owner_uid) = owner["uid"].as_str() {
-                insert.execute(params![owner_uid, res, ns, name]).map_err(backend)?;
-            }
+        for owner_uid in owner_uids {
+            insert.execute(params![owner_uid, res, ns, name]).map_err(backend)?;
         }
     }
     Ok(())
@@ -890,22 +998,18 @@ fn is_namespaced<K: Object>() -> bool {
 impl Store for SqliteStore {
     async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
         let entry = self.read_cache().get(&resource_name::<K>(), &namespace_of::<K>(Some(namespace)), name);
-        entry.map(|c| serde_json::from_slice(&c.text).map_err(backend)).transpose()
+        entry.map(|c| c.object()).transpose()
     }
 
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
         let entries = self.read_cache().list(&resource_name::<K>(), namespace);
-        entries.iter().map(|c| serde_json::from_slice(&c.text).map_err(backend)).collect()
+        entries.iter().map(|c| c.object()).collect()
     }
 
     async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
         let entries = self.read_cache().list(&resource_name::<K>(), namespace);
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
-        entries
-            .iter()
-            .filter(|c| finder.find(&c.text).is_some())
-            .map(|c| serde_json::from_slice(&c.text).map_err(backend))
-            .collect()
+        entries.iter().filter(|c| finder.find(&c.text).is_some()).map(|c| c.object()).collect()
     }
 
     async fn any<K: Object>(&self, namespace: Option<&str>) -> Result<bool, StoreError> {
@@ -922,7 +1026,7 @@ impl Store for SqliteStore {
             let cache = self.read_cache();
             cache.by_uid.get(uid).filter(|k| k.0 == res).and_then(|k| cache.objects.get(k).cloned())
         };
-        entry.map(|c| serde_json::from_slice(&c.text).map_err(backend)).transpose()
+        entry.map(|c| c.object()).transpose()
     }
 
     async fn create<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
@@ -936,6 +1040,9 @@ impl Store for SqliteStore {
     }
 
     async fn update<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        if let Some(written) = self.write_verbatim(obj, Part::Object).await {
+            return written;
+        }
         let res = resource_name::<K>();
         let (ns, name) = object_key(obj)?;
         let want_rv = obj.meta().resource_version.clone();
@@ -946,6 +1053,9 @@ impl Store for SqliteStore {
     }
 
     async fn update_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        if let Some(written) = self.write_verbatim(obj, Part::Status).await {
+            return written;
+        }
         let res = resource_name::<K>();
         let (ns, name) = object_key(obj)?;
         let want_rv = obj.meta().resource_version.clone();
@@ -971,6 +1081,9 @@ impl Store for SqliteStore {
     }
 
     async fn update_with_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        if let Some(written) = self.write_verbatim(obj, Part::All).await {
+            return written;
+        }
         let res = resource_name::<K>();
         let (ns, name) = object_key(obj)?;
         let want_rv = obj.meta().resource_version.clone();
@@ -1152,6 +1265,53 @@ mod tests {
         let (next, _) = store.apply_document(Kind::InfraEnv, infraenv_doc("later", "k")).await.unwrap();
         let next: i64 = next["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
         assert!(Some(next) > newest, "the resourceVersion counter survives reopening");
+    }
+
+    #[tokio::test]
+    async fn written_back_objects_are_stored_as_the_general_path_would() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let (owner, _) = store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let owner_uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("b", "k2")).await.unwrap();
+        let mut ie: InfraEnv = store.get("ns", "b").await.unwrap().unwrap();
+        let generation = ie.metadata.generation;
+
+        // A status write, then metadata (a new owner) and status together, each from what was read.
+        ie.status.get_or_insert_default().iso_download_url = "http://example.com/a.iso".into();
+        let after_status = store.update_status(&ie).await.unwrap();
+        // The stored text came from a user's document, in its order: the first write back is general.
+        assert_eq!(store.verbatim_writes(), 0);
+        assert_ne!(after_status.metadata.resource_version, ie.metadata.resource_version);
+        let mut ie = after_status;
+        ie.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "agent-install.openshift.io/v1beta1".into(),
+            kind: "InfraEnv".into(),
+            name: "a".into(),
+            uid: owner_uid,
+            ..Default::default()
+        }]);
+        ie.status.get_or_insert_default().iso_download_url = "http://example.com/b.iso".into();
+        let written = store.update_with_status(&ie).await.unwrap();
+        assert_eq!(store.verbatim_writes(), 1, "the second is stored as the object's text");
+
+        let json = |ie: &InfraEnv| serde_json::to_value(ie).unwrap();
+        let stored: InfraEnv = store.get("ns", "b").await.unwrap().unwrap();
+        assert_eq!(json(&stored), json(&written), "what the write returned is what is stored");
+        assert_eq!(stored.metadata.generation, generation, "the spec did not move");
+        assert_eq!(stored.status.unwrap().iso_download_url, "http://example.com/b.iso");
+        // The same write again changes nothing.
+        assert_eq!(json(&store.update_with_status(&written).await.unwrap()), json(&written));
+        assert_eq!(
+            store.get::<InfraEnv>("ns", "b").await.unwrap().unwrap().metadata.resource_version,
+            written.metadata.resource_version
+        );
+        // A stale write is refused.
+        assert!(store.update_status(&ie).await.unwrap_err().is_conflict());
+        // The file agrees with memory, and the new owner reference counts for garbage collection.
+        let row = store.get_document(Kind::InfraEnv, "ns", "b").await.unwrap().unwrap();
+        assert_eq!(row, json(&written));
+        store.delete::<InfraEnv>("ns", "a").await.unwrap();
+        assert!(store.get::<InfraEnv>("ns", "b").await.unwrap().is_none(), "collected with its owner");
     }
 
     fn owned_secret(name: &str, owner_uid: &str) -> k8s_openapi::api::core::v1::Secret {
