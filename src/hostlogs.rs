@@ -104,13 +104,14 @@ impl HostLogs {
         Err(refuse(400, "the upload has no upfile part"))
     }
 
-    /// Removes the logs of a cluster's hosts (the cluster was deregistered).
-    pub fn remove_cluster(&self, cluster_id: &str) {
+    /// Removes the logs of a cluster's hosts (the cluster was deregistered). A cluster of hundreds of
+    /// hosts has as many files: they are removed on a blocking thread, not on the one serving requests.
+    pub async fn remove_cluster(&self, cluster_id: &str) {
         if uuid::Uuid::parse_str(cluster_id).is_err() {
             return;
         }
         let dir = self.dir.join(cluster_id);
-        match std::fs::remove_dir_all(&dir) {
+        match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!("removing the host logs in {}: {e}", dir.display()),

@@ -80,6 +80,8 @@ impl Cluster {
 pub struct HostChange {
     pub host_id: String,
     pub infra_env_id: String,
+    /// The cluster the host is bound to after the change.
+    pub cluster_id: Option<String>,
     /// The host was deleted.
     pub deleted: bool,
 }
@@ -214,6 +216,7 @@ impl Backend {
         let _ = self.changes.send(HostChange {
             host_id: host.id.clone(),
             infra_env_id: host.infra_env_id.clone(),
+            cluster_id: host.cluster_id.clone(),
             deleted,
         });
     }
@@ -609,13 +612,15 @@ impl Backend {
 
     /// `DeregisterClusterInternal`: the record goes; its hosts stay (the Agents unbind them).
     pub async fn deregister_cluster(&self, id: &str) -> Result<(), ApiError> {
-        let _writing = self.cluster_writes.lock().await;
-        if self.cluster_map().contains_key(id) {
-            self.db.delete_record(CLUSTERS, id.to_string()).await?;
-            self.cluster_map().remove(id);
+        {
+            let _writing = self.cluster_writes.lock().await;
+            if self.cluster_map().contains_key(id) {
+                self.db.delete_record(CLUSTERS, id.to_string()).await?;
+                self.cluster_map().remove(id);
+            }
         }
         if let Some(logs) = &self.config.host_logs {
-            logs.remove_cluster(id);
+            logs.remove_cluster(id).await;
         }
         Ok(())
     }

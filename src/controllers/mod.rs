@@ -311,8 +311,7 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
                     },
                 };
                 aq.push((ns, change.host_id.clone()));
-                if let Some(host) = backend.host(&change.host_id).await
-                    && let Some(cid) = &host.cluster_id
+                if let Some(cid) = &change.cluster_id
                     && let Some(c) = backend.cluster(cid).await
                 {
                     cq.push((c.namespace, c.name));
