@@ -1,9 +1,11 @@
 //! The fleet benchmark: N simulated hosts through register → known-unbound → bound → installed →
 //! cluster deleted (unbound) → rebooted → known-unbound, against a release `bootstream serve`.
 //!
-//!     cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER] [BOOT_SECONDS]
+//!     cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER] [BOOT_SECONDS] [STAGE_SECONDS]
 //!
-//! BOOT_SECONDS (default 0) spreads the machines' first boot over that many seconds.
+//! BOOT_SECONDS (default 0) spreads the machines' first boot over that many seconds; STAGE_SECONDS
+//! (default 0) is the time between a host's installation stages. `BOOTSTREAM_BIN=path` measures that
+//! server binary instead of this checkout's.
 //!
 //! Prints the time of each phase, agent API latency percentiles (measured by the simulated agents)
 //! and the server's peak RSS (VmHWM).
@@ -26,8 +28,9 @@ fn main() -> anyhow::Result<()> {
     let hosts: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let per_cluster: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
     let boot_seconds: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(0.0);
+    let stage_seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0.0);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(run(hosts, per_cluster, boot_seconds))
+    rt.block_on(run(hosts, per_cluster, boot_seconds, stage_seconds))
 }
 
 /// CPU seconds (user + system) a process used so far.
@@ -173,8 +176,9 @@ async fn wait(
     }
 }
 
-async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64) -> anyhow::Result<()> {
-    let bin = env!("CARGO_BIN_EXE_bootstream");
+async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64, stage_seconds: f64) -> anyhow::Result<()> {
+    // BOOTSTREAM_BIN runs another build (an earlier commit's) under the same load, for side-by-side runs.
+    let bin = std::env::var("BOOTSTREAM_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bootstream").to_string());
     let dir = tempfile::tempdir()?;
     let mut child = KillOnDrop(
         Command::new(bin)
@@ -205,7 +209,7 @@ async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64) -> anyhow::Res
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
     // Agents poll every 60 s × 0.05 = 3 s; a person checks installed machines every 5 s.
-    let timing = Timing { time_scale: 0.05, stage_seconds: 0.0, reboot_check_seconds: 5.0, boot_seconds };
+    let timing = Timing { time_scale: 0.05, stage_seconds, reboot_check_seconds: 5.0, boot_seconds };
     let start = Instant::now();
     stats.set_phase(PHASES[0]);
     let tasks = simulate::start_fleet(&target, "bench", 0..hosts, timing, stats.clone(), stop.clone());
@@ -285,7 +289,9 @@ async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64) -> anyhow::Res
     let server_cpu = cpu_seconds(&child.0.id().to_string());
     let agents_cpu = cpu_seconds("self");
 
-    println!("hosts {hosts}, {clusters} clusters of {per_cluster}, booted over {boot_seconds} s");
+    println!(
+        "hosts {hosts}, {clusters} clusters of {per_cluster}, booted over {boot_seconds} s, {stage_seconds} s between install stages"
+    );
     println!("register -> known-unbound        {:>8.1} s", t_pool.as_secs_f64());
     println!("bind -> installed                {:>8.1} s", (t_installed - t_bind_start).as_secs_f64());
     println!("cluster deleted -> known-unbound {:>8.1} s", (t_done - t_installed).as_secs_f64());
