@@ -112,7 +112,15 @@ fn a_new_pull_secret_gives_a_new_image_and_etag() {
     let before = e.server.get_json("infraenv", "n", "ie");
     std::thread::sleep(std::time::Duration::from_millis(1100));
     e.server.apply_ok(&pull_secret_yaml("n").replace("r@rr.com", "ops@example.com"));
-    let after = e.server.get_json("infraenv", "n", "ie");
+    // The InfraEnv controller rebuilds the image after the apply returned: wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let after = loop {
+        let after = e.server.get_json("infraenv", "n", "ie");
+        if after["status"]["createdTime"] != before["status"]["createdTime"] || std::time::Instant::now() > deadline {
+            break after;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert_ne!(before["status"]["createdTime"], after["status"]["createdTime"]);
     assert_ne!(before["status"]["imageDigest"], after["status"]["imageDigest"]);
     let resp = e.server.get(&e.iso_path);
