@@ -215,7 +215,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     config.agent_auth = Some(agent_auth.clone());
     let config = Arc::new(config);
     let images = crate::image::Images::new(store.clone(), catalog.clone(), config);
-    let metrics = crate::metrics::Metrics::new();
+    let metrics = crate::metrics::Metrics::new(store.writer_stats());
     let host_logs = Arc::new(crate::hostlogs::HostLogs::new(&data_dir));
     let backend = crate::backend::Backend::load(
         store.clone(),

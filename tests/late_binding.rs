@@ -264,6 +264,44 @@ fn agent_api_requires_the_infraenv_token() {
     assert!(agents(&s).is_empty(), "nothing registered");
 }
 
+/// The number a metrics line `name value` reports, if the exposition has that line.
+fn metric_value(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn metrics_show_the_store_writer_and_the_controllers_at_work() {
+    let s = Server::start(&[]);
+    setup(&s);
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
+    wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
+
+    let r = request(&s.addr, "GET", "/metrics", &[], b"");
+    assert_eq!(r.status, 200);
+    let m = String::from_utf8_lossy(&r.body).into_owned();
+    let value = |name: &str| metric_value(&m, name).unwrap_or_else(|| panic!("no {name} in:\n{m}"));
+    // Registering two hosts wrote their Agents and host records, in at least one transaction.
+    let (writes, transactions) = (value("bootstream_store_writes_total"), value("bootstream_store_transactions_total"));
+    assert!(
+        writes >= 4.0 && transactions >= 1.0 && transactions <= writes,
+        "{writes} writes, {transactions} transactions"
+    );
+    assert!(value("bootstream_store_writer_busy_seconds_total") >= value("bootstream_store_commit_seconds_total"));
+    assert!(value("bootstream_store_writes_waiting") >= 0.0);
+    assert!(value("bootstream_controller_reconciles_total{controller=\"agent\"}") >= 2.0);
+    assert!(value("bootstream_controller_reconciles_total{controller=\"infraenv\"}") >= 1.0);
+    assert!(metric_value(&m, "bootstream_controller_queue_depth{controller=\"agent\"}").is_some(), "{m}");
+    assert_eq!(value("bootstream_controller_feed_resyncs_total"), 0.0);
+    assert_eq!(value("bootstream_hosts{status=\"known-unbound\"}"), 2.0);
+    // The agent API's latency histogram resolves milliseconds (its calls take a few).
+    assert!(
+        m.lines().any(|l| l.starts_with("bootstream_http_request_duration_seconds_bucket{")
+            && l.contains("handler=\"/v2/infra-envs/:id/hosts/:host/instructions\"")
+            && l.contains("le=\"0.005\"")),
+        "{m}"
+    );
+}
+
 #[test]
 fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     let listen = free_loopback_address();

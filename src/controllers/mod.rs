@@ -25,6 +25,57 @@ use crate::store::{ChangeEvent, Store, resource_name};
 
 type Key = (String, String);
 
+/// A controller's counters for `/metrics` (controller-runtime publishes the same): its queue depth,
+/// how many reconciles it ran, and how long they took.
+#[derive(Debug)]
+pub struct ControllerStats {
+    pub name: &'static str,
+    queue: std::sync::Weak<WorkQueue>,
+    pub reconciles: std::sync::atomic::AtomicU64,
+    pub errors: std::sync::atomic::AtomicU64,
+    pub reconcile_micros: std::sync::atomic::AtomicU64,
+}
+
+impl ControllerStats {
+    /// Keys queued or being reconciled; none once the controller stopped.
+    pub fn depth(&self) -> usize {
+        self.queue.upgrade().map_or(0, |q| q.pending())
+    }
+
+    fn record(&self, took: Duration, ok: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.reconciles.fetch_add(1, Relaxed);
+        self.reconcile_micros.fetch_add(took.as_micros() as u64, Relaxed);
+        if !ok {
+            self.errors.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Every controller started in this process.
+static CONTROLLERS: std::sync::Mutex<Vec<Arc<ControllerStats>>> = std::sync::Mutex::new(Vec::new());
+
+fn register_controller(name: &'static str, queue: &Arc<WorkQueue>) -> Arc<ControllerStats> {
+    let stats = Arc::new(ControllerStats {
+        name,
+        queue: Arc::downgrade(queue),
+        reconciles: Default::default(),
+        errors: Default::default(),
+        reconcile_micros: Default::default(),
+    });
+    let mut all = CONTROLLERS.lock().unwrap_or_else(|p| p.into_inner());
+    // Controllers of stopped runs (tests start many) are forgotten.
+    all.retain(|c| c.queue.strong_count() > 0);
+    all.push(stats.clone());
+    stats
+}
+
+/// The controllers running in this process.
+pub fn controller_stats() -> Vec<Arc<ControllerStats>> {
+    let all = CONTROLLERS.lock().unwrap_or_else(|p| p.into_inner());
+    all.iter().filter(|c| c.queue.strong_count() > 0).cloned().collect()
+}
+
 /// Keys waiting to be reconciled, each at most once in the queue, and never reconciled by two
 /// workers at once: a key pushed while a worker has it is queued again when that worker is done.
 #[derive(Default)]
@@ -92,14 +143,18 @@ where
     Fut: Future<Output = Result<infraenv::Action, crate::store::StoreError>> + Send,
 {
     let reconcile = Arc::new(reconcile);
+    let stats = register_controller(name, &queue);
     let mut tasks = Vec::new();
     for _ in 0..workers {
         let queue = queue.clone();
         let reconcile = reconcile.clone();
+        let stats = stats.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let key = queue.pop().await;
+                let started = std::time::Instant::now();
                 let result = reconcile(key.clone()).await;
+                stats.record(started.elapsed(), result.is_ok());
                 queue.done(&key);
                 match result {
                     Ok(infraenv::Action::Done) => {}
@@ -157,7 +212,10 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
                                 queue.push(key);
                             }
                         }
-                        Err(broadcast::error::RecvError::Lagged(_)) => enqueue_all(&images, &queue).await,
+                        Err(broadcast::error::RecvError::Lagged(missed)) => {
+                            fell_behind("infraenv", missed);
+                            enqueue_all(&images, &queue).await
+                        }
                         Err(broadcast::error::RecvError::Closed) => return,
                     },
                     changed = catalog.changed() => {
@@ -168,10 +226,13 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
             }
         }
     };
+    let stats = register_controller("infraenv", &queue);
     let worker = async {
         loop {
             let (ns, name) = queue.pop().await;
+            let started = std::time::Instant::now();
             let result = infraenv::reconcile_with(&images, backend.as_deref(), &ns, &name).await;
+            stats.record(started.elapsed(), result.is_ok());
             queue.done(&(ns.clone(), name.clone()));
             match result {
                 Ok(infraenv::Action::Done) => {}
@@ -184,6 +245,16 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
         }
     };
     tokio::join!(feeder, worker);
+}
+
+/// Times a controller's change feed fell behind and the controller re-listed everything (`/metrics`).
+pub static FEED_RESYNCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A change feed dropped `missed` events: the controller re-lists its objects, which at fleet scale
+/// is a burst of work worth knowing about.
+fn fell_behind(feed: &str, missed: u64) {
+    FEED_RESYNCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(feed, missed, "change feed fell behind; re-listing every object");
 }
 
 fn requeue_later(queue: &Arc<WorkQueue>, key: Key, after: Duration) {
@@ -267,7 +338,8 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
             loop {
                 match events.recv().await {
                     Ok(ev) => route_store_event(&store, &aq, &cq, ev).await,
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        fell_behind("store changes", missed);
                         for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
                             aq.push(key_of(&a.metadata));
                         }
@@ -288,7 +360,8 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
             loop {
                 let change = match changes.recv().await {
                     Ok(c) => c,
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        fell_behind("host changes", missed);
                         for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
                             aq.push(key_of(&a.metadata));
                         }
@@ -380,7 +453,10 @@ pub async fn run_metal3_controllers<S: Store>(bmac: Arc<bmac::BmacContext<S>>, p
             loop {
                 match events.recv().await {
                     Ok(ev) => route_metal3_event(&store, &bq, converged.then_some(&*pq), ev).await,
-                    Err(broadcast::error::RecvError::Lagged(_)) => enqueue_all().await,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        fell_behind("metal3", missed);
+                        enqueue_all().await
+                    }
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
             }

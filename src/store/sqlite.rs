@@ -6,7 +6,9 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Instant;
 
 use bytes::Bytes;
 use rusqlite::{Connection, params};
@@ -28,7 +30,24 @@ pub struct SqliteStore {
     events: broadcast::Sender<ChangeEvent>,
     /// Writes stored as the object's own text (see [`SqliteStore::write_verbatim`]), for tests and
     /// profiles.
-    verbatim_writes: Arc<std::sync::atomic::AtomicU64>,
+    verbatim_writes: Arc<AtomicU64>,
+    writer_stats: Arc<WriterStats>,
+}
+
+/// What the writer thread has done since the store opened (for `/metrics`): how far behind the
+/// writes are, and where its time goes.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Writes handed to the writer thread.
+    pub queued: AtomicU64,
+    /// Writes it ran (committed or not).
+    pub written: AtomicU64,
+    /// Transactions it ran (each holds one or more writes).
+    pub transactions: AtomicU64,
+    /// Microseconds spent running transactions, commit included.
+    pub busy_micros: AtomicU64,
+    /// Microseconds spent in COMMIT alone (the WAL append, and the checkpoints SQLite runs there).
+    pub commit_micros: AtomicU64,
 }
 
 /// Work for the thread that owns the connection. Jobs waiting together are run in one SQLite
@@ -284,6 +303,8 @@ impl SqliteStore {
         let (writer, jobs) = std::sync::mpsc::channel::<Job>();
         let cache = Arc::new(RwLock::new(cache));
         let writer_cache = cache.clone();
+        let writer_stats = Arc::new(WriterStats::default());
+        let stats = writer_stats.clone();
         let mut conn = conn;
         std::thread::Builder::new()
             .name("sqlite-writer".into())
@@ -296,16 +317,31 @@ impl SqliteStore {
                     {
                         batch.push(job);
                     }
-                    run_group(&mut conn, &writer_cache, &mut resource_version, batch);
+                    let (started, jobs) = (Instant::now(), batch.len() as u64);
+                    run_group(&mut conn, &writer_cache, &mut resource_version, batch, &stats);
+                    stats.busy_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    stats.written.fetch_add(jobs, Ordering::Relaxed);
+                    stats.transactions.fetch_add(1, Ordering::Relaxed);
                 }
             })
             .map_err(backend)?;
-        Ok(SqliteStore { writer, cache, events: broadcast::channel(65536).0, verbatim_writes: Default::default() })
+        Ok(SqliteStore {
+            writer,
+            cache,
+            events: broadcast::channel(65536).0,
+            verbatim_writes: Default::default(),
+            writer_stats,
+        })
     }
 
     /// How many writes were stored as the object's own text.
     pub fn verbatim_writes(&self) -> u64 {
-        self.verbatim_writes.load(std::sync::atomic::Ordering::Relaxed)
+        self.verbatim_writes.load(Ordering::Relaxed)
+    }
+
+    /// The writer thread's counters.
+    pub fn writer_stats(&self) -> Arc<WriterStats> {
+        self.writer_stats.clone()
     }
 
     fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
@@ -340,6 +376,8 @@ impl SqliteStore {
                 },
             }
         });
+        // Counted before the writer can run it, so that queued - written is never negative.
+        self.writer_stats.queued.fetch_add(1, Ordering::Relaxed);
         self.writer.send(job).map_err(|_| backend("the store's writer thread is gone"))?;
         let (out, changes) = result.await.map_err(|_| backend("the store's write failed"))??;
         for event in changes.0 {
@@ -429,7 +467,7 @@ impl SqliteStore {
             })
             .await;
         Some(written.map(|rv| {
-            self.verbatim_writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.verbatim_writes.fetch_add(1, Ordering::Relaxed);
             let mut stored = obj.clone();
             stored.meta_mut().resource_version = Some(rv.to_string());
             stored
@@ -623,7 +661,13 @@ fn next_resource_version(tx: &Tx<'_>) -> Result<i64, StoreError> {
 
 /// Runs a batch of jobs in one transaction and, once it committed, publishes what they wrote to the
 /// cache and answers their callers.
-fn run_group(conn: &mut Connection, cache: &RwLock<Cache>, resource_version: &mut i64, batch: Vec<Job>) {
+fn run_group(
+    conn: &mut Connection,
+    cache: &RwLock<Cache>,
+    resource_version: &mut i64,
+    batch: Vec<Job>,
+    stats: &WriterStats,
+) {
     let sql = match conn.transaction() {
         Ok(sql) => sql,
         // The jobs are dropped unrun: their callers get an error.
@@ -680,7 +724,10 @@ fn run_group(conn: &mut Connection, cache: &RwLock<Cache>, resource_version: &mu
                 .and_then(|mut s| s.execute(params![next_version]))
                 .map_err(backend)?;
         }
-        sql.commit().map_err(backend)
+        let started = Instant::now();
+        let committed = sql.commit().map_err(backend);
+        stats.commit_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        committed
     })();
     if committed.is_ok() {
         *resource_version = next_version;
