@@ -64,7 +64,14 @@ pub struct Stats {
     phase: Mutex<&'static str>,
     by_phase: Mutex<HashMap<&'static str, Vec<u32>>>,
     errors: Mutex<HashMap<String, u64>>,
+    /// When the first phase began: the timeline counts seconds from there.
+    epoch: std::sync::OnceLock<Instant>,
+    /// Per second since `epoch`: (calls that ended, calls over 50 ms, slowest call in µs).
+    seconds: Mutex<Vec<(u32, u32, u32)>>,
 }
+
+/// A call slower than this counts as slow in the timeline (the fleet benchmark's p99 goal).
+pub const SLOW_CALL: Duration = Duration::from_millis(50);
 
 impl Stats {
     fn record(&self, op: &'static str, took: Duration) {
@@ -72,9 +79,24 @@ impl Stats {
         self.samples.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default().push(us);
         let phase = *self.phase.lock().unwrap_or_else(|p| p.into_inner());
         self.by_phase.lock().unwrap_or_else(|p| p.into_inner()).entry(phase).or_default().push(us);
+        let second = self.epoch.get_or_init(Instant::now).elapsed().as_secs() as usize;
+        let mut seconds = self.seconds.lock().unwrap_or_else(|p| p.into_inner());
+        if seconds.len() <= second {
+            seconds.resize(second + 1, (0, 0, 0));
+        }
+        let s = &mut seconds[second];
+        s.0 += 1;
+        s.1 += u32::from(took >= SLOW_CALL);
+        s.2 = s.2.max(us);
+    }
+    /// Per second since the first phase began: (calls that ended, calls over [`SLOW_CALL`], slowest ms).
+    pub fn timeline(&self) -> Vec<(u32, u32, f64)> {
+        let seconds = self.seconds.lock().unwrap_or_else(|p| p.into_inner());
+        seconds.iter().map(|&(n, slow, max)| (n, slow, max as f64 / 1000.0)).collect()
     }
     /// Calls that end from now on count toward `phase`.
     pub fn set_phase(&self, phase: &'static str) {
+        self.epoch.get_or_init(Instant::now);
         *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
     }
     /// (phase, count, p50 ms, p99 ms, max ms) of all operations, in the order the phases began.
