@@ -188,8 +188,20 @@ impl Collector for WorkCollector {
         counter(
             &mut encoder,
             "store_commit_seconds",
-            "Time the writer thread spent in COMMIT (WAL append and checkpoints)",
+            "Time the writer thread spent in COMMIT (WAL append, and checkpoints when the checkpointer falls behind)",
             w.commit_micros.load(Relaxed) as f64 / 1e6,
+        )?;
+        counter(
+            &mut encoder,
+            "store_checkpoints",
+            "WAL checkpoints the store's checkpointer thread ran",
+            w.checkpoints.load(Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "store_checkpoint_seconds",
+            "Time the checkpointer thread spent copying the WAL into the database file",
+            w.checkpoint_micros.load(Relaxed) as f64 / 1e6,
         )?;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let depth = ConstGauge::new(rt.metrics().global_queue_depth() as i64);

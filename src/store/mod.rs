@@ -79,6 +79,9 @@ pub struct ChangeEvent {
     /// Only the status changed (a write through the status subresource): controllers that do not read
     /// other objects' status skip these, as kube-rs's generation predicates do.
     pub status_only: bool,
+    /// The resourceVersion the change produced (None for an object that is gone), as a watch event
+    /// carries it: a controller recognizes the echo of its own write by it.
+    pub resource_version: Option<String>,
 }
 
 pub trait Store: Clone + Send + Sync + 'static {

@@ -46,8 +46,12 @@ pub struct WriterStats {
     pub transactions: AtomicU64,
     /// Microseconds spent running transactions, commit included.
     pub busy_micros: AtomicU64,
-    /// Microseconds spent in COMMIT alone (the WAL append, and the checkpoints SQLite runs there).
+    /// Microseconds spent in COMMIT alone (the WAL append, and the checkpoints SQLite runs there
+    /// when the checkpointer falls behind).
     pub commit_micros: AtomicU64,
+    /// Checkpoints the checkpointer thread ran, and the microseconds they took.
+    pub checkpoints: AtomicU64,
+    pub checkpoint_micros: AtomicU64,
 }
 
 /// Work for the thread that owns the connection. Jobs waiting together are run in one SQLite
@@ -67,6 +71,13 @@ struct Ran {
 
 /// At most this many jobs share a transaction: a bound on how long the first of them waits.
 const MAX_GROUP: usize = 256;
+
+/// How often the checkpointer looks for committed writes to copy into the database file.
+const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The WAL size (in pages) at which the writer checkpoints by itself, in case the checkpointer
+/// cannot keep up; SQLite's default is 1000, which the checkpointer's interval keeps the WAL under.
+const WRITER_CHECKPOINT_PAGES: i64 = 16384;
 
 /// (resource, namespace, name)
 type ObjKey = (String, String, String);
@@ -258,14 +269,39 @@ impl Changes {
             namespace: ns.to_string(),
             name: name.to_string(),
             status_only,
+            resource_version: None,
         });
+    }
+
+    /// Gives each event the resourceVersion its object has after the job's writes (`pending`, in
+    /// write order), or None where the job removed it.
+    fn stamp(&mut self, pending: &[(ObjKey, Option<Arc<Cached>>)]) {
+        for event in &mut self.0 {
+            let written = pending
+                .iter()
+                .rev()
+                .find(|((r, n, m), _)| *r == event.resource && *n == event.namespace && *m == event.name);
+            if let Some((_, entry)) = written {
+                event.resource_version = entry.as_ref().map(|c| c.rv.to_string());
+            }
+        }
     }
 }
 
 impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let conn = Connection::open(path).map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
-        Self::init(conn)
+        // The writer leaves checkpoints to a thread of its own (see `run_checkpointer`) and only
+        // checkpoints itself if that thread falls far behind.
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES).map_err(backend)?;
+        let store = Self::init(conn)?;
+        let checkpointer = Connection::open(path).map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
+        let stats = Arc::downgrade(&store.writer_stats);
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || run_checkpointer(checkpointer, stats))
+            .map_err(backend)?;
+        Ok(store)
     }
 
     pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
@@ -362,7 +398,11 @@ impl SqliteStore {
             match f(&tx, &mut changes) {
                 Ok(out) => Ran {
                     ok: true,
-                    pending: tx.pending.into_inner(),
+                    pending: {
+                        let pending = tx.pending.into_inner();
+                        changes.stamp(&pending);
+                        pending
+                    },
                     finish: Box::new(move |committed| {
                         let _ = done.send(committed.map(|()| (out, changes)));
                     }),
@@ -661,6 +701,33 @@ fn next_resource_version(tx: &Tx<'_>) -> Result<i64, StoreError> {
 
 /// Runs a batch of jobs in one transaction and, once it committed, publishes what they wrote to the
 /// cache and answers their callers.
+/// Copies committed pages from the WAL into the database file, off the writer thread. A checkpoint
+/// reads and writes every page written since the last one and fsyncs the database file: on the
+/// writer thread (SQLite's automatic checkpoint, run inside a COMMIT) that work and the wait for
+/// the disk held up every write queued behind it. PASSIVE checkpoints never block the writer; the
+/// WAL starts over from its beginning once a checkpoint has caught up with it. Ends when the store
+/// is dropped.
+fn run_checkpointer(conn: Connection, stats: std::sync::Weak<WriterStats>) {
+    let mut checkpointed = 0;
+    loop {
+        std::thread::sleep(CHECKPOINT_INTERVAL);
+        let Some(stats) = stats.upgrade() else { return };
+        let written = stats.written.load(Ordering::Relaxed);
+        if written == checkpointed {
+            continue;
+        }
+        let started = Instant::now();
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            Ok(()) => {
+                checkpointed = written;
+                stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                stats.checkpoint_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("checkpointing the store's write-ahead log: {e}"),
+        }
+    }
+}
+
 fn run_group(
     conn: &mut Connection,
     cache: &RwLock<Cache>,
@@ -1229,6 +1296,52 @@ mod tests {
         store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k3")).await.unwrap();
         let ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
         assert_eq!(ie.status.unwrap().iso_download_url, "http://x");
+    }
+
+    #[tokio::test]
+    async fn change_events_carry_the_resource_version_written() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let mut events = store.subscribe();
+        let (created, _) = store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let event = events.recv().await.unwrap();
+        assert_eq!(event.resource_version.as_deref(), created["metadata"]["resourceVersion"].as_str());
+
+        let mut ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        ie.status.get_or_insert_default().iso_download_url = "http://x".into();
+        let stored = store.update_status(&ie).await.unwrap();
+        let event = events.recv().await.unwrap();
+        assert!(event.status_only);
+        assert_eq!(event.resource_version, stored.metadata.resource_version);
+        assert_ne!(event.resource_version.as_deref(), created["metadata"]["resourceVersion"].as_str());
+
+        // An object that is gone has no resourceVersion to report.
+        assert_eq!(store.delete_document(Kind::InfraEnv, "ns", "a").await.unwrap(), Deletion::Deleted);
+        let event = events.recv().await.unwrap();
+        assert_eq!(event.name, "a");
+        assert_eq!(event.resource_version, None);
+    }
+
+    #[tokio::test]
+    async fn the_checkpointer_copies_the_log_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let empty = std::fs::metadata(&path).unwrap().len();
+        for i in 0..200 {
+            store.apply_document(Kind::InfraEnv, infraenv_doc(&format!("ie-{i}"), &"k".repeat(2000))).await.unwrap();
+        }
+        // The writer leaves checkpoints to the checkpointer thread, which runs every 100 ms.
+        let stats = store.writer_stats();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while stats.checkpoints.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(stats.checkpoints.load(Ordering::Relaxed) > 0, "no checkpoint ran");
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size > empty + 200 * 2000, "the database file holds the objects: {empty} -> {size} bytes");
+        drop(store);
+        let reopened = SqliteStore::open(&path).unwrap();
+        assert_eq!(reopened.list::<InfraEnv>(None).await.unwrap().len(), 200);
     }
 
     #[tokio::test]
