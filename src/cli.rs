@@ -247,6 +247,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             service_base_url: base_url.clone(),
             agent_image: args.agent_image.clone(),
             metal3: true,
+            own_writes: Default::default(),
         },
         clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
     });

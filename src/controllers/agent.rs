@@ -29,6 +29,41 @@ pub struct AgentContext<S: Store> {
     /// BareMetalHosts are managed here (the BMAC runs): an Agent whose BMH exists is returned to the
     /// pool by rebooting it through metal3 (§5.5), not by the reclaim agent.
     pub metal3: bool,
+    /// The resourceVersions this controller's own writes produced, so that their change events do not
+    /// queue the Agent again (see [`OwnWrites`]).
+    pub own_writes: OwnWrites,
+}
+
+/// The last resourceVersion the agent controller wrote, per Agent. A reconcile computes an Agent from
+/// the Agent and the world; the change event of its own write would only run it again to find nothing
+/// to do, and an Agent is written at nearly every change of its host, so that echo was half the
+/// controller's work in a busy pool. Events with any other resourceVersion (a user's edit, another
+/// controller's write) still queue the Agent.
+#[derive(Default)]
+pub struct OwnWrites(std::sync::Mutex<std::collections::HashMap<(String, String), String>>);
+
+impl OwnWrites {
+    fn record(&self, agent: &Agent) {
+        let (Some(ns), Some(name), Some(rv)) =
+            (&agent.metadata.namespace, &agent.metadata.name, &agent.metadata.resource_version)
+        else {
+            return;
+        };
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert((ns.clone(), name.clone()), rv.clone());
+    }
+
+    /// Whether an event for `ns/name` at `resource_version` is the echo of this controller's last write
+    /// (answered once: the entry goes).
+    pub fn is_echo(&self, ns: &str, name: &str, resource_version: Option<&str>) -> bool {
+        let Some(rv) = resource_version else { return false };
+        let mut writes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (ns.to_string(), name.to_string());
+        if writes.get(&key).is_some_and(|w| w == rv) {
+            writes.remove(&key);
+            return true;
+        }
+        false
+    }
 }
 
 pub use super::infraenv::Action;
@@ -179,6 +214,7 @@ async fn sync_spec<S: Store>(
         agent.spec.approved = true;
         let status = agent.status.clone();
         *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
+        ctx.own_writes.record(agent);
         agent.status = status;
     }
 
@@ -188,6 +224,7 @@ async fn sync_spec<S: Store>(
     {
         let status = agent.status.clone();
         *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
+        ctx.own_writes.record(agent);
         agent.status = status;
     }
 
@@ -723,18 +760,13 @@ async fn update_status<S: Store>(
             status.debug_info.state_info.clear();
         }
     }
-    match (metadata_unwritten, agent.status != before) {
-        (true, true) => {
-            ctx.store.update_with_status(&agent).await?;
-        }
-        (true, false) => {
-            ctx.store.update(&agent).await?;
-        }
-        (false, true) => {
-            ctx.store.update_status(&agent).await?;
-        }
-        (false, false) => {}
-    }
+    let written = match (metadata_unwritten, agent.status != before) {
+        (true, true) => ctx.store.update_with_status(&agent).await?,
+        (true, false) => ctx.store.update(&agent).await?,
+        (false, true) => ctx.store.update_status(&agent).await?,
+        (false, false) => return Ok(()),
+    };
+    ctx.own_writes.record(&written);
     Ok(())
 }
 

@@ -332,12 +332,12 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
     }
 
     let store_feeder = {
-        let (store, aq, cq) = (store.clone(), agent_queue.clone(), cluster_queue.clone());
+        let (store, hub, aq, cq) = (store.clone(), hub.clone(), agent_queue.clone(), cluster_queue.clone());
         let mut events = store.subscribe();
         async move {
             loop {
                 match events.recv().await {
-                    Ok(ev) => route_store_event(&store, &aq, &cq, ev).await,
+                    Ok(ev) => route_store_event(&store, &hub.agents.own_writes, &aq, &cq, ev).await,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         fell_behind("store changes", missed);
                         for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
@@ -518,12 +518,19 @@ fn key_of(meta: &crate::resources::ObjectMeta) -> Key {
 }
 
 /// Which Agent and ClusterDeployment keys a store change concerns.
-async fn route_store_event<S: Store>(store: &S, agents: &WorkQueue, clusters: &WorkQueue, ev: ChangeEvent) {
-    let ChangeEvent { resource, namespace, name, status_only } = ev;
+async fn route_store_event<S: Store>(
+    store: &S,
+    own_writes: &agent::OwnWrites,
+    agents: &WorkQueue,
+    clusters: &WorkQueue,
+    ev: ChangeEvent,
+) {
+    let ChangeEvent { resource, namespace, name, status_only, resource_version } = ev;
     if resource == resource_name::<crate::resources::Agent>() {
-        // The agent controller writes the status itself; the cluster controller hears of agents
-        // through their hosts (binding, approval, progress), not through Agent events.
-        if !status_only {
+        // The agent controller writes the status itself, and needs no event for what it wrote; the
+        // cluster controller hears of agents through their hosts (binding, approval, progress), not
+        // through Agent events.
+        if !status_only && !own_writes.is_echo(&namespace, &name, resource_version.as_deref()) {
             agents.push((namespace, name));
         }
     } else if resource == resource_name::<crate::resources::ClusterDeployment>() {

@@ -44,6 +44,7 @@ async fn world() -> World {
             service_base_url: "http://hub.example:8090".into(),
             agent_image: "quay.io/example/agent:v1".into(),
             metal3: true,
+            own_writes: Default::default(),
         },
         clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
     };
@@ -658,4 +659,31 @@ async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_
     assert_eq!(w.agent(&id).await.spec.cluster_deployment_name, None);
     w.reconcile(&id).await;
     assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
+}
+
+/// The agent controller's own writes do not queue the Agent again; anyone else's do.
+#[tokio::test]
+async fn an_agents_own_write_does_not_queue_it_again() {
+    let w = world().await;
+    let id = w.pool_host("pool", 0).await;
+    let mut events = w.store.subscribe();
+    // The host changes: the reconcile writes the Agent (its state annotation and status).
+    w.register_again(&id).await;
+    w.reconcile(&id).await;
+    let (agents, clusters) = (super::WorkQueue::default(), super::WorkQueue::default());
+    let mut own = 0;
+    while let Ok(ev) = events.try_recv() {
+        own += 1;
+        super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
+    }
+    assert!(own > 0, "the reconcile wrote the Agent");
+    assert_eq!(agents.pending(), 0, "the echo of the controller's own write queued the Agent");
+
+    // A user's edit of the same Agent queues it.
+    let mut a = w.agent(&id).await;
+    a.metadata.labels.get_or_insert_default().insert("team".into(), "blue".into());
+    w.store.update(&a).await.unwrap();
+    let ev = events.try_recv().unwrap();
+    super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
+    assert_eq!(agents.pending(), 1);
 }
