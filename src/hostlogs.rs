@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 use crate::http::UploadBody;
 use crate::http::respond::Representation;
@@ -75,8 +74,7 @@ impl HostLogs {
             multer::SizeLimit::new().whole_stream(MAX_LOGS_BYTES + (1 << 20)).for_field("upfile", MAX_LOGS_BYTES);
         let mut parts =
             multer::Multipart::with_constraints(body, boundary, multer::Constraints::new().size_limit(limits));
-        let dir = target.parent().expect("logs path has a directory");
-        tokio::fs::create_dir_all(dir).await.map_err(|e| refuse(500, format!("creating {}: {e}", dir.display())))?;
+        let dir = target.parent().expect("logs path has a directory").to_path_buf();
         while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
             if field.name() != Some("upfile") {
                 // Other form fields carry nothing we keep; read past them.
@@ -85,19 +83,36 @@ impl HostLogs {
             }
             let temp_path = dir.join(format!(".upload-{}", uuid::Uuid::new_v4()));
             let mut temp = TempUpload(Some(temp_path.clone()));
-            let mut file = tokio::fs::File::create(&temp_path)
-                .await
-                .map_err(|e| refuse(500, format!("creating {}: {e}", temp_path.display())))?;
+            // The file is written on a blocking thread in a few large writes: one job for a small
+            // upload (create, write, fsync, rename), one more per SPOOL_BYTES of a large one. Each
+            // file operation on a blocking thread of its own costs a thread handoff, and at the end
+            // of a fleet's installation thousands of uploads arrive at once.
+            let mut file: Option<std::fs::File> = None;
+            let mut spooled: Vec<bytes::Bytes> = Vec::new();
+            let mut spooled_len = 0;
             let mut sha = Sha256::new();
             let mut field = field.map(|c| c.map_err(multipart_error));
             while let Some(chunk) = field.next().await {
                 let chunk = chunk?;
                 sha.update(&chunk);
-                file.write_all(&chunk).await.map_err(|e| refuse(500, format!("writing the logs: {e}")))?;
+                spooled_len += chunk.len();
+                spooled.push(chunk);
+                if spooled_len >= SPOOL_BYTES {
+                    let (dir, temp_path, chunks) = (dir.clone(), temp_path.clone(), std::mem::take(&mut spooled));
+                    let open = file.take();
+                    file = Some(blocking(move || write_chunks(open, &dir, &temp_path, &chunks)).await?);
+                    spooled_len = 0;
+                }
             }
-            file.sync_all().await.map_err(|e| refuse(500, format!("writing the logs: {e}")))?;
-            drop(file);
-            tokio::fs::rename(&temp_path, &target).await.map_err(|e| refuse(500, format!("storing the logs: {e}")))?;
+            let (temp_path, target) = (temp_path.clone(), target.clone());
+            let open = file.take();
+            blocking(move || {
+                let file = write_chunks(open, &dir, &temp_path, &spooled)?;
+                file.sync_all().map_err(|e| refuse(500, format!("writing the logs: {e}")))?;
+                drop(file);
+                std::fs::rename(&temp_path, &target).map_err(|e| refuse(500, format!("storing the logs: {e}")))
+            })
+            .await?;
             temp.0 = None;
             return Ok(hex::encode(sha.finalize()));
         }
@@ -146,6 +161,39 @@ impl HostLogs {
             filename: Some(filename),
         }))
     }
+}
+
+/// How much of an upload is held in memory before it is written out.
+const SPOOL_BYTES: usize = 4 << 20;
+
+/// Runs file work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LogsError> + Send + 'static,
+) -> Result<T, LogsError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| refuse(500, format!("writing the logs: {e}")))?
+}
+
+/// Appends `chunks` to the upload's temporary file, creating it (and its directory) first if `file`
+/// is None.
+fn write_chunks(
+    file: Option<std::fs::File>,
+    dir: &Path,
+    temp_path: &Path,
+    chunks: &[bytes::Bytes],
+) -> Result<std::fs::File, LogsError> {
+    use std::io::Write;
+    let mut file = match file {
+        Some(f) => f,
+        None => {
+            std::fs::create_dir_all(dir).map_err(|e| refuse(500, format!("creating {}: {e}", dir.display())))?;
+            std::fs::File::create(temp_path)
+                .map_err(|e| refuse(500, format!("creating {}: {e}", temp_path.display())))?
+        }
+    };
+    for chunk in chunks {
+        file.write_all(chunk).map_err(|e| refuse(500, format!("writing the logs: {e}")))?;
+    }
+    Ok(file)
 }
 
 fn multipart_error(e: multer::Error) -> LogsError {
