@@ -29,6 +29,9 @@ pub struct AgentApi {
     pub images: Arc<Images<SqliteStore>>,
     pub auth: AgentAuth,
     pub logs: Arc<crate::hostlogs::HostLogs>,
+    /// The fraction by which `next_instruction_seconds` varies at random (see
+    /// [`instructions::jittered`]); 0 gives spec-controllers §1.4's intervals exactly.
+    pub poll_jitter: f64,
 }
 
 #[derive(Deserialize)]
@@ -325,8 +328,9 @@ impl AgentApi {
             Some(c) => self.backend.cluster(c).await,
             None => None,
         };
-        let steps =
+        let mut steps =
             instructions::next_steps(&host, urls.as_ref(), cluster.as_ref().map(|c| c.openshift_version.as_str()));
+        steps.next_instruction_seconds = instructions::jittered(steps.next_instruction_seconds, self.poll_jitter);
         crate::http::json(StatusCode::OK, &steps)
     }
 

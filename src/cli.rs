@@ -140,6 +140,11 @@ struct ServeArgs {
     /// (edits in a row then cost one reprovisioning, not one each).
     #[arg(long, env = "BOOTSTREAM_IMAGE_COOLDOWN_SECONDS", default_value_t = 60)]
     image_cooldown_seconds: u64,
+    /// How much the polling interval given to agents (`next_instruction_seconds`) varies at random,
+    /// as a fraction of it (0.2: 60 s becomes 48–72 s), so that agents that polled together do not
+    /// keep doing so; 0 gives the exact intervals of assisted-service.
+    #[arg(long, env = "BOOTSTREAM_POLL_JITTER", default_value_t = 0.2)]
+    poll_jitter: f64,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -176,6 +181,11 @@ pub fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
+    anyhow::ensure!(
+        (0.0..=0.5).contains(&args.poll_jitter),
+        "--poll-jitter must be a fraction between 0 and 0.5, not {}",
+        args.poll_jitter
+    );
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
@@ -229,6 +239,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         images: images.clone(),
         auth: agent_auth.clone(),
         logs: host_logs,
+        poll_jitter: args.poll_jitter,
     });
     agent_api.restore_missing_agents().await.context("restoring the Agents of registered hosts")?;
     let app = Arc::new(crate::api::App {

@@ -84,6 +84,23 @@ pub fn next_steps(host: &Host, urls: Option<&BootArtifactUrls>, openshift_versio
     }
 }
 
+/// `seconds` moved by a random amount of at most `fraction` of it either way (rounded to whole
+/// seconds; `fraction` is taken within 0..=0.5).
+///
+/// Agents sleep exactly the interval they are given, so agents that polled together keep polling
+/// together: a fleet booted in the same minute, or held up together by a slow moment of the server,
+/// comes back as one burst every interval, and each burst makes the next moment slow. A random
+/// interval around the same mean spreads them apart again within a few polls, at no cost to any
+/// single agent.
+pub fn jittered(seconds: i64, fraction: f64) -> i64 {
+    let fraction = fraction.clamp(0.0, 0.5);
+    if seconds <= 0 || fraction == 0.0 {
+        return seconds;
+    }
+    let spread = seconds as f64 * fraction;
+    (seconds as f64 + spread * (2.0 * fastrand::f64() - 1.0)).round().max(1.0) as i64
+}
+
 /// The `install` step: what the installer on the host needs to know.
 fn install_step(host: &Host, openshift_version: &str) -> Step {
     let role =

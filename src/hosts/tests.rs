@@ -379,3 +379,16 @@ fn memory_within_the_tolerance_and_small_or_unsupported_disks() {
     assert!(check(16 << 30, ssd(60_000_000_000, "ECKD")).contains(&("has-min-valid-disks", false)));
     assert!(check(16 << 30, ssd(60_000_000_000, "Multipath")).contains(&("has-min-valid-disks", true)));
 }
+
+#[test]
+fn jittered_intervals_stay_within_the_fraction_and_spread() {
+    use super::instructions::jittered;
+    assert_eq!(jittered(60, 0.0), 60);
+    assert_eq!(jittered(0, 0.2), 0, "an immediate exit stays immediate");
+    let seen: std::collections::BTreeSet<i64> = (0..2000).map(|_| jittered(60, 0.1)).collect();
+    assert!(seen.iter().all(|s| (54..=66).contains(s)), "{seen:?}");
+    // Every whole second of the range comes up: the intervals are spread, not two values.
+    assert_eq!(seen.len(), 13, "{seen:?}");
+    // Out-of-range fractions are clamped: never a zero or negative interval.
+    assert!((0..500).map(|_| jittered(10, 3.0)).all(|s| (5..=15).contains(&s)));
+}
