@@ -5,7 +5,8 @@
 //!
 //! BOOT_SECONDS (default 0) spreads the machines' first boot over that many seconds; STAGE_SECONDS
 //! (default 0) is the time between a host's installation stages. `BOOTSTREAM_BIN=path` measures that
-//! server binary instead of this checkout's.
+//! server binary instead of this checkout's; the server reads its other settings from the environment
+//! (`BOOTSTREAM_POLL_JITTER=0` measures it without jitter on the agents' polling interval).
 //!
 //! Prints the time of each phase, agent API latency percentiles (measured by the simulated agents)
 //! and the server's peak RSS (VmHWM), then a timeline: per second, the agents' calls and slow calls
@@ -402,8 +403,10 @@ async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64, stage_seconds:
     let server_cpu = cpu_seconds(&child.0.id().to_string());
     let agents_cpu = cpu_seconds("self");
 
+    // The server takes its polling jitter from the environment the benchmark runs in.
+    let jitter = std::env::var("BOOTSTREAM_POLL_JITTER").unwrap_or_else(|_| "the default".into());
     println!(
-        "hosts {hosts}, {clusters} clusters of {per_cluster}, booted over {boot_seconds} s, {stage_seconds} s between install stages"
+        "hosts {hosts}, {clusters} clusters of {per_cluster}, booted over {boot_seconds} s, {stage_seconds} s between install stages, poll jitter {jitter}"
     );
     println!("register -> known-unbound        {:>8.1} s", t_pool.as_secs_f64());
     println!("bind -> installed                {:>8.1} s", (t_installed - t_bind_start).as_secs_f64());

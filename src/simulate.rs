@@ -322,7 +322,9 @@ impl Machine {
         self.follow_steps(stop).await
     }
 
-    /// The next-step runner: asks for instructions and answers each step, until told to exit.
+    /// The next-step runner: asks for instructions and answers each step, until told to exit. As the
+    /// real agent's runner does, it runs the steps side by side and waits for the next request from
+    /// the moment the instructions arrived, not from the moment its replies were answered.
     async fn follow_steps(&self, stop: &AtomicBool) -> anyhow::Result<Next> {
         while !stop.load(Ordering::Relaxed) {
             let steps: Value = self
@@ -330,28 +332,32 @@ impl Machine {
                 .await?
                 .json()
                 .await?;
+            let received = tokio::time::Instant::now();
+            let mut replies = Vec::new();
             for step in steps["instructions"].as_array().cloned().unwrap_or_default() {
                 let step_type = step["step_type"].as_str().unwrap_or("").to_string();
                 let step_id = step["step_id"].as_str().unwrap_or("").to_string();
-                match step_type.as_str() {
-                    "inventory" => self.reply(&step_type, &step_id, 0, self.inventory.clone()).await?,
-                    "ntp-synchronizer" => {
-                        self.reply(&step_type, &step_id, 0, r#"{"ntp_sources":[]}"#.to_string()).await?
-                    }
+                let output = match step_type.as_str() {
+                    "inventory" => self.inventory.clone(),
+                    "ntp-synchronizer" => r#"{"ntp_sources":[]}"#.to_string(),
                     "install" => {
                         self.install().await?;
                         return Ok(Next::Installed);
                     }
-                    "download-boot-artifacts" => self.reply(&step_type, &step_id, 0, String::new()).await?,
                     // The node reboots into the discovery image.
                     "reboot-for-reclaim" => return Ok(Next::Register),
-                    _ => self.reply(&step_type, &step_id, 0, String::new()).await?,
-                }
+                    _ => String::new(),
+                };
+                replies.push(async move { self.reply(&step_type, &step_id, 0, output).await });
+            }
+            for result in futures_util::future::join_all(replies).await {
+                result?;
             }
             if steps["post_step_action"] == "exit" {
                 return Ok(Next::Register);
             }
-            self.sleep(steps["next_instruction_seconds"].as_f64().unwrap_or(60.0)).await;
+            let interval = steps["next_instruction_seconds"].as_f64().unwrap_or(60.0) * self.timing.time_scale;
+            tokio::time::sleep_until(received + Duration::from_secs_f64(interval.max(0.01))).await;
         }
         Ok(Next::Register)
     }
