@@ -699,8 +699,6 @@ fn next_resource_version(tx: &Tx<'_>) -> Result<i64, StoreError> {
     Ok(rv)
 }
 
-/// Runs a batch of jobs in one transaction and, once it committed, publishes what they wrote to the
-/// cache and answers their callers.
 /// Copies committed pages from the WAL into the database file, off the writer thread. A checkpoint
 /// reads and writes every page written since the last one and fsyncs the database file: on the
 /// writer thread (SQLite's automatic checkpoint, run inside a COMMIT) that work and the wait for
@@ -708,7 +706,7 @@ fn next_resource_version(tx: &Tx<'_>) -> Result<i64, StoreError> {
 /// WAL starts over from its beginning once a checkpoint has caught up with it. Ends when the store
 /// is dropped.
 fn run_checkpointer(conn: Connection, stats: std::sync::Weak<WriterStats>) {
-    let mut checkpointed = 0;
+    let (mut checkpointed, mut failing) = (0, false);
     loop {
         std::thread::sleep(CHECKPOINT_INTERVAL);
         let Some(stats) = stats.upgrade() else { return };
@@ -719,15 +717,23 @@ fn run_checkpointer(conn: Connection, stats: std::sync::Weak<WriterStats>) {
         let started = Instant::now();
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             Ok(()) => {
+                failing = false;
                 checkpointed = written;
                 stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 stats.checkpoint_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
-            Err(e) => tracing::warn!("checkpointing the store's write-ahead log: {e}"),
+            // Retried at the next interval; said once until a checkpoint succeeds again.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!("checkpointing the store's write-ahead log: {e}");
+            }
+            Err(_) => {}
         }
     }
 }
 
+/// Runs a batch of jobs in one transaction and, once it committed, publishes what they wrote to the
+/// cache and answers their callers.
 fn run_group(
     conn: &mut Connection,
     cache: &RwLock<Cache>,
