@@ -8,7 +8,9 @@
 //!   last finalizer is removed;
 //! - objects whose every owner (ownerReferences) is gone are deleted (background garbage collection).
 
+pub mod apiserver;
 pub mod json;
+pub mod kube;
 pub mod sqlite;
 mod verbatim;
 
@@ -18,11 +20,11 @@ use tokio::sync::broadcast;
 
 /// A resource type the store holds: any Kubernetes-shaped object.
 pub trait Object:
-    kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
+    ::kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
 {
 }
 impl<T> Object for T where
-    T: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
+    T: ::kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
 {
 }
 

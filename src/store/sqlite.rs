@@ -557,12 +557,8 @@ impl SqliteStore {
     /// Replaces an object's metadata and spec with a client's full document (a PUT, or the result of a
     /// merge patch the API applied), if the document's resourceVersion is current. Status is kept.
     pub async fn replace_document(&self, kind: Kind, doc: Value) -> Result<Value, StoreError> {
-        let resource = kind.resource();
         let namespace = doc_namespace(kind, &doc);
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let want_rv = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
-        self.write_over_live(resource, namespace, name, want_rv, false, move |live| replacement(live, doc.clone()))
-            .await
+        self.replace_raw(&kind.resource(), &namespace, doc).await
     }
 
     /// Replaces an object's status (the status subresource): everything else stays as stored. With a
@@ -575,7 +571,75 @@ impl SqliteStore {
         status: Option<Value>,
         want_rv: Option<String>,
     ) -> Result<Value, StoreError> {
-        let (res, ns, name) = (kind.resource(), namespace.to_string(), name.to_string());
+        self.replace_status_raw(&kind.resource(), namespace, name, status, want_rv).await
+    }
+
+    pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
+        self.get_raw(&kind.resource(), namespace, name)
+    }
+
+    pub async fn list_documents(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>, StoreError> {
+        let entries = self.read_cache().list(&kind.resource(), namespace);
+        entries.iter().map(|c| c.value()).collect()
+    }
+
+    /// The stored JSON texts of a kind's objects, in name order: what an API list is made of, without
+    /// parsing or copying them.
+    pub fn list_texts(&self, kind: Kind, namespace: Option<&str>) -> Vec<Bytes> {
+        self.list_raw_texts(&kind.resource(), namespace)
+    }
+
+    /// Deletes an object the way the API server does: marked with a deletionTimestamp while it has
+    /// finalizers, removed (and its dependents garbage-collected) otherwise.
+    pub async fn delete_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
+        self.delete_raw(&kind.resource(), namespace, name).await
+    }
+
+    // Objects addressed by their store key (`plural.group`, or the plural alone for the core group)
+    // instead of by `Kind`: what a Kubernetes API server in front of this store serves, which includes
+    // kinds bootstream's own API does not take (Leases). Cluster-scoped objects have the namespace "".
+
+    pub fn get_raw(&self, resource: &str, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
+        self.read_cache().get(resource, namespace, name).map(|c| c.value()).transpose()
+    }
+
+    pub fn list_raw_texts(&self, resource: &str, namespace: Option<&str>) -> Vec<Bytes> {
+        self.read_cache().list(resource, namespace).into_iter().map(|c| c.text.clone()).collect()
+    }
+
+    /// Creates an object from a client's document (a POST): refused if one of that name exists.
+    /// `has_generation`: custom resources have `metadata.generation`; Secrets, ConfigMaps and Leases not.
+    pub async fn create_raw(
+        &self,
+        resource: &str,
+        namespace: &str,
+        body: Value,
+        has_generation: bool,
+    ) -> Result<Value, StoreError> {
+        let (res, ns) = (resource.to_string(), namespace.to_string());
+        self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation)).await
+    }
+
+    /// [`SqliteStore::replace_document`] by store key.
+    pub async fn replace_raw(&self, resource: &str, namespace: &str, doc: Value) -> Result<Value, StoreError> {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let want_rv = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
+        self.write_over_live(resource.to_string(), namespace.to_string(), name, want_rv, false, move |live| {
+            replacement(live, doc.clone())
+        })
+        .await
+    }
+
+    /// [`SqliteStore::replace_status_document`] by store key.
+    pub async fn replace_status_raw(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        status: Option<Value>,
+        want_rv: Option<String>,
+    ) -> Result<Value, StoreError> {
+        let (res, ns, name) = (resource.to_string(), namespace.to_string(), name.to_string());
         self.write_over_live(res, ns, name, want_rv, true, move |live| {
             let mut body = live.clone();
             if body.get("status") == status.as_ref() {
@@ -593,26 +657,9 @@ impl SqliteStore {
         .await
     }
 
-    pub async fn get_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Value>, StoreError> {
-        let entry = self.read_cache().get(&kind.resource(), namespace, name);
-        entry.map(|c| c.value()).transpose()
-    }
-
-    pub async fn list_documents(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<Value>, StoreError> {
-        let entries = self.read_cache().list(&kind.resource(), namespace);
-        entries.iter().map(|c| c.value()).collect()
-    }
-
-    /// The stored JSON texts of a kind's objects, in name order: what an API list is made of, without
-    /// parsing or copying them.
-    pub fn list_texts(&self, kind: Kind, namespace: Option<&str>) -> Vec<Bytes> {
-        self.read_cache().list(&kind.resource(), namespace).into_iter().map(|c| c.text.clone()).collect()
-    }
-
-    /// Deletes an object the way the API server does: marked with a deletionTimestamp while it has
-    /// finalizers, removed (and its dependents garbage-collected) otherwise.
-    pub async fn delete_document(&self, kind: Kind, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
-        let (res, ns, nm) = (kind.resource(), namespace.to_string(), name.to_string());
+    /// [`SqliteStore::delete_document`] by store key.
+    pub async fn delete_raw(&self, resource: &str, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
+        let (res, ns, nm) = (resource.to_string(), namespace.to_string(), name.to_string());
         self.write(move |tx, changes| delete_object(tx, changes, &res, &ns, &nm)).await
     }
 
@@ -1180,23 +1227,7 @@ impl Store for SqliteStore {
         let (ns, name) = object_key(obj)?;
         let want_rv = obj.meta().resource_version.clone();
         let status = serde_json::to_value(obj).map_err(backend)?.get("status").cloned();
-        let stored = self
-            .write_over_live(res, ns, name, want_rv, true, move |live| {
-                let mut body = live.clone();
-                if body.get("status") == status.as_ref() {
-                    return Ok(Replacement::Unchanged(body));
-                }
-                match &status {
-                    Some(s) => body["status"] = s.clone(),
-                    None => {
-                        if let Some(o) = body.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
-                }
-                Ok(Replacement::Store { body, owners_changed: false })
-            })
-            .await?;
+        let stored = self.replace_status_raw(&res, &ns, &name, status, want_rv).await?;
         serde_json::from_value(stored).map_err(backend)
     }
 

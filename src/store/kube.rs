@@ -1,0 +1,423 @@
+//! The Kubernetes backend of [`Store`]: the resources live in a cluster, reached through kube-rs.
+//!
+//! Reads and writes are API calls (GET, LIST, POST, PUT, PUT `/status`, DELETE), so a reconcile reads
+//! what the API server has, as it would through the SQLite store, and a stale write is refused with a
+//! conflict the controllers already handle. Changes come from one metadata-only watch per kind (kube-rs's
+//! `metadata_watcher`, which re-lists and backs off by itself): enough to know which object changed and
+//! whether only its status did, without holding every object's body in memory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use either::Either;
+use futures_util::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, ObjectList, PartialObjectMeta};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::broadcast;
+
+use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
+use crate::resources::Kind;
+
+/// What the watches learned about an object: enough to tell a status-only change from another.
+#[derive(Clone, PartialEq)]
+struct Seen {
+    resource_version: Option<String>,
+    /// Everything but the resourceVersion that moves when more than the status changes.
+    fingerprint: String,
+}
+
+fn seen(meta: &ObjectMeta) -> Seen {
+    let owners: Vec<&str> = meta.owner_references.iter().flatten().map(|o| o.uid.as_str()).collect();
+    let fingerprint = serde_json::json!([
+        meta.generation,
+        meta.labels,
+        meta.annotations,
+        meta.finalizers,
+        owners,
+        meta.deletion_timestamp.is_some()
+    ])
+    .to_string();
+    Seen { resource_version: meta.resource_version.clone(), fingerprint }
+}
+
+type ObjKey = (String, String, String);
+
+struct Inner {
+    client: kube::Client,
+    events: broadcast::Sender<ChangeEvent>,
+    /// metadata.uid → (resource, namespace, name), from the watches: InfraEnvs are looked up by uid on
+    /// every image request.
+    uids: Arc<RwLock<HashMap<String, ObjKey>>>,
+    watches: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for w in &self.watches {
+            w.abort();
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct KubeStore {
+    inner: Arc<Inner>,
+}
+
+/// The API's description of a kind, for the dynamic watch API.
+fn api_resource(kind: Kind) -> ApiResource {
+    let api_version = kind.api_version();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource {
+        group: group.to_string(),
+        version: version.to_string(),
+        api_version: api_version.to_string(),
+        kind: kind.name().to_string(),
+        plural: kind.plural().to_string(),
+    }
+}
+
+fn store_error<K: Object>(name: &str, e: kube::Error) -> StoreError {
+    match e {
+        kube::Error::Api(status) => match status.code {
+            404 => StoreError::NotFound { resource: resource_name::<K>(), name: name.to_string() },
+            409 if status.is_already_exists() => {
+                StoreError::AlreadyExists { resource: resource_name::<K>(), name: name.to_string() }
+            }
+            409 => StoreError::Conflict(status.message),
+            400 | 422 => StoreError::Invalid(status.message),
+            _ => StoreError::Backend(format!("{} {}: {}", status.code, status.reason, status.message)),
+        },
+        other => StoreError::Backend(other.to_string()),
+    }
+}
+
+/// The collection URL of K in `namespace` ("" for cluster-scoped kinds, None for all namespaces).
+fn collection<K: Object>(namespace: Option<&str>) -> kube::core::Request {
+    kube::core::Request::new(K::url_path(&(), namespace.filter(|ns| !ns.is_empty())))
+}
+
+fn object_namespace<K: Object>(obj: &K) -> Result<(String, String), StoreError> {
+    let meta = obj.meta();
+    let name = meta.name.clone().ok_or_else(|| StoreError::Invalid("metadata.name is required".into()))?;
+    Ok((meta.namespace.clone().unwrap_or_default(), name))
+}
+
+impl KubeStore {
+    /// A store over the cluster `client` reaches, with change events for `kinds` (the kinds whose
+    /// controllers run here). Returns once every watch has listed its kind, so that a controller
+    /// starting now and listing what exists misses nothing that follows.
+    pub async fn start(client: kube::Client, kinds: &[Kind]) -> KubeStore {
+        let events = broadcast::channel(65536).0;
+        let uids: Arc<RwLock<HashMap<String, ObjKey>>> = Arc::default();
+        let mut watches = Vec::new();
+        let mut listed = Vec::new();
+        for &kind in kinds {
+            let (ready, ready_rx) = tokio::sync::oneshot::channel();
+            listed.push(ready_rx);
+            let task = tokio::spawn(watch_kind(client.clone(), kind, events.clone(), Arc::downgrade(&uids), ready));
+            watches.push(task.abort_handle());
+        }
+        for ready in listed {
+            let _ = ready.await;
+        }
+        KubeStore { inner: Arc::new(Inner { client, events, uids, watches }) }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.inner.client
+    }
+}
+
+/// Watches one kind's metadata and announces each change; `ready` fires after the first full list.
+/// A re-list (after the watch expired or the connection dropped) announces what changed meanwhile,
+/// including objects deleted while nobody watched.
+async fn watch_kind(
+    client: kube::Client,
+    kind: Kind,
+    events: broadcast::Sender<ChangeEvent>,
+    uids: std::sync::Weak<RwLock<HashMap<String, ObjKey>>>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let resource = kind.resource();
+    // Kinds without a generation (Secrets) have no status: every change counts.
+    let has_status = kind != Kind::Secret;
+    let api: kube::Api<PartialObjectMeta<DynamicObject>> = kube::Api::all_with(client, &api_resource(kind));
+    let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut known: HashMap<(String, String), (Seen, String)> = HashMap::new();
+    let mut relisted: Option<HashSet<(String, String)>> = None;
+    let mut ready = Some(ready);
+    let announce = |ns: &str, name: &str, status_only: bool, resource_version: Option<String>| {
+        let _ = events.send(ChangeEvent {
+            resource: resource.clone(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            status_only,
+            resource_version,
+        });
+    };
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(kind = kind.name(), error = %e, "watch failed; retrying");
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Init => relisted = Some(HashSet::new()),
+            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
+                let meta = &obj.metadata;
+                let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+                let uid = meta.uid.clone().unwrap_or_default();
+                let now = seen(meta);
+                if let Some(set) = relisted.as_mut() {
+                    set.insert(key.clone());
+                }
+                let before = known.insert(key.clone(), (now.clone(), uid.clone()));
+                if let Some(uids) = uids.upgrade() {
+                    uids.write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(uid, (resource.clone(), key.0.clone(), key.1.clone()));
+                }
+                match before {
+                    Some((b, _)) if b == now => {}
+                    Some((b, _)) => {
+                        let status_only = has_status && b.fingerprint == now.fingerprint;
+                        announce(&key.0, &key.1, status_only, now.resource_version);
+                    }
+                    None => announce(&key.0, &key.1, false, now.resource_version),
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = relisted.take() {
+                    let gone: Vec<_> = known.keys().filter(|k| !listed.contains(*k)).cloned().collect();
+                    for key in gone {
+                        forget(&mut known, &uids, &key);
+                        announce(&key.0, &key.1, false, None);
+                    }
+                }
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                let key =
+                    (obj.metadata.namespace.clone().unwrap_or_default(), obj.metadata.name.clone().unwrap_or_default());
+                forget(&mut known, &uids, &key);
+                announce(&key.0, &key.1, false, None);
+            }
+        }
+    }
+}
+
+fn forget(
+    known: &mut HashMap<(String, String), (Seen, String)>,
+    uids: &std::sync::Weak<RwLock<HashMap<String, ObjKey>>>,
+    key: &(String, String),
+) {
+    if let Some((_, uid)) = known.remove(key)
+        && let Some(uids) = uids.upgrade()
+    {
+        uids.write().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+    }
+}
+
+impl Store for KubeStore {
+    async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
+        let ns = (!namespace.is_empty()).then_some(namespace);
+        let req = collection::<K>(ns).get(name, &Default::default()).map_err(|e| StoreError::Backend(e.to_string()))?;
+        match self.inner.client.request::<K>(req).await {
+            Ok(obj) => Ok(Some(obj)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(store_error::<K>(name, e)),
+        }
+    }
+
+    async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
+        let req =
+            collection::<K>(namespace).list(&ListParams::default()).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let list: ObjectList<K> = self.inner.client.request(req).await.map_err(|e| store_error::<K>("", e))?;
+        Ok(list.items)
+    }
+
+    async fn get_by_uid<K: Object>(&self, uid: &str) -> Result<Option<K>, StoreError> {
+        let known = self.inner.uids.read().unwrap_or_else(|p| p.into_inner()).get(uid).cloned();
+        if let Some((res, ns, name)) = known
+            && res == resource_name::<K>()
+            && let Some(obj) = self.get::<K>(&ns, &name).await?
+            && obj.meta().uid.as_deref() == Some(uid)
+        {
+            return Ok(Some(obj));
+        }
+        // Not seen by a watch (yet): look through all of them.
+        Ok(self.list::<K>(None).await?.into_iter().find(|o| o.meta().uid.as_deref() == Some(uid)))
+    }
+
+    async fn create<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        let (ns, name) = object_namespace(obj)?;
+        let body = serde_json::to_vec(obj).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let req = collection::<K>(Some(&ns))
+            .create(&PostParams::default(), body)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.inner.client.request::<K>(req).await.map_err(|e| store_error::<K>(&name, e))
+    }
+
+    async fn update<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        let (ns, name) = object_namespace(obj)?;
+        let body = serde_json::to_vec(obj).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let req = collection::<K>(Some(&ns))
+            .replace(&name, &PostParams::default(), body)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.inner.client.request::<K>(req).await.map_err(|e| store_error::<K>(&name, e))
+    }
+
+    async fn update_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
+        let (ns, name) = object_namespace(obj)?;
+        let body = serde_json::to_vec(obj).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let req = collection::<K>(Some(&ns))
+            .replace_subresource("status", &name, &PostParams::default(), body)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        self.inner.client.request::<K>(req).await.map_err(|e| store_error::<K>(&name, e))
+    }
+
+    async fn delete<K: Object>(&self, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
+        let ns = (!namespace.is_empty()).then_some(namespace);
+        let req = collection::<K>(ns)
+            .delete(name, &DeleteParams::default())
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        match self.inner.client.request_status::<K>(req).await.map_err(|e| store_error::<K>(name, e))? {
+            // Some servers answer an immediate deletion with the object as it was; only an object still
+            // marked and holding finalizers is pending.
+            Either::Left(obj)
+                if obj.meta().deletion_timestamp.is_some()
+                    && obj.meta().finalizers.iter().flatten().next().is_some() =>
+            {
+                Ok(Deletion::Pending)
+            }
+            _ => Ok(Deletion::Deleted),
+        }
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        self.inner.events.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The store's contract through the Kubernetes API, against the loopback API server.
+    use std::time::Duration;
+
+    use super::*;
+    use crate::resources::InfraEnv;
+    use crate::store::apiserver::ApiServer;
+    use crate::store::sqlite::SqliteStore;
+
+    async fn cluster() -> (ApiServer, KubeStore) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
+        let store = KubeStore::start(server.client(), &Kind::ALL).await;
+        (server, store)
+    }
+
+    fn infraenv(name: &str) -> InfraEnv {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+            "metadata": {"name": name, "namespace": "ns"}, "spec": {"pullSecretRef": {"name": "ps"}}}))
+        .unwrap()
+    }
+
+    async fn next_event(rx: &mut broadcast::Receiver<ChangeEvent>) -> ChangeEvent {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a change event in time").unwrap()
+    }
+
+    #[tokio::test]
+    async fn writes_go_through_the_api_with_its_semantics() {
+        let (server, store) = cluster().await;
+        let created = store.create(&infraenv("a")).await.unwrap();
+        assert_eq!(created.metadata.generation, Some(1));
+        let again = store.create(&infraenv("a")).await.unwrap_err();
+        assert!(matches!(again, StoreError::AlreadyExists { .. }), "{again:?}");
+
+        // A spec change moves the generation; a write naming an old resourceVersion is refused.
+        let mut changed = created.clone();
+        changed.spec.cpu_architecture = Some("arm64".into());
+        let updated = store.update(&changed).await.unwrap();
+        assert_eq!(updated.metadata.generation, Some(2));
+        let stale = store.update(&changed).await.unwrap_err();
+        assert!(stale.is_conflict(), "{stale:?}");
+
+        // The status goes through the status subresource only.
+        let mut with_status = updated.clone();
+        with_status.status.get_or_insert_default().iso_download_url = "http://x/iso".into();
+        let stored = store.update_status(&with_status).await.unwrap();
+        assert_eq!(stored.metadata.generation, Some(2));
+        let read: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert_eq!(read.status.as_ref().unwrap().iso_download_url, "http://x/iso");
+        assert!(server.requests().iter().any(|r| r.starts_with("PUT /apis/agent-install.openshift.io/v1beta1/namespaces/ns/infraenvs/a/status")));
+
+        let uid = read.metadata.uid.clone().unwrap();
+        let by_uid: InfraEnv = store.get_by_uid(&uid).await.unwrap().unwrap();
+        assert_eq!(by_uid.metadata.name.as_deref(), Some("a"));
+
+        // Finalizers hold a deletion until they are removed.
+        let mut held = read.clone();
+        held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        let held = store.update(&held).await.unwrap();
+        assert_eq!(store.delete::<InfraEnv>("ns", "a").await.unwrap(), Deletion::Pending);
+        let mut marked: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert!(marked.metadata.deletion_timestamp.is_some());
+        assert!(marked.metadata.resource_version != held.metadata.resource_version);
+        marked.metadata.finalizers = None;
+        let _ = store.update(&marked).await;
+        assert!(store.get::<InfraEnv>("ns", "a").await.unwrap().is_none());
+        let missing = store.delete::<InfraEnv>("ns", "a").await.unwrap_err();
+        assert!(missing.is_not_found(), "{missing:?}");
+        assert_eq!(missing.to_string(), "infraenvs.agent-install.openshift.io \"a\" not found");
+    }
+
+    #[tokio::test]
+    async fn watches_announce_changes_and_whether_only_the_status_moved() {
+        let (_server, store) = cluster().await;
+        let mut rx = store.subscribe();
+        let created = store.create(&infraenv("w")).await.unwrap();
+        let e = next_event(&mut rx).await;
+        assert_eq!(
+            (e.resource.as_str(), e.namespace.as_str(), e.name.as_str()),
+            ("infraenvs.agent-install.openshift.io", "ns", "w")
+        );
+        assert!(!e.status_only);
+        assert_eq!(e.resource_version, created.metadata.resource_version);
+
+        let mut s = created.clone();
+        s.status.get_or_insert_default().iso_download_url = "http://x/iso".into();
+        let written = store.update_status(&s).await.unwrap();
+        let e = next_event(&mut rx).await;
+        assert!(e.status_only, "{e:?}");
+        assert_eq!(e.resource_version, written.metadata.resource_version);
+
+        let mut labelled = written.clone();
+        labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        store.update(&labelled).await.unwrap();
+        assert!(!next_event(&mut rx).await.status_only);
+
+        store.delete::<InfraEnv>("ns", "w").await.unwrap();
+        let e = next_event(&mut rx).await;
+        assert_eq!((e.name.as_str(), e.resource_version), ("w", None));
+    }
+
+    #[tokio::test]
+    async fn objects_that_existed_before_the_store_started_are_known_by_uid() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
+        let first = KubeStore::start(server.client(), &[]).await;
+        let created = first.create(&infraenv("early")).await.unwrap();
+        let store = KubeStore::start(server.client(), &[Kind::InfraEnv]).await;
+        let uid = created.metadata.uid.unwrap();
+        assert!(store.inner.uids.read().unwrap().contains_key(&uid), "the first list filled the uid index");
+        assert!(store.get_by_uid::<InfraEnv>(&uid).await.unwrap().is_some());
+    }
+}
