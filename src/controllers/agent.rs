@@ -34,13 +34,17 @@ pub struct AgentContext<S: Store> {
     pub own_writes: OwnWrites,
 }
 
-/// The last resourceVersion the agent controller wrote, per Agent. A reconcile computes an Agent from
+/// The last resourceVersions the agent controller wrote, per Agent. A reconcile computes an Agent from
 /// the Agent and the world; the change event of its own write would only run it again to find nothing
 /// to do, and an Agent is written at nearly every change of its host, so that echo was half the
 /// controller's work in a busy pool. Events with any other resourceVersion (a user's edit, another
 /// controller's write) still queue the Agent.
 #[derive(Default)]
-pub struct OwnWrites(std::sync::Mutex<std::collections::HashMap<(String, String), String>>);
+pub struct OwnWrites(std::sync::Mutex<std::collections::HashMap<(String, String), Vec<String>>>);
+
+/// Writes remembered per Agent: a reconcile makes at most two (object, then status, on Kubernetes),
+/// and an echo that never comes (a watch that re-listed) must not make the list grow.
+const OWN_WRITES_KEPT: usize = 4;
 
 impl OwnWrites {
     fn record(&self, agent: &Agent) {
@@ -49,20 +53,27 @@ impl OwnWrites {
         else {
             return;
         };
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert((ns.clone(), name.clone()), rv.clone());
+        let mut writes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let rvs = writes.entry((ns.clone(), name.clone())).or_default();
+        if rvs.len() == OWN_WRITES_KEPT {
+            rvs.remove(0);
+        }
+        rvs.push(rv.clone());
     }
 
-    /// Whether an event for `ns/name` at `resource_version` is the echo of this controller's last write
-    /// (answered once: the entry goes).
+    /// Whether an event for `ns/name` at `resource_version` is the echo of one of this controller's
+    /// last writes (answered once: the entry goes).
     pub fn is_echo(&self, ns: &str, name: &str, resource_version: Option<&str>) -> bool {
         let Some(rv) = resource_version else { return false };
         let mut writes = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let key = (ns.to_string(), name.to_string());
-        if writes.get(&key).is_some_and(|w| w == rv) {
+        let Some(rvs) = writes.get_mut(&key) else { return false };
+        let Some(at) = rvs.iter().position(|w| w == rv) else { return false };
+        rvs.remove(at);
+        if rvs.is_empty() {
             writes.remove(&key);
-            return true;
         }
-        false
+        true
     }
 }
 
@@ -761,7 +772,14 @@ async fn update_status<S: Store>(
         }
     }
     let written = match (metadata_unwritten, agent.status != before) {
-        (true, true) => ctx.store.update_with_status(&agent).await?,
+        (true, true) if ctx.store.writes_object_and_status_at_once() => ctx.store.update_with_status(&agent).await?,
+        (true, true) => {
+            // Two writes and two change events, both this controller's own.
+            let stored = ctx.store.update(&agent).await?;
+            ctx.own_writes.record(&stored);
+            agent.metadata = stored.metadata;
+            ctx.store.update_status(&agent).await?
+        }
         (true, false) => ctx.store.update(&agent).await?,
         (false, true) => ctx.store.update_status(&agent).await?,
         (false, false) => return Ok(()),

@@ -18,24 +18,52 @@ use crate::hosts::{HostKind, HostStatus};
 use crate::resources::agent::{Agent, DeprovisionInfo, SKIP_SPOKE_CLEANUP_ANNOTATION};
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, Kind};
 use crate::store::Store;
+use crate::store::apiserver::ApiServer;
+use crate::store::kube::KubeStore;
 use crate::store::sqlite::SqliteStore;
 
 mod metal3;
 
 const NS: &str = "pool";
 
-struct World {
-    store: SqliteStore,
+/// The hub as a scenario sees it: the controllers' store (SQLite, or a cluster through the Kubernetes
+/// API), the store users apply their YAML to (the same SQLite store, or the one behind that API), and
+/// the backend's host records (a local SQLite file in both deployments).
+struct World<S: Store> {
+    store: S,
+    api: SqliteStore,
     backend: Arc<Backend>,
     clock: Arc<ManualClock>,
-    hub: Hub<SqliteStore>,
+    hub: Hub<S>,
+    /// The Kubernetes API server of the Kubernetes variant, alive as long as the world.
+    _cluster: Option<Arc<ApiServer>>,
 }
 
-async fn world() -> World {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// The embedded deployment: one SQLite store for everything.
+async fn embedded() -> World<SqliteStore> {
     let store = SqliteStore::open_in_memory().unwrap();
+    world(store.clone(), store.clone(), store, None).await
+}
+
+/// The Kubernetes deployment: the controllers reach the resources through kube-rs and an API server;
+/// host records stay in a SQLite store of their own.
+async fn on_kubernetes() -> World<KubeStore> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = SqliteStore::open_in_memory().unwrap();
+    let server = ApiServer::start(api.clone()).await;
+    let store = KubeStore::start(server.client(), &Kind::ALL).await;
+    world(store, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server))).await
+}
+
+async fn world<S: Store>(
+    store: S,
+    api: SqliteStore,
+    records: SqliteStore,
+    cluster: Option<Arc<ApiServer>>,
+) -> World<S> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let clock = Arc::new(ManualClock::new(Timestamp::now()));
-    let backend = Backend::load(store.clone(), clock.clone(), BackendConfig::default()).await.unwrap();
+    let backend = Backend::load(records, clock.clone(), BackendConfig::default()).await.unwrap();
     let hub = Hub {
         agents: AgentContext {
             store: store.clone(),
@@ -48,7 +76,7 @@ async fn world() -> World {
         },
         clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
     };
-    let w = World { store, backend, clock, hub };
+    let w = World { store, api, backend, clock, hub, _cluster: cluster };
     w.apply(
         Kind::Secret,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
@@ -59,12 +87,26 @@ async fn world() -> World {
     w
 }
 
-impl World {
+/// Each scenario named runs twice: against the embedded store (`embedded::NAME`) and against a
+/// Kubernetes API server through kube-rs (`kubernetes::NAME`), with the same assertions.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $( #[tokio::test] async fn $name() { super::$name(super::embedded().await).await } )*
+        }
+        mod kubernetes {
+            $( #[tokio::test] async fn $name() { super::$name(super::on_kubernetes().await).await } )*
+        }
+    };
+}
+use on_both_stores;
+
+impl<S: Store> World<S> {
     /// Applies a document the way the API does (validated and normalized first).
     async fn apply(&self, kind: Kind, doc: Value) -> Value {
         let (checked_kind, doc) = crate::resources::validate_document(&doc).expect("a valid document");
         assert_eq!(checked_kind, kind);
-        self.store.apply_document(kind, doc).await.expect("apply").0
+        self.api.apply_document(kind, doc).await.expect("apply").0
     }
 
     async fn infraenv(&self, name: &str, cluster_ref: Option<&str>) -> String {
@@ -230,9 +272,7 @@ fn deprovision(agent: &Agent) -> Option<DeprovisionInfo> {
     agent.status.as_ref().and_then(|s| s.deprovision_info.clone())
 }
 
-#[tokio::test]
-async fn scenario_25_agent_bind() {
-    let w = world().await;
+async fn scenario_25_agent_bind<S: Store>(w: World<S>) {
     let cid = w.cluster_deployment("c1", true).await.unwrap();
     let id = w.pool_host("pool", 0).await;
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
@@ -242,9 +282,7 @@ async fn scenario_25_agent_bind() {
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
-#[tokio::test]
-async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers() {
-    let w = world().await;
+async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", false).await;
     let id = w.pool_host("pool", 0).await;
     let action = w.set_cluster(&id, Some("c1")).await;
@@ -259,9 +297,7 @@ async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers() {
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
-#[tokio::test]
-async fn scenario_27_moving_an_agent_unbinds_it_first() {
-    let w = world().await;
+async fn scenario_27_moving_an_agent_unbinds_it_first<S: Store>(w: World<S>) {
     w.cluster_deployment("a", true).await;
     w.cluster_deployment("b", true).await;
     let id = w.pool_host("pool", 0).await;
@@ -272,9 +308,7 @@ async fn scenario_27_moving_an_agent_unbinds_it_first() {
     assert_eq!((host.status, host.cluster_id), (HostStatus::Unbinding, None));
 }
 
-#[tokio::test]
-async fn scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not() {
-    let w = world().await;
+async fn scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let day1 = w.pool_host("pool", 0).await;
     w.set_cluster(&day1, Some("c1")).await;
@@ -305,9 +339,7 @@ async fn scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_ho
 
 /// Scenario 29, then the reclaim flow of §7 to its end: the reclaim agent's steps, the reboot into
 /// discovery, and the spoke clean-up of §2.8 once the host is back.
-#[tokio::test]
-async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke() {
-    let w = world().await;
+async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     let node = w.hostname(&id).await;
@@ -348,9 +380,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke()
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
-#[tokio::test]
-async fn scenario_30_reclaim_falls_back_to_a_plain_unbind() {
-    let w = world().await;
+async fn scenario_30_reclaim_falls_back_to_a_plain_unbind<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     // No admin kubeconfig.
     let a = w.installed_host("c1", 0).await;
@@ -372,7 +402,7 @@ async fn scenario_30_reclaim_falls_back_to_a_plain_unbind() {
 }
 
 /// A host unbound without reclaim, its spoke holding its node: the setting of scenarios 32–35.
-async fn unbound_waiting_for_reboot(w: &World) -> (String, String, FakeApiServer) {
+async fn unbound_waiting_for_reboot<S: Store>(w: &World<S>) -> (String, String, FakeApiServer) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     let node = w.hostname(&id).await;
@@ -384,14 +414,12 @@ async fn unbound_waiting_for_reboot(w: &World) -> (String, String, FakeApiServer
     (id, node, spoke)
 }
 
-async fn reboot_into_discovery(w: &World, id: &str) {
+async fn reboot_into_discovery<S: Store>(w: &World<S>, id: &str) {
     w.register_again(id).await;
     assert_eq!(w.status(id).await, HostStatus::DiscoveringUnbound);
 }
 
-#[tokio::test]
-async fn scenario_32_no_spoke_cleanup_while_the_host_is_unbinding() {
-    let w = world().await;
+async fn scenario_32_no_spoke_cleanup_while_the_host_is_unbinding<S: Store>(w: World<S>) {
     let (id, node, spoke) = unbound_waiting_for_reboot(&w).await;
     let before = spoke.requests().len();
     w.reconcile(&id).await;
@@ -400,9 +428,7 @@ async fn scenario_32_no_spoke_cleanup_while_the_host_is_unbinding() {
     assert!(deprovision(&w.agent(&id).await).is_some());
 }
 
-#[tokio::test]
-async fn scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spoke() {
-    let w = world().await;
+async fn scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spoke<S: Store>(w: World<S>) {
     let (id, node, spoke) = unbound_waiting_for_reboot(&w).await;
     let mut a = w.agent(&id).await;
     a.metadata.annotations.get_or_insert_default().insert(SKIP_SPOKE_CLEANUP_ANNOTATION.into(), "true".into());
@@ -415,9 +441,7 @@ async fn scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spok
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some());
 }
 
-#[tokio::test]
-async fn scenario_34_a_failed_spoke_cleanup_is_reported_and_retried() {
-    let w = world().await;
+async fn scenario_34_a_failed_spoke_cleanup_is_reported_and_retried<S: Store>(w: World<S>) {
     let (id, _node, spoke) = unbound_waiting_for_reboot(&w).await;
     spoke.fail("DELETE", "/api/v1/nodes/", 500);
     reboot_into_discovery(&w, &id).await;
@@ -426,9 +450,7 @@ async fn scenario_34_a_failed_spoke_cleanup_is_reported_and_retried() {
     assert!(info.message.contains("failed to delete node"), "{}", info.message);
 }
 
-#[tokio::test]
-async fn scenario_35_the_node_leaves_the_spoke_once_the_host_is_back() {
-    let w = world().await;
+async fn scenario_35_the_node_leaves_the_spoke_once_the_host_is_back<S: Store>(w: World<S>) {
     let (id, node, spoke) = unbound_waiting_for_reboot(&w).await;
     reboot_into_discovery(&w, &id).await;
     w.reconcile(&id).await;
@@ -436,9 +458,7 @@ async fn scenario_35_the_node_leaves_the_spoke_once_the_host_is_back() {
     assert_eq!(deprovision(&w.agent(&id).await), None);
 }
 
-#[tokio::test]
-async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke() {
-    let w = world().await;
+async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
@@ -451,9 +471,7 @@ async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke() {
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none(), "the finalizer is removed");
 }
 
-#[tokio::test]
-async fn scenario_37_deleting_an_installed_agent_removes_its_node() {
-    let w = world().await;
+async fn scenario_37_deleting_an_installed_agent_removes_its_node<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     let node = w.hostname(&id).await;
@@ -464,9 +482,7 @@ async fn scenario_37_deleting_an_installed_agent_removes_its_node() {
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn scenario_40_an_agent_without_its_host_gets_it_back() {
-    let w = world().await;
+async fn scenario_40_an_agent_without_its_host_gets_it_back<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
     // A restored backup: the Agent without the state annotation, and no host record.
     let mut a = w.agent(&id).await;
@@ -478,9 +494,7 @@ async fn scenario_40_an_agent_without_its_host_gets_it_back() {
     assert_eq!((host.status, host.cluster_id), (HostStatus::KnownUnbound, None));
 }
 
-#[tokio::test]
-async fn scenario_55_deleting_the_install_unbinds_late_bound_agents() {
-    let w = world().await;
+async fn scenario_55_deleting_the_install_unbinds_late_bound_agents<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
@@ -492,9 +506,7 @@ async fn scenario_55_deleting_the_install_unbinds_late_bound_agents() {
     assert!(w.store.get::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted() {
-    let w = world().await;
+async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(w: World<S>) {
     let cid = w.cluster_deployment("c1", true).await.unwrap();
     w.infraenv("c1-hosts", Some("c1")).await;
     let ie_uid = w.ie_uid("c1-hosts").await;
@@ -515,9 +527,7 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted() {
     assert!(w.backend.host(&id).await.is_none());
 }
 
-#[tokio::test]
-async fn scenario_57_preserve_on_delete_deletes_late_bound_agents() {
-    let w = world().await;
+async fn scenario_57_preserve_on_delete_deletes_late_bound_agents<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let mut cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
     cd.spec.preserve_on_delete = true;
@@ -529,9 +539,7 @@ async fn scenario_57_preserve_on_delete_deletes_late_bound_agents() {
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor() {
-    let w = world().await;
+async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
     w.clock.advance(SignedDuration::from_secs(179));
     w.backend.refresh_all().await;
@@ -545,9 +553,7 @@ async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor()
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
-#[tokio::test]
-async fn infraenv_labels_named_for_propagation_become_node_labels() {
-    let w = world().await;
+async fn infraenv_labels_named_for_propagation_become_node_labels<S: Store>(w: World<S>) {
     let propagate = |keys: &str| {
         json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
                "metadata": {"name": "pool", "namespace": NS, "labels": {"zone": "a", "rack": "r1", "other": "x"},
@@ -575,9 +581,7 @@ async fn infraenv_labels_named_for_propagation_become_node_labels() {
     assert_eq!(w.backend.host(&id).await.unwrap().node_labels, r#"{"mine":"yes","zone":"a"}"#);
 }
 
-#[tokio::test]
-async fn the_ignition_endpoint_token_comes_from_the_referenced_secret() {
-    let w = world().await;
+async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
     let set_ref = |name: Option<&str>| {
         let w = &w;
@@ -618,7 +622,7 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret() {
 
 /// A host of cluster c1 mid-installation (Configuring), its node in a reachable spoke: the setting of
 /// scenario 38.
-async fn mid_installation_with_spoke(w: &World) -> (String, String, FakeApiServer) {
+async fn mid_installation_with_spoke<S: Store>(w: &World<S>) -> (String, String, FakeApiServer) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     w.set_host(&id, HostStatus::InstallingInProgress, "Configuring").await;
@@ -628,9 +632,7 @@ async fn mid_installation_with_spoke(w: &World) -> (String, String, FakeApiServe
     (id, node, spoke)
 }
 
-#[tokio::test]
-async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke() {
-    let w = world().await;
+async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke<S: Store>(w: World<S>) {
     let (id, node, spoke) = mid_installation_with_spoke(&w).await;
     let mut a = w.agent(&id).await;
     a.status.get_or_insert_default().csr_status.approved_csrs =
@@ -642,9 +644,7 @@ async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_clean
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering() {
-    let w = world().await;
+async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     w.set_host(&id, HostStatus::InstallingInProgress, "Writing image to disk").await;
@@ -662,28 +662,64 @@ async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_
 }
 
 /// The agent controller's own writes do not queue the Agent again; anyone else's do.
-#[tokio::test]
-async fn an_agents_own_write_does_not_queue_it_again() {
-    let w = world().await;
+async fn an_agents_own_write_does_not_queue_it_again<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
     let mut events = w.store.subscribe();
+    settle(&mut events).await;
     // The host changes: the reconcile writes the Agent (its state annotation and status).
     w.register_again(&id).await;
     w.reconcile(&id).await;
     let (agents, clusters) = (super::WorkQueue::default(), super::WorkQueue::default());
-    let mut own = 0;
-    while let Ok(ev) = events.try_recv() {
-        own += 1;
+    let own = settle(&mut events).await;
+    assert!(!own.is_empty(), "the reconcile wrote the Agent");
+    for ev in own {
         super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
     }
-    assert!(own > 0, "the reconcile wrote the Agent");
     assert_eq!(agents.pending(), 0, "the echo of the controller's own write queued the Agent");
 
     // A user's edit of the same Agent queues it.
     let mut a = w.agent(&id).await;
     a.metadata.labels.get_or_insert_default().insert("team".into(), "blue".into());
     w.store.update(&a).await.unwrap();
-    let ev = events.try_recv().unwrap();
-    super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
+    for ev in settle(&mut events).await {
+        super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
+    }
     assert_eq!(agents.pending(), 1);
+}
+
+/// The change events that arrive until none has for a while: a watch delivers them some time after
+/// the write, where the SQLite store has them at once.
+async fn settle(
+    events: &mut tokio::sync::broadcast::Receiver<crate::store::ChangeEvent>,
+) -> Vec<crate::store::ChangeEvent> {
+    let mut got = Vec::new();
+    while let Ok(Ok(ev)) = tokio::time::timeout(Duration::from_millis(300), events.recv()).await {
+        got.push(ev);
+    }
+    got
+}
+
+on_both_stores! {
+    scenario_25_agent_bind,
+    scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers,
+    scenario_27_moving_an_agent_unbinds_it_first,
+    scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not,
+    scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke,
+    scenario_30_reclaim_falls_back_to_a_plain_unbind,
+    scenario_32_no_spoke_cleanup_while_the_host_is_unbinding,
+    scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spoke,
+    scenario_34_a_failed_spoke_cleanup_is_reported_and_retried,
+    scenario_35_the_node_leaves_the_spoke_once_the_host_is_back,
+    scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke,
+    scenario_37_deleting_an_installed_agent_removes_its_node,
+    scenario_40_an_agent_without_its_host_gets_it_back,
+    scenario_55_deleting_the_install_unbinds_late_bound_agents,
+    scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted,
+    scenario_57_preserve_on_delete_deletes_late_bound_agents,
+    pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor,
+    infraenv_labels_named_for_propagation_become_node_labels,
+    the_ignition_endpoint_token_comes_from_the_referenced_secret,
+    scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke,
+    scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering,
+    an_agents_own_write_does_not_queue_it_again,
 }

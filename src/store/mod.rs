@@ -127,6 +127,11 @@ pub trait Store: Clone + Send + Sync + 'static {
             self.update_status(&with_status).await
         }
     }
+    /// Whether [`Store::update_with_status`] is one write (one resourceVersion, one change event),
+    /// rather than the two Kubernetes makes.
+    fn writes_object_and_status_at_once(&self) -> bool {
+        false
+    }
     fn delete<K: Object>(
         &self,
         namespace: &str,

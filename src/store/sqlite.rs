@@ -1231,6 +1231,10 @@ impl Store for SqliteStore {
         serde_json::from_value(stored).map_err(backend)
     }
 
+    fn writes_object_and_status_at_once(&self) -> bool {
+        true
+    }
+
     async fn update_with_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
         if let Some(written) = self.write_verbatim(obj, Part::All).await {
             return written;

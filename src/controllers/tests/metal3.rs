@@ -17,7 +17,7 @@ use crate::resources::{BareMetalHost, PreprovisioningImage, Time};
 
 const ISO_URL: &str = "http://hub.example:8090/byapikey/token/4.16/x86_64/full.iso";
 
-fn bmac_ctx(w: &World, converged: bool) -> BmacContext<SqliteStore> {
+fn bmac_ctx<S: Store>(w: &World<S>, converged: bool) -> BmacContext<S> {
     let clock: Arc<dyn Clock> = w.clock.clone();
     BmacContext {
         store: w.store.clone(),
@@ -28,7 +28,7 @@ fn bmac_ctx(w: &World, converged: bool) -> BmacContext<SqliteStore> {
     }
 }
 
-fn ppi_ctx(w: &World) -> PpiContext<SqliteStore> {
+fn ppi_ctx<S: Store>(w: &World<S>) -> PpiContext<S> {
     let clock: Arc<dyn Clock> = w.clock.clone();
     PpiContext { store: w.store.clone(), clock, image_cooldown: bmac::IMAGE_COOLDOWN }
 }
@@ -38,7 +38,7 @@ fn mac(index: usize) -> String {
     format!("52:54:00:00:{:02x}:{:02x}", (index >> 8) & 0xff, index & 0xff)
 }
 
-impl World {
+impl<S: Store> World<S> {
     /// A BMH of the pool InfraEnv booting from the NIC of simulated host `index`.
     async fn bmh(&self, name: &str, index: usize, annotations: Value) -> BareMetalHost {
         self.apply(
@@ -91,7 +91,7 @@ impl World {
         self.store.update_status(&infraenv).await.unwrap();
     }
 
-    async fn run_bmac(&self, ctx: &BmacContext<SqliteStore>, name: &str) -> bmac::Action {
+    async fn run_bmac(&self, ctx: &BmacContext<S>, name: &str) -> bmac::Action {
         // Each reconcile stops after its first change; a few rounds reach the fixed point.
         let mut last = bmac::Action::Done;
         for _ in 0..6 {
@@ -105,9 +105,7 @@ fn annotation(b: &BareMetalHost, key: &str) -> Option<String> {
     b.annotation(key).map(str::to_string)
 }
 
-#[tokio::test]
-async fn scenario_58_a_bmh_gets_the_infraenv_iso_once_the_image_is_old_enough() {
-    let w = world().await;
+async fn scenario_58_a_bmh_gets_the_infraenv_iso_once_the_image_is_old_enough<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     w.bmh("bmh-0", 0, json!({})).await;
@@ -123,9 +121,7 @@ async fn scenario_58_a_bmh_gets_the_infraenv_iso_once_the_image_is_old_enough() 
     assert_eq!(b.metadata.labels.unwrap().get(BACKUP_LABEL).map(String::as_str), Some("true"));
 }
 
-#[tokio::test]
-async fn scenario_59_a_fresh_image_cools_down_before_the_bmh_gets_it() {
-    let w = world().await;
+async fn scenario_59_a_fresh_image_cools_down_before_the_bmh_gets_it<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_secs(20)).await;
     w.bmh("bmh-0", 0, json!({})).await;
@@ -140,9 +136,7 @@ async fn scenario_59_a_fresh_image_cools_down_before_the_bmh_gets_it() {
     assert_eq!(w.get_bmh("bmh-0").await.spec.image.map(|i| i.url).as_deref(), Some(ISO_URL));
 }
 
-#[tokio::test]
-async fn scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations() {
-    let w = world().await;
+async fn scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     let older = w.pool_host("pool", 0).await;
@@ -182,9 +176,7 @@ async fn scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations() {
     assert_eq!(old.spec.role, None);
 }
 
-#[tokio::test]
-async fn scenario_61_the_cluster_reference_annotation_binds_and_unbinds() {
-    let w = world().await;
+async fn scenario_61_the_cluster_reference_annotation_binds_and_unbinds<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     let id = w.pool_host("pool", 0).await;
@@ -237,9 +229,7 @@ fn scenario_62_root_device_hints_pick_the_installation_disk() {
     );
 }
 
-#[tokio::test]
-async fn scenario_62_hints_that_match_nothing_set_the_not_found_disk_on_the_agent() {
-    let w = world().await;
+async fn scenario_62_hints_that_match_nothing_set_the_not_found_disk_on_the_agent<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     let id = w.pool_host("pool", 0).await;
@@ -252,9 +242,7 @@ async fn scenario_62_hints_that_match_nothing_set_the_not_found_disk_on_the_agen
     assert_eq!(w.agent(&id).await.spec.installation_disk_id.as_deref(), Some(bmac::DISK_NOT_FOUND_BY_HINTS));
 }
 
-#[tokio::test]
-async fn scenario_63_the_agent_inventory_becomes_hardware_details() {
-    let w = world().await;
+async fn scenario_63_the_agent_inventory_becomes_hardware_details<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     let id = w.pool_host("pool", 3).await;
@@ -280,9 +268,7 @@ async fn scenario_63_the_agent_inventory_becomes_hardware_details() {
     assert_eq!(details["hostname"], "named.example.com");
 }
 
-#[tokio::test]
-async fn scenario_64_a_bmh_is_detached_once_its_agent_is_past_writing_the_image() {
-    let w = world().await;
+async fn scenario_64_a_bmh_is_detached_once_its_agent_is_past_writing_the_image<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     w.cluster_deployment("c1", true).await;
@@ -318,9 +304,7 @@ async fn scenario_64_a_bmh_is_detached_once_its_agent_is_past_writing_the_image(
 /// Scenario 65 and §5.5 to the end: the cluster is deleted, the installed host waits for a reboot,
 /// the BMAC gives the BMH back to metal3, metal3 deprovisions it and boots the ISO, and the host is
 /// back in the pool.
-#[tokio::test]
-async fn scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_through_its_bmh() {
-    let w = world().await;
+async fn scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_through_its_bmh<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     w.cluster_deployment("c1", true).await;
@@ -358,9 +342,7 @@ async fn scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_throug
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
-#[tokio::test]
-async fn scenario_65_a_bmh_that_is_not_detached_is_left_alone() {
-    let w = world().await;
+async fn scenario_65_a_bmh_that_is_not_detached_is_left_alone<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     w.cluster_deployment("c1", true).await;
@@ -377,7 +359,7 @@ async fn scenario_65_a_bmh_that_is_not_detached_is_left_alone() {
 }
 
 /// A PPI for bmh-0 in the pool InfraEnv, owned by the BMH.
-async fn ppi(w: &World, formats: &[&str], arch: &str) -> PreprovisioningImage {
+async fn ppi<S: Store>(w: &World<S>, formats: &[&str], arch: &str) -> PreprovisioningImage {
     let bmh = w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap();
     let owners = bmh
         .map(|b| {
@@ -396,11 +378,11 @@ async fn ppi(w: &World, formats: &[&str], arch: &str) -> PreprovisioningImage {
     get_ppi(w).await
 }
 
-async fn get_ppi(w: &World) -> PreprovisioningImage {
+async fn get_ppi<S: Store>(w: &World<S>) -> PreprovisioningImage {
     w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().expect("the PPI exists")
 }
 
-async fn run_ppi(w: &World) -> ppi::Action {
+async fn run_ppi<S: Store>(w: &World<S>) -> ppi::Action {
     let ctx = ppi_ctx(w);
     let mut last = ppi::Action::Done;
     for _ in 0..3 {
@@ -414,9 +396,7 @@ fn ppi_condition(p: &PreprovisioningImage, type_: &str) -> (String, String, Stri
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
-#[tokio::test]
-async fn scenario_66_converged_a_ready_ppi_sets_the_assisted_deploy_method() {
-    let w = world().await;
+async fn scenario_66_converged_a_ready_ppi_sets_the_assisted_deploy_method<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, true);
     w.bmh("bmh-0", 0, json!({})).await;
     w.metal3_reports("bmh-0", "available", "OK").await;
@@ -437,9 +417,7 @@ async fn scenario_66_converged_a_ready_ppi_sets_the_assisted_deploy_method() {
     assert_eq!(annotation(&b, INSPECT_ANNOTATION), None);
 }
 
-#[tokio::test]
-async fn scenario_67_converged_an_unbound_host_is_deprovisioned_and_deployed_again() {
-    let w = world().await;
+async fn scenario_67_converged_an_unbound_host_is_deprovisioned_and_deployed_again<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, true);
     w.cluster_deployment("c1", true).await;
     w.bmh("bmh-0", 0, json!({})).await;
@@ -471,9 +449,9 @@ async fn scenario_67_converged_an_unbound_host_is_deprovisioned_and_deployed_aga
     assert_eq!(w.get_bmh("bmh-0").await.spec.custom_deploy.map(|c| c.method).as_deref(), Some(ASSISTED_DEPLOY_METHOD));
 }
 
-#[tokio::test]
-async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3_then_deletes_the_agent() {
-    let w = world().await;
+async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3_then_deletes_the_agent<S: Store>(
+    w: World<S>,
+) {
     let ctx = bmac_ctx(&w, true);
     let id = w.pool_host("pool", 0).await;
     w.bmh("bmh-0", 0, json!({REMOVE_AGENT_ON_DELETE_ANNOTATION: "true", DETACHED_ANNOTATION: "x"})).await;
@@ -492,9 +470,7 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
     assert!(agent.is_none_or(|a| a.metadata.deletion_timestamp.is_some()), "the Agent is being deleted");
 }
 
-#[tokio::test]
-async fn deleting_a_bmh_without_remove_agent_keeps_the_agent() {
-    let w = world().await;
+async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     let id = w.pool_host("pool", 0).await;
@@ -506,9 +482,7 @@ async fn deleting_a_bmh_without_remove_agent_keeps_the_agent() {
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_some_and(|a| a.metadata.deletion_timestamp.is_none()));
 }
 
-#[tokio::test]
-async fn scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv() {
-    let w = world().await;
+async fn scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv<S: Store>(w: World<S>) {
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
     run_ppi(&w).await;
@@ -518,9 +492,7 @@ async fn scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv() {
     assert!(p.metadata.finalizers.unwrap().contains(&PPI_FINALIZER.to_string()));
 }
 
-#[tokio::test]
-async fn scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait() {
-    let w = world().await;
+async fn scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait<S: Store>(w: World<S>) {
     ppi(&w, &["iso"], "x86_64").await;
     run_ppi(&w).await;
     assert_eq!(
@@ -538,9 +510,7 @@ async fn scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait() {
     assert_eq!(p.status.unwrap().image_url, "");
 }
 
-#[tokio::test]
-async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned() {
-    let w = world().await;
+async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned<S: Store>(w: World<S>) {
     w.bmh("bmh-0", 0, json!({})).await;
     w.metal3_reports("bmh-0", "available", "OK").await;
     w.image_created("pool", SignedDuration::from_mins(5)).await;
@@ -574,9 +544,7 @@ async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned() {
     assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None);
 }
 
-#[tokio::test]
-async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters() {
-    let w = world().await;
+async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World<S>) {
     let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
     ie.spec.kernel_arguments = serde_json::from_value(json!([{"operation": "append", "value": "console=ttyS0"},
                                                              {"operation": "append", "value": "debug"}]))
@@ -595,9 +563,7 @@ async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters() {
     );
 }
 
-#[tokio::test]
-async fn scenario_75_a_ppi_for_another_architecture_is_refused() {
-    let w = world().await;
+async fn scenario_75_a_ppi_for_another_architecture_is_refused<S: Store>(w: World<S>) {
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "aarch64").await;
     run_ppi(&w).await;
@@ -613,9 +579,7 @@ async fn scenario_75_a_ppi_for_another_architecture_is_refused() {
     assert_eq!(ppi_condition(&p, "Error").0, "True");
 }
 
-#[tokio::test]
-async fn a_ppi_without_a_usable_infraenv_or_format_says_why() {
-    let w = world().await;
+async fn a_ppi_without_a_usable_infraenv_or_format_says_why<S: Store>(w: World<S>) {
     ppi(&w, &["qcow2"], "x86_64").await;
     run_ppi(&w).await;
     let p = get_ppi(&w).await;
@@ -642,9 +606,7 @@ async fn a_ppi_without_a_usable_infraenv_or_format_says_why() {
     assert_eq!(ppi_condition(&p, "Error").0, "False");
 }
 
-#[tokio::test]
-async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning() {
-    let w = world().await;
+async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: Store>(w: World<S>) {
     w.bmh("bmh-0", 0, json!({})).await;
     let mut b = w.get_bmh("bmh-0").await;
     b.spec.automated_cleaning_mode = Some("metadata".into());
@@ -665,9 +627,7 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning() {
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn scenario_31_without_metal3_a_bmh_label_does_not_stop_reclaim() {
-    let mut w = world().await;
+async fn scenario_31_without_metal3_a_bmh_label_does_not_stop_reclaim<S: Store>(mut w: World<S>) {
     w.hub.agents.metal3 = false;
     w.cluster_deployment("c1", true).await;
     w.bmh("bmh-0", 0, json!({})).await;
@@ -681,9 +641,7 @@ async fn scenario_31_without_metal3_a_bmh_label_does_not_stop_reclaim() {
     assert_eq!(w.status(&id).await, HostStatus::Reclaiming);
 }
 
-#[tokio::test]
-async fn scenario_30_with_metal3_an_agent_with_its_bmh_is_not_reclaimed() {
-    let w = world().await;
+async fn scenario_30_with_metal3_an_agent_with_its_bmh_is_not_reclaimed<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     w.bmh("bmh-0", 0, json!({})).await;
     let id = w.installed_host("c1", 0).await;
@@ -699,9 +657,7 @@ async fn scenario_30_with_metal3_an_agent_with_its_bmh_is_not_reclaimed() {
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
-#[tokio::test]
-async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_spoke() {
-    let w = world().await;
+async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_spoke<S: Store>(w: World<S>) {
     let (id, node, spoke) = mid_installation_with_spoke(&w).await;
     w.bmh("bmh-0", 0, json!({SPOKE_BMH_MACHINE_CREATED_ANNOTATION: "2026-11-24T10:00:00Z"})).await;
     let mut a = w.agent(&id).await;
@@ -711,4 +667,30 @@ async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_s
     w.reconcile(&id).await;
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none(), "{:?}", spoke.requests());
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+}
+
+on_both_stores! {
+    scenario_58_a_bmh_gets_the_infraenv_iso_once_the_image_is_old_enough,
+    scenario_59_a_fresh_image_cools_down_before_the_bmh_gets_it,
+    scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations,
+    scenario_61_the_cluster_reference_annotation_binds_and_unbinds,
+    scenario_62_hints_that_match_nothing_set_the_not_found_disk_on_the_agent,
+    scenario_63_the_agent_inventory_becomes_hardware_details,
+    scenario_64_a_bmh_is_detached_once_its_agent_is_past_writing_the_image,
+    scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_through_its_bmh,
+    scenario_65_a_bmh_that_is_not_detached_is_left_alone,
+    scenario_66_converged_a_ready_ppi_sets_the_assisted_deploy_method,
+    scenario_67_converged_an_unbound_host_is_deprovisioned_and_deployed_again,
+    scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3_then_deletes_the_agent,
+    deleting_a_bmh_without_remove_agent_keeps_the_agent,
+    scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv,
+    scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait,
+    scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned,
+    scenario_73_an_initrd_ppi_gets_kernel_and_parameters,
+    scenario_75_a_ppi_for_another_architecture_is_refused,
+    a_ppi_without_a_usable_infraenv_or_format_says_why,
+    scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning,
+    scenario_31_without_metal3_a_bmh_label_does_not_stop_reclaim,
+    scenario_30_with_metal3_an_agent_with_its_bmh_is_not_reclaimed,
+    scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_spoke,
 }
