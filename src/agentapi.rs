@@ -21,12 +21,11 @@ use crate::http::Body;
 use crate::image::Images;
 use crate::resources::agent::{Agent, AgentSpec, ClusterDeploymentReference};
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv};
-use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError};
 
-pub struct AgentApi {
+pub struct AgentApi<S: Store> {
     pub backend: Arc<Backend>,
-    pub images: Arc<Images<SqliteStore>>,
+    pub images: Arc<Images<S>>,
     pub auth: AgentAuth,
     pub logs: Arc<crate::hostlogs::HostLogs>,
     /// The fraction by which `next_instruction_seconds` varies at random (see
@@ -89,7 +88,7 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes, what: &str) -> Result<T, Re
     serde_json::from_slice(body).map_err(|e| error(400, &format!("invalid {what}: {e}")))
 }
 
-impl AgentApi {
+impl<S: Store> AgentApi<S> {
     /// Routes `/api/assisted-install/v2/infra-envs/{id}/hosts...`; None for other paths.
     pub async fn handle(&self, req: &Request<Bytes>, segs: &[&str]) -> Option<Response<Body>> {
         let ["api", "assisted-install", "v2", "infra-envs", infra_env_id, "hosts", rest @ ..] = segs else {

@@ -16,19 +16,32 @@ use crate::http::{Body, Completion, Handler, RouteLabel, text};
 use crate::image::{BootArtifact, ImageError, Images};
 use crate::metrics::Metrics;
 use crate::resources::{ImageType, InfraEnv, Kind, validate_document};
-use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
+use crate::store::{Store, StoreError};
 
-pub struct App {
-    pub images: Arc<Images<SqliteStore>>,
-    pub store: SqliteStore,
+/// The HTTP application over a [`Store`]. Embedded, it has everything. On Kubernetes, the controller
+/// has the agent API and host records but no resource API (users use kubectl), and an image server
+/// replica has only the image routes.
+pub struct App<S: Store> {
+    pub images: Arc<Images<S>>,
+    /// The store behind the Kubernetes-style resource API; None where the resources live in a cluster.
+    pub resources: Option<SqliteStore>,
     pub catalog: Arc<Catalog>,
     pub metrics: Arc<Metrics>,
-    pub agent_api: Arc<crate::agentapi::AgentApi>,
-    pub backend: Arc<crate::backend::Backend>,
+    /// The agent API and the host records, where this process keeps them.
+    pub agent_api: Option<Arc<crate::agentapi::AgentApi<S>>>,
+    pub backend: Option<Arc<crate::backend::Backend>>,
 }
 
-impl Handler for App {
+/// The answer of an image server replica to what only the controller serves.
+fn controller_only() -> Response<Body> {
+    text(
+        StatusCode::NOT_FOUND,
+        "this image server has no host records: the agent API, host logs and per-host iPXE answers are served by `bootstream controller`",
+    )
+}
+
+impl<S: Store> Handler for App<S> {
     async fn handle(self: Arc<Self>, req: Request<Bytes>) -> Response<Body> {
         let route = route_label(req.uri().path());
         self.metrics.started(route);
@@ -49,7 +62,10 @@ impl Handler for App {
         let route = route_label(head.uri.path());
         self.metrics.started(route);
         let cluster_id = logs_cluster(head.uri.path()).unwrap_or_default();
-        let mut resp = self.agent_api.upload_logs(&head, &cluster_id, body).await;
+        let mut resp = match &self.agent_api {
+            Some(api) => api.upload_logs(&head, &cluster_id, body).await,
+            None => controller_only(),
+        };
         resp.extensions_mut().insert(RouteLabel(route));
         resp
     }
@@ -136,12 +152,16 @@ fn is_uuid(s: &str) -> bool {
         })
 }
 
-impl App {
+impl<S: Store> App<S> {
     async fn route(&self, req: Request<Bytes>) -> Response<Body> {
         let path = req.uri().path().to_string();
         let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        if let Some(resp) = self.agent_api.handle(&req, &segs).await {
-            return resp;
+        if let Some(api) = &self.agent_api {
+            if let Some(resp) = api.handle(&req, &segs).await {
+                return resp;
+            }
+        } else if segs.starts_with(&["api", "assisted-install", "v2", "infra-envs"]) && segs.get(5) == Some(&"hosts") {
+            return controller_only();
         }
         if let ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] = segs.as_slice()
             && (req.method() == Method::GET || req.method() == Method::HEAD)
@@ -164,7 +184,10 @@ impl App {
                 text(status, self.catalog.report())
             }
             ["metrics"] => {
-                let hosts = self.backend.count_by_status().await;
+                let hosts = match &self.backend {
+                    Some(backend) => backend.count_by_status().await,
+                    None => Vec::new(),
+                };
                 let body = self.metrics.render(&self.catalog, &hosts);
                 let mut r = text(StatusCode::OK, body);
                 r.headers_mut().insert(
@@ -303,9 +326,9 @@ impl App {
     /// §8.1: a host that PXE-boots with this MAC and is already installed (or far into its installation)
     /// gets a 404, so that iPXE falls through to the disk instead of booting discovery again.
     async fn ipxe_skip(&self, infra_env_id: &str, mac: &str) -> Option<Response<Body>> {
+        let Some(backend) = &self.backend else { return Some(controller_only()) };
         let (lower, upper) = (mac.to_lowercase(), mac.to_uppercase());
-        let hosts = self
-            .backend
+        let hosts = backend
             .hosts(|h| {
                 h.infra_env_id == infra_env_id
                     && h.inventory.as_deref().is_some_and(|i| i.contains(&lower) || i.contains(&upper))
@@ -350,13 +373,14 @@ impl App {
             return text(StatusCode::BAD_REQUEST, "host_id is required for host logs");
         };
         let not_found = || text(StatusCode::NOT_FOUND, format!("no logs of host {host_id} in cluster {cluster_id}"));
-        let Some(host) = self.backend.host(host_id).await else { return not_found() };
+        let (Some(backend), Some(agent_api)) = (&self.backend, &self.agent_api) else { return controller_only() };
+        let Some(host) = backend.host(host_id).await else { return not_found() };
         if host.cluster_id.as_deref() != Some(cluster_id) || host.logs_collected_at.is_none() {
             return not_found();
         }
-        let cluster_name = self.backend.cluster(cluster_id).await.map(|c| c.name).unwrap_or_default();
+        let cluster_name = backend.cluster(cluster_id).await.map(|c| c.name).unwrap_or_default();
         let filename = format!("{cluster_name}_{}_{}.tar.gz", host.role, host.hostname());
-        match self.agent_api.logs.representation(cluster_id, host_id, &host.logs_sha256, filename) {
+        match agent_api.logs.representation(cluster_id, host_id, &host.logs_sha256, filename) {
             Ok(Some(rep)) => crate::http::respond::respond(req.method(), req.headers(), &rep),
             Ok(None) => not_found(),
             Err(e) => text(StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.message),
@@ -437,6 +461,13 @@ impl App {
     /// `/apis/<group>/<version>[/namespaces/NS]/<plural>[/NAME]` and `/api/v1[...]/secrets[/NAME]`; cluster-scoped
     /// kinds (ClusterImageSet) without the namespace part. PATCH takes a JSON merge patch (RFC 7386).
     async fn resource_api(&self, req: &Request<Bytes>, segs: &[&str]) -> Response<Body> {
+        let Some(store) = &self.resources else {
+            return status_error(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "resources live in the Kubernetes cluster this server works with: use kubectl",
+            );
+        };
         let (api_prefix, rest) = match segs {
             ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
             ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
@@ -472,34 +503,34 @@ impl App {
         };
         if status {
             let (Some(ns), Some(name)) = (namespace, name) else { return not_found() };
-            return match self.status_api(kind, ns, name, req).await {
+            return match self.status_api(store, kind, ns, name, req).await {
                 Ok(r) => r,
                 Err(e) => store_error(&e),
             };
         }
         let result = match (req.method().clone(), namespace, name) {
-            (Method::GET, ns, None) => Ok(list_response(kind, &self.store.list_texts(kind, ns))),
-            (Method::GET, Some(ns), Some(name)) => match self.store.get_document(kind, ns, name).await {
+            (Method::GET, ns, None) => Ok(list_response(kind, &store.list_texts(kind, ns))),
+            (Method::GET, Some(ns), Some(name)) => match store.get_document(kind, ns, name).await {
                 Ok(Some(doc)) => Ok(crate::http::json(StatusCode::OK, &doc)),
                 Ok(None) => Err(not_found_error(kind, name)),
                 Err(e) => Err(e),
             },
-            (Method::PUT, Some(ns), Some(name)) => self.apply(kind, req.body(), Some((ns, name))).await,
-            (Method::POST, Some(ns), None) => self.apply(kind, req.body(), Some((ns, ""))).await,
-            (Method::PATCH, Some(ns), Some(name)) => self.patch(kind, ns, name, req).await,
-            (Method::DELETE, Some(ns), Some(name)) => match self.store.delete_document(kind, ns, name).await {
+            (Method::PUT, Some(ns), Some(name)) => self.apply(store, kind, req.body(), Some((ns, name))).await,
+            (Method::POST, Some(ns), None) => self.apply(store, kind, req.body(), Some((ns, ""))).await,
+            (Method::PATCH, Some(ns), Some(name)) => self.patch(store, kind, ns, name, req).await,
+            (Method::DELETE, Some(ns), Some(name)) => match store.delete_document(kind, ns, name).await {
                 Ok(deletion) => {
                     // An InfraEnv goes at once unless hosts hold it (then its condition says which).
                     let deletion = if kind == Kind::InfraEnv && deletion == crate::store::Deletion::Pending {
-                        let _ = infraenv::reconcile_with(&self.images, Some(&self.backend), ns, name).await;
-                        match self.store.get_document(kind, ns, name).await {
+                        let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), ns, name).await;
+                        match store.get_document(kind, ns, name).await {
                             Ok(None) => crate::store::Deletion::Deleted,
                             _ => deletion,
                         }
                     } else {
                         deletion
                     };
-                    let doc = self.store.get_document(kind, ns, name).await.ok().flatten();
+                    let doc = store.get_document(kind, ns, name).await.ok().flatten();
                     Ok(match (deletion, doc) {
                         (crate::store::Deletion::Pending, Some(doc)) => crate::http::json(StatusCode::ACCEPTED, &doc),
                         _ => crate::http::json(
@@ -531,13 +562,14 @@ impl App {
     /// Nothing but the status changes either way.
     async fn status_api(
         &self,
+        store: &SqliteStore,
         kind: Kind,
         ns: &str,
         name: &str,
         req: &Request<Bytes>,
     ) -> Result<Response<Body>, StoreError> {
         let invalid = |e: crate::resources::DocumentError| StoreError::Invalid(e.to_string());
-        let Some(live) = self.store.get_document(kind, ns, name).await? else {
+        let Some(live) = store.get_document(kind, ns, name).await? else {
             return Err(not_found_error(kind, name));
         };
         let stored = match req.method().clone() {
@@ -547,7 +579,7 @@ impl App {
                     .map_err(|e| StoreError::Invalid(format!("the body is not JSON: {e}")))?;
                 let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
                 let want_rv = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
-                self.store.replace_status_document(kind, ns, name, status, want_rv).await?
+                store.replace_status_document(kind, ns, name, status, want_rv).await?
             }
             Method::PATCH => {
                 let patch = match merge_patch_of(req)? {
@@ -562,14 +594,11 @@ impl App {
                     crate::store::json::merge_patch(&mut doc, &patch);
                     let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
                     let want_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
-                    match self.store.replace_status_document(kind, ns, name, status, want_rv).await {
+                    match store.replace_status_document(kind, ns, name, status, want_rv).await {
                         Err(e) if e.is_conflict() && attempts < 5 => {
                             attempts += 1;
-                            live = self
-                                .store
-                                .get_document(kind, ns, name)
-                                .await?
-                                .ok_or_else(|| not_found_error(kind, name))?;
+                            live =
+                                store.get_document(kind, ns, name).await?.ok_or_else(|| not_found_error(kind, name))?;
                         }
                         other => break other?,
                     }
@@ -591,6 +620,7 @@ impl App {
     /// on conflict, as the API server does for patches).
     async fn patch(
         &self,
+        store: &SqliteStore,
         kind: Kind,
         ns: &str,
         name: &str,
@@ -601,7 +631,7 @@ impl App {
             Err(refused) => return Ok(refused),
         };
         for _ in 0..5 {
-            let Some(live) = self.store.get_document(kind, ns, name).await? else {
+            let Some(live) = store.get_document(kind, ns, name).await? else {
                 return Err(not_found_error(kind, name));
             };
             let mut doc = live.clone();
@@ -616,12 +646,12 @@ impl App {
                 .map_err(|e| StoreError::Invalid(e.to_string()))?;
             let mut validated = validated;
             validated["metadata"] = doc["metadata"].clone();
-            match self.store.replace_document(kind, validated).await {
+            match store.replace_document(kind, validated).await {
                 Ok(stored) => {
                     if kind == Kind::InfraEnv {
-                        let _ = infraenv::reconcile_with(&self.images, Some(&self.backend), ns, name).await;
+                        let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), ns, name).await;
                     }
-                    let current = self.store.get_document(kind, ns, name).await?.unwrap_or(stored);
+                    let current = store.get_document(kind, ns, name).await?.unwrap_or(stored);
                     return Ok(crate::http::json(StatusCode::OK, &current));
                 }
                 Err(e) if e.is_conflict() => continue,
@@ -634,6 +664,7 @@ impl App {
     /// Creates or updates an object from a JSON document.
     async fn apply(
         &self,
+        store: &SqliteStore,
         kind: Kind,
         body: &Bytes,
         target: Option<(&str, &str)>,
@@ -664,19 +695,19 @@ impl App {
         }
         let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
         let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        if let Some(live) = self.store.get_document(kind, &ns, &name).await? {
+        if let Some(live) = store.get_document(kind, &ns, &name).await? {
             crate::resources::validate_update(kind, &live, &doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
         }
-        let (stored, created) = self.store.apply_document(kind, doc).await?;
+        let (stored, created) = store.apply_document(kind, doc).await?;
         let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
         let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
         // An applied InfraEnv gets its status now, so `apply` then `get` shows it. Changes to what
         // InfraEnvs reference (secrets, NMStateConfigs) reach them through the controller's queue, which
         // folds a burst of changes into one reconcile per InfraEnv.
         if kind == Kind::InfraEnv {
-            let _ = infraenv::reconcile_with(&self.images, Some(&self.backend), &ns, &name).await;
+            let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await;
         }
-        let current = self.store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
+        let current = store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
     }
 }

@@ -30,20 +30,30 @@ impl AgentAuth {
         AgentAuth { key }
     }
 
+    /// Loads a key that must exist: on Kubernetes the controller and every image server share one,
+    /// mounted from a Secret.
+    pub fn load(path: &Path) -> std::io::Result<AgentAuth> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("reading the agent key {}: {e}", path.display())))?;
+        Self::from_file_bytes(path, bytes)
+    }
+
+    fn from_file_bytes(path: &Path, bytes: Vec<u8>) -> std::io::Result<AgentAuth> {
+        let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+            std::io::Error::other(format!(
+                "{} holds {} bytes, expected 32 (`head -c 32 /dev/urandom`); a new key makes existing discovery images stop working",
+                path.display(),
+                bytes.len()
+            ))
+        })?;
+        Ok(AgentAuth { key })
+    }
+
     /// Loads the key from `dir/agent-auth.key`, creating it (mode 0600) on first start.
     pub fn load_or_create(dir: &Path) -> std::io::Result<AgentAuth> {
         let path = dir.join("agent-auth.key");
         match std::fs::read(&path) {
-            Ok(bytes) if bytes.len() == 32 => {
-                let mut key = [0u8; 32];
-                key.copy_from_slice(&bytes);
-                Ok(AgentAuth { key })
-            }
-            Ok(bytes) => Err(std::io::Error::other(format!(
-                "{} holds {} bytes, expected 32; remove it to generate a new key (existing discovery images stop working)",
-                path.display(),
-                bytes.len()
-            ))),
+            Ok(bytes) => Self::from_file_bytes(&path, bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut key = [0u8; 32];
                 key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());

@@ -29,8 +29,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the image server, REST API and controllers in one process, with state in the data directory.
-    Serve(ServeArgs),
+    /// Run the image server, REST API and controllers in one process, with state in the data directory
+    /// (or, with --kube, only the image server, for a Kubernetes cluster's InfraEnvs).
+    Serve(ServeCommand),
+    /// Run the controllers and the agent API against a Kubernetes cluster (the hub), with host records
+    /// in the data directory. One process leads at a time (a coordination.k8s.io Lease).
+    Controller(ControllerCommand),
     /// Create or update resources from YAML files (multi-document; `-` reads standard input).
     Apply {
         #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
@@ -145,6 +149,39 @@ struct ServeArgs {
     /// keep doing so; 0 gives the exact intervals of assisted-service.
     #[arg(long, env = "BOOTSTREAM_POLL_JITTER", default_value_t = 0.2)]
     poll_jitter: f64,
+    /// Kubeconfig of the cluster (`serve --kube`, `controller`); default: the in-cluster configuration,
+    /// else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// File holding the 32-byte key that signs agents' tokens. Default: DATA_DIR/agent-auth.key,
+    /// created on first start. Required on Kubernetes, where all processes share one (a Secret).
+    #[arg(long, env = "BOOTSTREAM_AGENT_AUTH_KEY", value_name = "PATH")]
+    agent_auth_key: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeCommand {
+    #[command(flatten)]
+    args: ServeArgs,
+    /// Serve images only, for the InfraEnvs, NMStateConfigs and Secrets of a Kubernetes cluster
+    /// (see --kubeconfig). Stateless: run any number of replicas behind one Service; the agent API
+    /// is `bootstream controller`'s.
+    #[arg(long)]
+    kube: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ControllerCommand {
+    #[command(flatten)]
+    args: ServeArgs,
+    /// Namespace of the leader-election Lease (in a pod: its own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "bootstream")]
+    lease_namespace: String,
+    #[arg(long, default_value = "bootstream-controller")]
+    lease_name: String,
+    /// This process in the Lease's holderIdentity; default: a random name. In a pod, its name.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -165,6 +202,10 @@ pub fn main() -> ExitCode {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(serve(args))
         }
+        Command::Controller(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(controller(args))
+        }
         other => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(client_command(other))
@@ -179,7 +220,22 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// The image service every mode has: the OS image catalog, the discovery content built from the
+/// store's InfraEnvs, and the listening socket.
+struct ImageService<S: crate::store::Store> {
+    images: Arc<crate::image::Images<S>>,
+    catalog: Arc<Catalog>,
+    agent_auth: crate::auth::AgentAuth,
+    data_dir: PathBuf,
+    base_url: String,
+    listener: tokio::net::TcpListener,
+}
+
+async fn image_service<S: crate::store::Store>(
+    args: &ServeArgs,
+    store: S,
+    shared_key: bool,
+) -> anyhow::Result<ImageService<S>> {
     use anyhow::Context;
     anyhow::ensure!(
         (0.0..=0.5).contains(&args.poll_jitter),
@@ -189,8 +245,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
-    let store = crate::store::sqlite::SqliteStore::open(&data_dir.join("state.db"))?;
-
+    let agent_auth = match &args.agent_auth_key {
+        Some(path) => crate::auth::AgentAuth::load(path)?,
+        None if shared_key => anyhow::bail!(
+            "--agent-auth-key (BOOTSTREAM_AGENT_AUTH_KEY) is required on Kubernetes: the controller and every image \
+             server must sign agents' tokens with the same key, mounted from one Secret"
+        ),
+        None => crate::auth::AgentAuth::load_or_create(&data_dir).context("agent authentication key")?,
+    };
     let specs = if args.os_images.is_empty() {
         let path = ensure_sample_image(&data_dir)?;
         vec![OsImageSpec {
@@ -203,6 +265,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let catalog = Catalog::new(specs);
     let digests = Arc::new(DigestCache::open(data_dir.join("image-digests.json")));
+    tokio::spawn(crate::catalog::load_all(catalog.clone(), data_dir.join("os-images"), digests));
 
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
@@ -221,14 +284,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         agent_image: args.ironic_agent_image.clone(),
         agent_image_arm: args.ironic_agent_image_arm.clone(),
     };
-    let agent_auth = crate::auth::AgentAuth::load_or_create(&data_dir).context("agent authentication key")?;
     config.agent_auth = Some(agent_auth.clone());
-    let config = Arc::new(config);
-    let images = crate::image::Images::new(store.clone(), catalog.clone(), config);
-    let metrics = crate::metrics::Metrics::new(store.writer_stats());
-    let host_logs = Arc::new(crate::hostlogs::HostLogs::new(&data_dir));
+    let images = crate::image::Images::new(store, catalog.clone(), Arc::new(config));
+    Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener })
+}
+
+/// The host records, the agent API over them, and every controller: what `serve` runs embedded and
+/// `controller` runs against a cluster. Returns the application to serve.
+async fn hub<S: crate::store::Store>(
+    args: &ServeArgs,
+    svc: &ImageService<S>,
+    records: crate::store::sqlite::SqliteStore,
+    resources: Option<crate::store::sqlite::SqliteStore>,
+) -> anyhow::Result<Arc<crate::api::App<S>>> {
+    use anyhow::Context;
+    let store = svc.images.store.clone();
+    let metrics = crate::metrics::Metrics::new(records.writer_stats());
+    let host_logs = Arc::new(crate::hostlogs::HostLogs::new(&svc.data_dir));
     let backend = crate::backend::Backend::load(
-        store.clone(),
+        records,
         Arc::new(crate::backend::SystemClock),
         crate::backend::BackendConfig { host_logs: Some(host_logs.clone()), ..Default::default() },
     )
@@ -236,35 +310,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .context("loading host records")?;
     let agent_api = Arc::new(crate::agentapi::AgentApi {
         backend: backend.clone(),
-        images: images.clone(),
-        auth: agent_auth.clone(),
+        images: svc.images.clone(),
+        auth: svc.agent_auth.clone(),
         logs: host_logs,
         poll_jitter: args.poll_jitter,
     });
     agent_api.restore_missing_agents().await.context("restoring the Agents of registered hosts")?;
-    let app = Arc::new(crate::api::App {
-        images: images.clone(),
-        store: store.clone(),
-        catalog: catalog.clone(),
-        metrics,
-        agent_api,
-        backend: backend.clone(),
-    });
     let hub = Arc::new(crate::controllers::Hub {
         agents: crate::controllers::agent::AgentContext {
             store: store.clone(),
             backend: backend.clone(),
-            auth: agent_auth,
-            service_base_url: base_url.clone(),
+            auth: svc.agent_auth.clone(),
+            service_base_url: svc.base_url.clone(),
             agent_image: args.agent_image.clone(),
             metal3: true,
             own_writes: Default::default(),
         },
         clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
     });
-
-    tokio::spawn(crate::catalog::load_all(catalog.clone(), data_dir.join("os-images"), digests));
-    tokio::spawn(crate::controllers::run_infraenv_controller_with(images, Some(backend)));
+    tokio::spawn(crate::controllers::run_infraenv_controller_with(svc.images.clone(), Some(backend.clone())));
     tokio::spawn(crate::controllers::run_host_controllers(hub, 4, std::time::Duration::from_secs(10)));
     let clock: Arc<dyn crate::backend::Clock> = Arc::new(crate::backend::SystemClock);
     tokio::spawn(crate::controllers::run_metal3_controllers(
@@ -276,19 +340,126 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
         }),
         Arc::new(crate::controllers::ppi::PpiContext {
-            store: store.clone(),
+            store,
             clock,
             image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
         }),
     ));
+    Ok(Arc::new(crate::api::App {
+        images: svc.images.clone(),
+        resources,
+        catalog: svc.catalog.clone(),
+        metrics,
+        agent_api: Some(agent_api),
+        backend: Some(backend),
+    }))
+}
 
+/// Serves `app` on the service's socket until `stop` completes.
+async fn run<S: crate::store::Store>(
+    svc: ImageService<S>,
+    app: Arc<crate::api::App<S>>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
+    let addr = svc.listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     // Scripts and tests read this line to learn the address (useful with --listen ...:0).
-    println!("bootstream listening on http://{addr} (base URL {base_url}, data dir {})", data_dir.display());
+    println!("bootstream listening on http://{addr} (base URL {}, data dir {})", svc.base_url, svc.data_dir.display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
-
-    crate::http::server::serve(listener, app, Default::default(), shutdown_signal()).await;
+    crate::http::server::serve(svc.listener, app, Default::default(), stop).await;
     tracing::info!("shutting down");
+}
+
+async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
+    let args = &cmd.args;
+    if cmd.kube {
+        return serve_from_cluster(args).await;
+    }
+    std::fs::create_dir_all(&args.data_dir)?;
+    let store = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("state.db"))?;
+    let svc = image_service(args, store.clone(), false).await?;
+    let app = hub(args, &svc, store.clone(), Some(store)).await?;
+    run(svc, app, shutdown_signal()).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
+    use anyhow::Context;
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => {
+            kube::Config::infer().await.context("no --kubeconfig, no in-cluster configuration, no ~/.kube/config")?
+        }
+    };
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}
+
+/// `serve --kube`: an image server replica. InfraEnvs, NMStateConfigs and Secrets are read from the
+/// cluster per request; nothing is written anywhere but the OS image cache, so any number of
+/// replicas can run behind one Service.
+async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let client = kube_client(args).await?;
+    let store = crate::store::kube::KubeStore::start(client, &[Kind::InfraEnv]).await;
+    let svc = image_service(args, store, true).await?;
+    let app = Arc::new(crate::api::App {
+        images: svc.images.clone(),
+        resources: None,
+        catalog: svc.catalog.clone(),
+        metrics: crate::metrics::Metrics::new(Default::default()),
+        agent_api: None,
+        backend: None,
+    });
+    run(svc, app, shutdown_signal()).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `controller`: the controllers, the agent API and the host records, against a cluster, while this
+/// process holds the Lease.
+async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
+    let args = &cmd.args;
+    let client = kube_client(args).await?;
+    let store = crate::store::kube::KubeStore::start(client, &Kind::ALL).await;
+    let identity = cmd.identity.clone().unwrap_or_else(|| format!("bootstream-{}", uuid::Uuid::new_v4()));
+    let lease = crate::controllers::leader::LeaseConfig::new(&cmd.lease_namespace, &cmd.lease_name, &identity);
+    // Nothing is served or written until this process leads: the host records are one leader's.
+    tokio::select! {
+        _ = crate::controllers::leader::acquire(&store, &lease) => {}
+        _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
+    }
+    std::fs::create_dir_all(&args.data_dir)?;
+    let records = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("hosts.db"))?;
+    let svc = image_service(args, store.clone(), true).await?;
+    let app = hub(args, &svc, records, None).await?;
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
+    let holder = store.clone();
+    let held = lease.clone();
+    tokio::spawn(async move {
+        let why = crate::controllers::leader::hold(&holder, &held).await;
+        let _ = lost_tx.send(why);
+    });
+    let lost = Arc::new(std::sync::Mutex::new(None));
+    let lost_reason = lost.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            why = lost_rx => {
+                *lost_reason.lock().unwrap_or_else(|p| p.into_inner()) = why.ok();
+            }
+        }
+    };
+    run(svc, app, stop).await;
+    if let Some(why) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        anyhow::bail!("lost the leadership ({why}); stopping so that only the leader writes");
+    }
+    if let Err(e) = crate::controllers::leader::release(&store, &lease).await {
+        tracing::warn!(error = %e, "could not release the Lease; the next leader waits for it to expire");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -362,7 +533,7 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Simulate(args) => crate::simulate::run(args).await,
-        Command::Serve(_) => unreachable!("serve runs on its own runtime"),
+        Command::Serve(_) | Command::Controller(_) => unreachable!("servers run on their own runtime"),
     }
 }
 

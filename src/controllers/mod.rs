@@ -7,6 +7,7 @@ pub mod agent_conditions;
 pub mod bmac;
 pub mod cluster;
 pub mod infraenv;
+pub mod leader;
 pub mod ppi;
 #[cfg(test)]
 mod tests;

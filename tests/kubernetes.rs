@@ -1,0 +1,232 @@
+//! bootstream on Kubernetes, run as users run it: `bootstream controller --kubeconfig` and
+//! `bootstream serve --kube` as processes, against a Kubernetes API server (the loopback one of
+//! `bootstream::store::apiserver`, holding the cluster's objects). A user's YAML goes into the cluster as
+//! `kubectl apply` would put it; hosts talk to the controller's agent API; images come from the
+//! stateless image server; a second controller waits for the Lease.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bootstream::store::apiserver::ApiServer;
+use bootstream::store::sqlite::SqliteStore;
+use common::*;
+use serde_json::{Value, json};
+
+/// A bootstream process, its stdout lines arriving on a channel (so a test can wait for one with a
+/// deadline, or check that none came).
+struct Process {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    _data_dir: tempfile::TempDir,
+}
+
+impl Process {
+    fn start(args: &[&str]) -> Process {
+        let data_dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BIN)
+            .args(args)
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning bootstream");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Process { child, lines, _data_dir: data_dir }
+    }
+
+    /// The address from the "listening" line, once the process serves.
+    fn listening(&self, within: Duration) -> Option<String> {
+        let line = self.lines.recv_timeout(within).ok()?;
+        let addr = line.split("http://").nth(1)?.split_whitespace().next()?.to_string();
+        Some(addr)
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn kubectl_apply(cluster: &SqliteStore, doc: Value) {
+    let (kind, doc) = bootstream::resources::validate_document(&doc).expect("a valid document");
+    cluster.apply_document(kind, doc).await.expect("apply");
+}
+
+async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> Option<Value>) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> tokio::task::JoinHandle<T> {
+    tokio::task::spawn_blocking(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controller_and_image_server_replicas_work_against_a_cluster() {
+    let cluster = SqliteStore::open_in_memory().unwrap();
+    let api = ApiServer::start(cluster.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let key = dir.path().join("agent-auth.key");
+    std::fs::write(&key, [42u8; 32]).unwrap();
+    let (kubeconfig, key) = (kubeconfig.to_str().unwrap().to_string(), key.to_str().unwrap().to_string());
+
+    kubectl_apply(
+        &cluster,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": "fleet"},
+               "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}}),
+    )
+    .await;
+    kubectl_apply(
+        &cluster,
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+               "metadata": {"name": "pool", "namespace": "fleet"},
+               "spec": {"pullSecretRef": {"name": "pull-secret"}, "sshAuthorizedKey": "ssh-ed25519 AAAA test"}}),
+    )
+    .await;
+
+    // Without the shared key an image server refuses to start rather than sign tokens nobody accepts.
+    let refused = Command::new(BIN)
+        .args(["serve", "--kube", "--kubeconfig", &kubeconfig, "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--agent-auth-key"), "{refused:?}");
+
+    // Behind one route: image paths go to the image servers, the rest to the controller.
+    let common_args =
+        ["--kubeconfig", &kubeconfig, "--agent-auth-key", &key, "--base-url", "http://bootstream.hub.example"];
+    let leader = Process::start(
+        &[&["controller", "--identity", "pod-a", "--lease-namespace", "bootstream"][..], &common_args].concat(),
+    );
+    let controller = blocking(move || {
+        let addr = leader.listening(Duration::from_secs(60)).expect("the controller serves");
+        (leader, addr)
+    });
+    let replica = Process::start(&[&["serve", "--kube"][..], &common_args].concat());
+    let (mut leader, controller) = controller.await.unwrap();
+    let (replica, image_server) = blocking(move || {
+        let addr = replica.listening(Duration::from_secs(60)).expect("the image server serves");
+        (replica, addr)
+    })
+    .await
+    .unwrap();
+
+    // The controller reconciles the InfraEnv in the cluster: its status has the image URLs.
+    let infraenv = wait_for("the InfraEnv's ISO URL", async || {
+        let ie = cluster.get_document(bootstream::resources::Kind::InfraEnv, "fleet", "pool").await.unwrap()?;
+        (ie["status"]["isoDownloadURL"].as_str().is_some_and(|u| !u.is_empty())).then_some(ie)
+    })
+    .await;
+    let uid = infraenv["metadata"]["uid"].as_str().unwrap().to_string();
+    let iso_url = infraenv["status"]["isoDownloadURL"].as_str().unwrap().to_string();
+    let iso_path = format!("/{}", iso_url.split("://").nth(1).unwrap().split_once('/').unwrap().1);
+
+    // Any replica serves the same image as the controller: the same bytes, the same ETag.
+    let (c, r, path) = (controller.clone(), image_server.clone(), iso_path.clone());
+    let (from_controller, from_replica) =
+        blocking(move || (request(&c, "GET", &path, &[], b""), request(&r, "GET", &path, &[], b""))).await.unwrap();
+    assert_eq!(from_replica.status, 200, "{}", from_replica.text());
+    assert_eq!(from_controller.status, 200);
+    assert_eq!(from_replica.body.get(0x8001..0x8006), Some(&b"CD001"[..]), "an ISO 9660 image");
+    assert_eq!(sha256_hex(&from_replica.body), sha256_hex(&from_controller.body));
+    assert_eq!(from_replica.header("etag"), from_controller.header("etag"));
+
+    // A host boots, reads its token from the discovery Ignition the replica serves, and registers
+    // with the controller: its Agent appears in the cluster.
+    let (c, r, id) = (controller.clone(), image_server.clone(), uid.clone());
+    let (ignition, registered, resources_on_replica, agent_api_on_replica) = blocking(move || {
+        let ign = request(
+            &r,
+            "GET",
+            &format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"),
+            &[],
+            b"",
+        );
+        let ignition: Value = serde_json::from_slice(&ign.body).unwrap();
+        let token = bootstream::simulate::agent_token(&ignition).expect("the agent token");
+        let body =
+            json!({"host_id": "9e2a43c4-5a7a-4a53-9d0a-6d4f0a7f0c11", "discovery_agent_version": "v1"}).to_string();
+        let path = format!("/api/assisted-install/v2/infra-envs/{id}/hosts");
+        let registered = request(
+            &c,
+            "POST",
+            &path,
+            &[("X-Secret-Key", &token), ("Content-Type", "application/json")],
+            body.as_bytes(),
+        );
+        let resources =
+            request(&r, "GET", "/apis/agent-install.openshift.io/v1beta1/namespaces/fleet/infraenvs", &[], b"");
+        let agent_api = request(&r, "POST", &path, &[("X-Secret-Key", &token)], body.as_bytes());
+        (ignition, registered, resources, agent_api)
+    })
+    .await
+    .unwrap();
+    assert!(ignition["ignition"]["version"].is_string());
+    assert_eq!(registered.status, 201, "{}", registered.text());
+    wait_for("the host's Agent in the cluster", async || {
+        cluster
+            .get_document(bootstream::resources::Kind::Agent, "fleet", "9e2a43c4-5a7a-4a53-9d0a-6d4f0a7f0c11")
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(resources_on_replica.status, 404);
+    assert!(resources_on_replica.text().contains("kubectl"), "{}", resources_on_replica.text());
+    assert_eq!(agent_api_on_replica.status, 404);
+    assert!(agent_api_on_replica.text().contains("bootstream controller"), "{}", agent_api_on_replica.text());
+
+    // The controller holds the Lease; a second one waits, and takes over when the first stops.
+    let holder = |lease: &Value| lease["spec"]["holderIdentity"].as_str().map(str::to_string);
+    let lease = cluster.get_raw("leases.coordination.k8s.io", "bootstream", "bootstream-controller").unwrap().unwrap();
+    assert_eq!(holder(&lease).as_deref(), Some("pod-a"));
+    let standby = Process::start(
+        &[&["controller", "--identity", "pod-b", "--lease-namespace", "bootstream"][..], &common_args].concat(),
+    );
+    let standby = blocking(move || {
+        assert!(standby.listening(Duration::from_secs(3)).is_none(), "the standby serves nothing while pod-a leads");
+        standby
+    })
+    .await
+    .unwrap();
+    let stopped = blocking(move || leader.terminate()).await.unwrap();
+    assert!(stopped.success(), "{stopped:?}");
+    let standby = blocking(move || {
+        assert!(standby.listening(Duration::from_secs(30)).is_some(), "pod-b took over once pod-a released the Lease");
+        standby
+    })
+    .await
+    .unwrap();
+    let lease = cluster.get_raw("leases.coordination.k8s.io", "bootstream", "bootstream-controller").unwrap().unwrap();
+    assert_eq!(holder(&lease).as_deref(), Some("pod-b"));
+    drop((standby, replica));
+}
