@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bootstream::store::apiserver::ApiServer;
+use bootstream::store::apiserver::{ApiServer, service_account_grants};
 use bootstream::store::sqlite::SqliteStore;
 use common::*;
 use serde_json::{Value, json};
@@ -92,11 +92,20 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     let cluster = SqliteStore::open_in_memory().unwrap();
     let api = ApiServer::start(cluster.clone()).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    // Each process has its service account's permissions from deploy/rbac.yaml, nothing more.
+    let rbac = std::fs::read_to_string(repo().join("deploy/rbac.yaml")).unwrap();
+    let kubeconfig_of = |account: &str| {
+        let grants = service_account_grants(&rbac, "bootstream", account).unwrap();
+        api.enforce_rbac(account, grants);
+        let path = dir.path().join(format!("{account}.kubeconfig"));
+        std::fs::write(&path, api.kubeconfig_for(account)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (controller_kubeconfig, image_server_kubeconfig) =
+        (kubeconfig_of("bootstream-controller"), kubeconfig_of("bootstream-image-server"));
     let key = dir.path().join("agent-auth.key");
     std::fs::write(&key, [42u8; 32]).unwrap();
-    let (kubeconfig, key) = (kubeconfig.to_str().unwrap().to_string(), key.to_str().unwrap().to_string());
+    let key = key.to_str().unwrap().to_string();
 
     kubectl_apply(
         &cluster,
@@ -114,7 +123,7 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
 
     // Without the shared key an image server refuses to start rather than sign tokens nobody accepts.
     let refused = Command::new(BIN)
-        .args(["serve", "--kube", "--kubeconfig", &kubeconfig, "--listen", "127.0.0.1:0"])
+        .args(["serve", "--kube", "--kubeconfig", &image_server_kubeconfig, "--listen", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(dir.path().join("refused"))
         .output()
@@ -123,16 +132,17 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--agent-auth-key"), "{refused:?}");
 
     // Behind one route: image paths go to the image servers, the rest to the controller.
-    let common_args =
-        ["--kubeconfig", &kubeconfig, "--agent-auth-key", &key, "--base-url", "http://bootstream.hub.example"];
-    let leader = Process::start(
-        &[&["controller", "--identity", "pod-a", "--lease-namespace", "bootstream"][..], &common_args].concat(),
-    );
+    let common_args = ["--agent-auth-key", &key, "--base-url", "http://bootstream.hub.example"];
+    let controller_args =
+        [&["controller", "--kubeconfig", &controller_kubeconfig, "--lease-namespace", "bootstream"][..], &common_args]
+            .concat();
+    let leader = Process::start(&[&controller_args[..], &["--identity", "pod-a"]].concat());
     let controller = blocking(move || {
         let addr = leader.listening(Duration::from_secs(60)).expect("the controller serves");
         (leader, addr)
     });
-    let replica = Process::start(&[&["serve", "--kube"][..], &common_args].concat());
+    let replica =
+        Process::start(&[&["serve", "--kube", "--kubeconfig", &image_server_kubeconfig][..], &common_args].concat());
     let (mut leader, controller) = controller.await.unwrap();
     let (replica, image_server) = blocking(move || {
         let addr = replica.listening(Duration::from_secs(60)).expect("the image server serves");
@@ -209,9 +219,7 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     let holder = |lease: &Value| lease["spec"]["holderIdentity"].as_str().map(str::to_string);
     let lease = cluster.get_raw("leases.coordination.k8s.io", "bootstream", "bootstream-controller").unwrap().unwrap();
     assert_eq!(holder(&lease).as_deref(), Some("pod-a"));
-    let standby = Process::start(
-        &[&["controller", "--identity", "pod-b", "--lease-namespace", "bootstream"][..], &common_args].concat(),
-    );
+    let standby = Process::start(&[&controller_args[..], &["--identity", "pod-b"]].concat());
     let standby = blocking(move || {
         assert!(standby.listening(Duration::from_secs(3)).is_none(), "the standby serves nothing while pod-a leads");
         standby
@@ -229,4 +237,5 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     let lease = cluster.get_raw("leases.coordination.k8s.io", "bootstream", "bootstream-controller").unwrap().unwrap();
     assert_eq!(holder(&lease).as_deref(), Some("pod-b"));
     drop((standby, replica));
+    assert_eq!(api.refused(), Vec::<String>::new(), "requests deploy/rbac.yaml does not allow");
 }

@@ -31,6 +31,8 @@ const NS: &str = "pool";
 /// the backend's host records (a local SQLite file in both deployments).
 struct World<S: Store> {
     store: S,
+    /// What other actors (metal3, users) write through: on Kubernetes, with their own permissions.
+    admin: S,
     api: SqliteStore,
     backend: Arc<Backend>,
     clock: Arc<ManualClock>,
@@ -42,7 +44,7 @@ struct World<S: Store> {
 /// The embedded deployment: one SQLite store for everything.
 async fn embedded() -> World<SqliteStore> {
     let store = SqliteStore::open_in_memory().unwrap();
-    world(store.clone(), store.clone(), store, None).await
+    world(store.clone(), store.clone(), store.clone(), store, None).await
 }
 
 /// The Kubernetes deployment: the controllers reach the resources through kube-rs and an API server;
@@ -51,12 +53,20 @@ async fn on_kubernetes() -> World<KubeStore> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let api = SqliteStore::open_in_memory().unwrap();
     let server = ApiServer::start(api.clone()).await;
-    let store = KubeStore::start(server.client(), &Kind::ALL).await;
-    world(store, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server))).await
+    // The controllers have exactly the permissions the manifests users install give them.
+    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml")).unwrap();
+    let grants = crate::store::apiserver::service_account_grants(&rbac, "bootstream", "bootstream-controller").unwrap();
+    server.enforce_rbac("controller", grants);
+    let admin_rule = serde_json::from_value(json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]})).unwrap();
+    server.enforce_rbac("admin", vec![crate::store::apiserver::Grant { namespace: None, rule: admin_rule }]);
+    let store = KubeStore::start(server.client_as("controller").await, &Kind::ALL).await;
+    let admin = KubeStore::start(server.client_as("admin").await, &[]).await;
+    world(store, admin, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server))).await
 }
 
 async fn world<S: Store>(
     store: S,
+    admin: S,
     api: SqliteStore,
     records: SqliteStore,
     cluster: Option<Arc<ApiServer>>,
@@ -76,7 +86,7 @@ async fn world<S: Store>(
         },
         clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
     };
-    let w = World { store, api, backend, clock, hub, _cluster: cluster };
+    let w = World { store, admin, api, backend, clock, hub, _cluster: cluster };
     w.apply(
         Kind::Secret,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
@@ -95,7 +105,12 @@ macro_rules! on_both_stores {
             $( #[tokio::test] async fn $name() { super::$name(super::embedded().await).await } )*
         }
         mod kubernetes {
-            $( #[tokio::test] async fn $name() { super::$name(super::on_kubernetes().await).await } )*
+            $( #[tokio::test] async fn $name() {
+                let w = super::on_kubernetes().await;
+                let cluster = w._cluster.clone().expect("the cluster");
+                super::$name(w).await;
+                assert_eq!(cluster.refused(), Vec::<String>::new(), "requests deploy/rbac.yaml does not allow");
+            } )*
         }
     };
 }
@@ -463,7 +478,7 @@ async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke<S: S
     let id = w.installed_host("c1", 0).await;
     let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
     // The ClusterDeployment is being deleted (the finalizer holds it).
-    w.store.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
     w.store.delete::<Agent>(NS, &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.requests().is_empty(), "{:?}", spoke.requests());
@@ -520,7 +535,7 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(
     )
     .await;
     w.reconcile(&id).await;
-    w.store.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
     w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());

@@ -8,6 +8,11 @@
 //! (object, list, metadata-only list), WATCH from a resourceVersion, POST, PUT, PUT `/status` and
 //! DELETE, with errors as `Status` objects. Selectors are refused rather than ignored, so a client
 //! relying on them fails loudly. Every request is logged for tests to assert on.
+//!
+//! With [`ApiServer::enforce_rbac`], requests are authorized as the API server authorizes a service
+//! account's: by bearer token, against the rules its (Cluster)RoleBindings grant in the RBAC manifests
+//! users install (`deploy/rbac.yaml`), and refused with 403 otherwise. A controller that needs a
+//! permission the manifests do not grant then fails its tests as it would fail in a cluster.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -86,13 +91,83 @@ struct History {
     live: HashMap<(String, String, String), Value>,
 }
 
+/// A rule a role grants, where it applies.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    /// None for a ClusterRole bound cluster-wide; the RoleBinding's namespace otherwise.
+    pub namespace: Option<String>,
+    pub rule: k8s_openapi::api::rbac::v1::PolicyRule,
+}
+
+impl Grant {
+    fn allows(&self, verb: &str, group: &str, resource: &str, namespace: &str, name: Option<&str>) -> bool {
+        let any_or = |list: &[String], want: &str| list.iter().any(|x| x == "*" || x == want);
+        let r = &self.rule;
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+            && any_or(&r.verbs, verb)
+            && any_or(r.api_groups.as_deref().unwrap_or_default(), group)
+            && any_or(r.resources.as_deref().unwrap_or_default(), resource)
+            && r.resource_names
+                .as_ref()
+                .is_none_or(|names| names.is_empty() || name.is_some_and(|n| names.iter().any(|x| x == n)))
+    }
+}
+
+/// The rules RBAC manifests (multi-document YAML) grant the service account `name` of `namespace`:
+/// the rules of every ClusterRole or Role a binding naming it refers to. Bindings and Roles without a
+/// namespace are taken to be in `namespace` (the manifests are applied there).
+pub fn service_account_grants(manifests: &str, namespace: &str, name: &str) -> Result<Vec<Grant>, String> {
+    use serde::Deserialize;
+    let mut docs = Vec::new();
+    for de in yaml_serde::Deserializer::from_str(manifests) {
+        let v = Value::deserialize(de).map_err(|e| format!("RBAC manifests: {e}"))?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    let role_rules = |kind: &str, role: &str| -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+        docs.iter()
+            .filter(|d| d["kind"] == kind && d["metadata"]["name"] == role)
+            .flat_map(|d| serde_json::from_value::<Vec<_>>(d["rules"].clone()).unwrap_or_default())
+            .collect()
+    };
+    let mut grants = Vec::new();
+    for binding in docs.iter().filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding") {
+        let names_us = binding["subjects"].as_array().into_iter().flatten().any(|s| {
+            s["kind"] == "ServiceAccount"
+                && s["name"] == name
+                && s["namespace"].as_str().unwrap_or(namespace) == namespace
+        });
+        if !names_us {
+            continue;
+        }
+        let role = binding["roleRef"]["name"].as_str().unwrap_or_default();
+        let role_kind = binding["roleRef"]["kind"].as_str().unwrap_or_default();
+        let scope = (binding["kind"] == "RoleBinding")
+            .then(|| binding["metadata"]["namespace"].as_str().unwrap_or(namespace).to_string());
+        let rules = role_rules(role_kind, role);
+        if rules.is_empty() {
+            return Err(format!(
+                "{} {} refers to {role_kind} {role}, which grants nothing",
+                binding["kind"], binding["metadata"]["name"]
+            ));
+        }
+        grants.extend(rules.into_iter().map(|rule| Grant { namespace: scope.clone(), rule }));
+    }
+    Ok(grants)
+}
+
 struct Shared {
     store: SqliteStore,
+    /// Bearer token → what it may do; None: everything (no authorization).
+    rbac: Mutex<Option<HashMap<String, Vec<Grant>>>>,
     collections: Vec<Collection>,
     history: Mutex<History>,
     /// New history entries, for the watches being served.
     feed: broadcast::Sender<Arc<WatchEvent>>,
     requests: Mutex<Vec<String>>,
+    /// Requests refused by RBAC, with the reason.
+    refused: Mutex<Vec<String>>,
 }
 
 pub struct ApiServer {
@@ -128,6 +203,8 @@ impl ApiServer {
             history: Mutex::default(),
             feed: broadcast::channel(4096).0,
             requests: Mutex::default(),
+            rbac: Mutex::default(),
+            refused: Mutex::default(),
         });
         // The change feed is subscribed to before anything is served, so no change is missed.
         let changes = store.subscribe();
@@ -153,12 +230,35 @@ impl ApiServer {
 
     /// A kubeconfig for this server.
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_for("hub-admin-token")
+    }
+
+    /// A kubeconfig authenticating with `token` (see [`ApiServer::enforce_rbac`]).
+    pub fn kubeconfig_for(&self, token: &str) -> String {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n\
              contexts:\n- name: admin\n  context:\n    cluster: hub\n    user: admin\n\
-             current-context: admin\nusers:\n- name: admin\n  user:\n    token: hub-admin-token\n",
+             current-context: admin\nusers:\n- name: admin\n  user:\n    token: {token}\n",
             self.url
         )
+    }
+
+    /// A kube-rs client authenticating with `token`.
+    pub async fn client_as(&self, token: &str) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_for(token)).expect("a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("a config");
+        kube::Client::try_from(config).expect("a client of the loopback API server")
+    }
+
+    /// Requests refused by RBAC so far (each with the API server's message).
+    pub fn refused(&self) -> Vec<String> {
+        lock(&self.shared.refused).clone()
+    }
+
+    /// From now on, requests are allowed only with a token given here, and only what its grants
+    /// allow. Call once per token.
+    pub fn enforce_rbac(&self, token: &str, grants: Vec<Grant>) {
+        lock(&self.shared.rbac).get_or_insert_default().insert(token.to_string(), grants);
     }
 
     /// A kube-rs client of this server.
@@ -311,6 +411,9 @@ async fn handle(shared: &Shared, req: hyper::Request<hyper::body::Incoming>) -> 
         );
     };
     let q = query(&head.uri);
+    if let Some(refused) = authorize(shared, &head, &t, &q) {
+        return refused;
+    }
     for unsupported in ["labelSelector", "fieldSelector"] {
         if q.get(unsupported).is_some_and(|v| !v.is_empty()) {
             return status(
@@ -388,6 +491,60 @@ async fn handle(shared: &Shared, req: hyper::Request<hyper::body::Incoming>) -> 
         Ok((code, object)) => full(code, &object),
         Err(e) => store_error(&e),
     }
+}
+
+/// The verb of a request, as RBAC names it.
+fn verb(method: &Method, t: &Target<'_>, q: &HashMap<String, String>) -> &'static str {
+    match (method.as_str(), t.name.is_some()) {
+        ("GET", false) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "deletecollection",
+        ("DELETE", true) => "delete",
+        _ => "unknown",
+    }
+}
+
+/// None if the request is allowed; the 403 the API server would answer otherwise.
+fn authorize(
+    shared: &Shared,
+    head: &http::request::Parts,
+    t: &Target<'_>,
+    q: &HashMap<String, String>,
+) -> Option<hyper::Response<Body>> {
+    let rbac = lock(&shared.rbac);
+    let rbac = rbac.as_ref()?;
+    let token = head
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let Some(grants) = rbac.get(token) else {
+        lock(&shared.refused).push(format!("{} {}: unknown token {token:?}", head.method, head.uri));
+        return Some(status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"));
+    };
+    let c = t.collection;
+    let group = c.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let resource = if t.status { format!("{}/status", c.plural) } else { c.plural.clone() };
+    let verb = verb(&head.method, t, q);
+    let namespace = t.namespace.as_deref().unwrap_or_default();
+    if grants.iter().any(|g| g.allows(verb, group, &resource, namespace, t.name.as_deref())) {
+        return None;
+    }
+    let scope = if namespace.is_empty() {
+        "at the cluster scope".to_string()
+    } else {
+        format!("in the namespace \"{namespace}\"")
+    };
+    let message = format!(
+        "{resource} is forbidden: token {token:?} cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
+    );
+    lock(&shared.refused).push(message.clone());
+    Some(status(StatusCode::FORBIDDEN, "Forbidden", &message))
 }
 
 /// The request body as an object of the collection, at the URL's namespace and name.
@@ -506,4 +663,67 @@ fn event_json(e: &WatchEvent, metadata: bool) -> Value {
 
 fn tokio_stream_of(mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::InfraEnv;
+    use crate::store::kube::KubeStore;
+
+    const MANIFESTS: &str = "
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reader}
+rules:
+- {apiGroups: [agent-install.openshift.io], resources: [infraenvs], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: reader}
+subjects: [{kind: ServiceAccount, name: app, namespace: tools}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: writer}
+rules:
+- {apiGroups: [agent-install.openshift.io], resources: [infraenvs], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: writer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: writer}
+subjects: [{kind: ServiceAccount, name: app, namespace: tools}]
+";
+
+    fn infraenv(ns: &str) -> InfraEnv {
+        serde_json::from_value(json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+            "metadata": {"name": "ie", "namespace": ns}, "spec": {"pullSecretRef": {"name": "ps"}}}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn rbac_allows_what_the_bindings_grant_and_refuses_the_rest() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let grants = service_account_grants(MANIFESTS, "tools", "app").unwrap();
+        assert_eq!(grants.len(), 2);
+        assert!(service_account_grants(MANIFESTS, "tools", "someone-else").unwrap().is_empty());
+
+        let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
+        server.enforce_rbac("app", grants);
+        let app = KubeStore::start(server.client_as("app").await, &[]).await;
+        // The Role allows creating in its own namespace only; the ClusterRole reading everywhere.
+        app.create(&infraenv("tools")).await.unwrap();
+        let elsewhere = app.create(&infraenv("other")).await.unwrap_err();
+        assert!(elsewhere.to_string().contains("403 Forbidden"), "{elsewhere}");
+        assert!(app.get::<InfraEnv>("tools", "ie").await.unwrap().is_some());
+        let listed = app.list::<InfraEnv>(Some("tools")).await.unwrap_err();
+        assert!(listed.to_string().contains("cannot list resource \"infraenvs\""), "{listed}");
+        assert_eq!(server.refused().len(), 2);
+
+        let stranger = KubeStore::start(server.client_as("nobody").await, &[]).await;
+        assert!(stranger.get::<InfraEnv>("tools", "ie").await.is_err());
+        assert_eq!(server.refused().len(), 3);
+    }
 }

@@ -64,7 +64,7 @@ impl<S: Store> World<S> {
         let status = b.status.get_or_insert_default();
         status.provisioning = Some(ProvisionStatus { state: state.to_string(), ..Default::default() });
         status.operational_status = Some(operational.to_string());
-        self.store.update_status(&b).await.unwrap();
+        self.admin.update_status(&b).await.unwrap();
     }
 
     /// The InfraEnv's image exists since `age` ago (what the InfraEnv controller reports).
@@ -457,7 +457,7 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
     w.bmh("bmh-0", 0, json!({REMOVE_AGENT_ON_DELETE_ANNOTATION: "true", DETACHED_ANNOTATION: "x"})).await;
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
-    w.store.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
     assert!(matches!(w.run_bmac(&ctx, "bmh-0").await, bmac::Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
@@ -476,7 +476,7 @@ async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<
     let id = w.pool_host("pool", 0).await;
     w.bmh("bmh-0", 0, json!({})).await;
     w.run_bmac(&ctx, "bmh-0").await;
-    w.store.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
     w.run_bmac(&ctx, "bmh-0").await;
     assert!(w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap().is_none());
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_some_and(|a| a.metadata.deletion_timestamp.is_none()));
@@ -614,14 +614,14 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: St
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
     run_ppi(&w).await;
-    w.store.delete::<PreprovisioningImage>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<PreprovisioningImage>(NS, "bmh-0").await.unwrap();
     assert!(matches!(run_ppi(&w).await, ppi::Action::RequeueAfter(_)));
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_some(), "the finalizer stays");
     // The BMH is being deleted and metal3 is deleting it: the image may go.
     let mut b = w.get_bmh("bmh-0").await;
     b.metadata.finalizers = Some(vec!["metal3.io/test".into()]);
     w.store.update(&b).await.unwrap();
-    w.store.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
     w.metal3_reports("bmh-0", "deleting", "OK").await;
     run_ppi(&w).await;
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_none());
