@@ -771,3 +771,17 @@ fn print_table(kind: Kind, v: &Value, single: bool) {
         }
     }
 }
+
+/// Parses a command line as `bootstream` would, without running it: for checking the arguments
+/// the manifests in deploy/ give the containers.
+pub fn check_args<I: IntoIterator<Item = String>>(args: I) -> Result<(), String> {
+    Cli::try_parse_from(std::iter::once("bootstream".to_string()).chain(args)).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// The environment variables `bootstream SUBCOMMAND` reads its settings from.
+pub fn env_settings(subcommand: &str) -> Vec<String> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let Some(sub) = cli.get_subcommands().find(|s| s.get_name() == subcommand) else { return Vec::new() };
+    sub.get_arguments().filter_map(|a| a.get_env()).map(|e| e.to_string_lossy().into_owned()).collect()
+}
