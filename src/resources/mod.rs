@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod agent;
+pub mod crds;
 pub mod hive;
 pub mod metal3;
 
