@@ -87,6 +87,13 @@ enum Command {
     },
     /// Drive the agent API as a fleet of discovery agents would (for load tests and demos).
     Simulate(crate::simulate::SimulateArgs),
+    /// Print the CustomResourceDefinitions of all kinds as multi-document YAML, or write them to a
+    /// directory, one `<plural>.<group>.yaml` per CRD.
+    Crds {
+        /// Directory to write the files into (created if missing).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -192,6 +199,9 @@ enum IsoImageType {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Crds { out } = &cli.command {
+        return crds(out.as_deref());
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
@@ -463,6 +473,26 @@ async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `bootstream crds`: no server, no runtime; a failure to write is reported like any other error.
+fn crds(out: Option<&Path>) -> ExitCode {
+    use std::io::Write;
+    let result = match out {
+        Some(dir) => crate::resources::crds::write_dir(dir).map(|names| {
+            for name in names {
+                eprintln!("wrote {}", dir.join(name).display());
+            }
+        }),
+        None => std::io::stdout().write_all(crate::resources::crds::all_yaml().as_bytes()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("signal handler");
@@ -534,6 +564,7 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Simulate(args) => crate::simulate::run(args).await,
         Command::Serve(_) | Command::Controller(_) => unreachable!("servers run on their own runtime"),
+        Command::Crds { .. } => unreachable!("crds runs before any runtime starts"),
     }
 }
 

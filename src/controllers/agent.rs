@@ -642,6 +642,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Conditio
         message: message.to_string(),
         last_transition_time: None,
         last_heartbeat_time: None,
+        last_probe_time: None,
     }
 }
 

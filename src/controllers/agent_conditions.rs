@@ -32,6 +32,7 @@ fn cond(type_: &str, status: &str, reason: &str, message: String) -> Condition {
         message,
         last_transition_time: None,
         last_heartbeat_time: None,
+        last_probe_time: None,
     }
 }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::backend::Clock;
 use crate::controllers::agent_conditions::BOUND;
-use crate::resources::agent::{Agent, BMH_LABEL, ClusterDeploymentReference};
+use crate::resources::agent::{Agent, BMH_LABEL, ClusterDeploymentReference, InventoryDisk};
 use crate::resources::metal3::*;
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, PreprovisioningImage, find_condition};
 use crate::store::{Store, StoreError};
@@ -169,7 +169,7 @@ fn mac_spellings(mac: &str) -> Vec<String> {
 
 pub fn agent_has_mac(agent: &Agent, mac: &str) -> bool {
     agent.status.as_ref().is_some_and(|s| {
-        s.inventory.interfaces.iter().any(|i| i["macAddress"].as_str().is_some_and(|m| m.eq_ignore_ascii_case(mac)))
+        s.inventory.interfaces.iter().any(|i| i.mac_address.as_deref().is_some_and(|m| m.eq_ignore_ascii_case(mac)))
     })
 }
 
@@ -440,27 +440,26 @@ fn reconcile_agent_spec(w: &mut World) -> Step {
 /// The disk root device hints pick among an Agent's disks (its status inventory): every hint given
 /// must match, only disks eligible for installation count, and a multipath device is preferred over
 /// the paths it is made of.
-pub fn installation_disk(disks: &[Value], hints: &RootDeviceHints) -> String {
-    let text = |d: &Value, k: &str| d[k].as_str().unwrap_or_default().to_string();
-    let matches = |d: &&Value| {
-        let eligible = d["installationEligibility"]["eligible"].as_bool().unwrap_or(false);
-        let path = text(d, "path");
-        eligible
-            && hints.device_name.as_ref().is_none_or(|n| *n == path || *n == text(d, "byPath"))
-            && hints.hctl.as_ref().is_none_or(|h| *h == text(d, "hctl"))
-            && hints.model.as_ref().is_none_or(|m| text(d, "model").contains(m.as_str()))
-            && hints.vendor.as_ref().is_none_or(|v| text(d, "vendor").contains(v.as_str()))
-            && hints.serial_number.as_ref().is_none_or(|s| *s == text(d, "serial"))
-            && hints.wwn.as_ref().is_none_or(|w| *w == text(d, "wwn"))
-            && hints.min_size_gigabytes.is_none_or(|gib| d["sizeBytes"].as_i64().unwrap_or(0) >= gib << 30)
-            && hints.rotational.is_none_or(|r| r == text(d, "driveType").eq_ignore_ascii_case("HDD"))
+pub fn installation_disk(disks: &[InventoryDisk], hints: &RootDeviceHints) -> String {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let matches = |d: &&InventoryDisk| {
+        let path = text(&d.path);
+        d.eligible()
+            && hints.device_name.as_ref().is_none_or(|n| *n == path || *n == text(&d.by_path))
+            && hints.hctl.as_ref().is_none_or(|h| *h == text(&d.hctl))
+            && hints.model.as_ref().is_none_or(|m| text(&d.model).contains(m.as_str()))
+            && hints.vendor.as_ref().is_none_or(|v| text(&d.vendor).contains(v.as_str()))
+            && hints.serial_number.as_ref().is_none_or(|s| *s == text(&d.serial))
+            && hints.wwn.as_ref().is_none_or(|w| *w == text(&d.wwn))
+            && hints.min_size_gigabytes.is_none_or(|gib| d.size_bytes.unwrap_or(0) >= gib << 30)
+            && hints.rotational.is_none_or(|r| r == text(&d.drive_type).eq_ignore_ascii_case("HDD"))
     };
-    let candidates: Vec<&Value> = disks.iter().filter(matches).collect();
+    let candidates: Vec<&InventoryDisk> = disks.iter().filter(matches).collect();
     candidates
         .iter()
-        .find(|d| text(d, "driveType").eq_ignore_ascii_case("Multipath"))
+        .find(|d| text(&d.drive_type).eq_ignore_ascii_case("Multipath"))
         .or(candidates.first())
-        .map(|d| text(d, "id"))
+        .map(|d| text(&d.id))
         .filter(|id| !id.is_empty())
         .unwrap_or_else(|| DISK_NOT_FOUND_BY_HINTS.to_string())
 }
@@ -471,7 +470,7 @@ fn reconcile_agent_inventory(w: &mut World) -> Step {
     let Some(status) = &agent.status else { return Step::Continue };
     let inv = &status.inventory;
     let hardware_hostname =
-        w.bmh.status.as_ref().and_then(|s| s.hardware.as_ref()).and_then(|h| h["hostname"].as_str()).unwrap_or("");
+        w.bmh.status.as_ref().and_then(|s| s.hardware.as_ref()).and_then(|h| h.hostname.as_deref()).unwrap_or("");
     if inv.interfaces.is_empty()
         || w.bmh.annotation(HARDWARE_DETAILS_ANNOTATION).is_some()
         || !hardware_hostname.is_empty()
@@ -490,18 +489,14 @@ pub fn hardware_details(agent: &Agent) -> Value {
     let strip_prefix = |ip: &str| ip.split('/').next().unwrap_or_default().to_string();
     let mut nics = Vec::new();
     for i in &inv.interfaces {
-        let ips = i["ipV6Addresses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .chain(i["ipV4Addresses"].as_array().into_iter().flatten());
-        for ip in ips.filter_map(Value::as_str) {
+        let ips = i.ip_v6_addresses.iter().flatten().chain(i.ip_v4_addresses.iter().flatten());
+        for ip in ips {
             nics.push(json!({
                 "ip": strip_prefix(ip),
-                "name": i["name"],
-                "model": i["vendor"],
-                "mac": i["macAddress"],
-                "speedGbps": i["speedMbps"].as_i64().unwrap_or(0) / 1024,
+                "name": i.name,
+                "model": i.vendor,
+                "mac": i.mac_address,
+                "speedGbps": i.speed_mbps.unwrap_or(0) / 1024,
             }));
         }
     }
@@ -509,35 +504,37 @@ pub fn hardware_details(agent: &Agent) -> Value {
         .disks
         .iter()
         .map(|d| {
-            let by_path = d["byPath"].as_str().unwrap_or_default();
+            let by_path = d.by_path.as_deref().unwrap_or_default();
             json!({
-                "name": if by_path.is_empty() { d["path"].clone() } else { json!(by_path) },
-                "hctl": d["hctl"],
-                "model": d["model"],
-                "sizeBytes": d["sizeBytes"],
-                "serialNumber": d["serial"],
-                "wwn": d["wwn"],
-                "vendor": d["vendor"],
-                "rotational": d["driveType"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("HDD")),
+                "name": if by_path.is_empty() { json!(d.path) } else { json!(by_path) },
+                "hctl": d.hctl,
+                "model": d.model,
+                "sizeBytes": d.size_bytes,
+                "serialNumber": d.serial,
+                "wwn": d.wwn,
+                "vendor": d.vendor,
+                "rotational": d.drive_type.as_deref().is_some_and(|t| t.eq_ignore_ascii_case("HDD")),
             })
         })
         .collect();
     let hostname = agent.spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| inv.hostname.clone());
+    let cpu = inv.cpu.clone().unwrap_or_default();
+    let vendor = inv.system_vendor.clone().unwrap_or_default();
     json!({
         "nics": nics,
         "storage": storage,
-        "ramMebibytes": inv.memory["physicalBytes"].as_i64().unwrap_or(0) >> 20,
+        "ramMebibytes": inv.memory.as_ref().and_then(|m| m.physical_bytes).unwrap_or(0) >> 20,
         "cpu": {
-            "flags": inv.cpu["flags"],
-            "count": inv.cpu["count"],
-            "model": inv.cpu["modelName"],
-            "arch": inv.cpu["architecture"],
-            "clockMegahertz": inv.cpu["clockMegahertz"],
+            "flags": cpu.flags,
+            "count": cpu.count,
+            "model": cpu.model_name,
+            "arch": cpu.architecture,
+            "clockMegahertz": cpu.clock_megahertz,
         },
         "systemVendor": {
-            "manufacturer": inv.system_vendor["manufacturer"],
-            "productName": inv.system_vendor["productName"],
-            "serialNumber": inv.system_vendor["serialNumber"],
+            "manufacturer": vendor.manufacturer,
+            "productName": vendor.product_name,
+            "serialNumber": vendor.serial_number,
         },
         "hostname": hostname,
     })
@@ -553,7 +550,7 @@ pub async fn bmhs_for_agent<S: Store>(store: &S, agent: &Agent) -> Result<Vec<St
     let macs: Vec<String> = agent
         .status
         .as_ref()
-        .map(|s| s.inventory.interfaces.iter().filter_map(|i| i["macAddress"].as_str().map(str::to_string)).collect())
+        .map(|s| s.inventory.interfaces.iter().filter_map(|i| i.mac_address.clone()).collect())
         .unwrap_or_default();
     let mut names = Vec::new();
     for mac in &macs {

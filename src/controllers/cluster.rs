@@ -284,6 +284,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Conditio
         message: message.into(),
         last_transition_time: None,
         last_heartbeat_time: None,
+        last_probe_time: None,
     }
 }
 

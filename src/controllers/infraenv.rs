@@ -42,6 +42,7 @@ pub async fn desired_status<S: Store>(
         message,
         last_transition_time: None,
         last_heartbeat_time: None,
+        last_probe_time: None,
     };
     match build(images, ie).await {
         Ok(built) => {
@@ -181,6 +182,7 @@ async fn handle_deletion<S: Store>(
                 ),
                 last_transition_time: None,
                 last_heartbeat_time: None,
+                last_probe_time: None,
             },
             Time(crate::resources::now_seconds()),
         );

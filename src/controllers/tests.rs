@@ -650,8 +650,10 @@ async fn mid_installation_with_spoke<S: Store>(w: &World<S>) -> (String, String,
 async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke<S: Store>(w: World<S>) {
     let (id, node, spoke) = mid_installation_with_spoke(&w).await;
     let mut a = w.agent(&id).await;
-    a.status.get_or_insert_default().csr_status.approved_csrs =
-        Some(vec![json!({"name": "csr-1", "type": "client", "approvedAt": "2026-11-22T00:00:00Z"})]);
+    a.status.get_or_insert_default().csr_status.approved_csrs = Some(vec![
+        serde_json::from_value(json!({"name": "csr-1", "type": "client", "approvedAt": "2026-11-22T00:00:00Z"}))
+            .unwrap(),
+    ]);
     w.store.update_status(&a).await.unwrap();
     w.store.delete::<Agent>(NS, &id).await.unwrap();
     w.reconcile(&id).await;

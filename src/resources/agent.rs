@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Condition;
+use super::hive::ValidationResult;
 use crate::hosts::{Host, Inventory};
 
 pub const AGENT_FINALIZER: &str = "agent.agent-install.openshift.io/ai-deprovision";
@@ -34,6 +35,7 @@ pub const IGNITION_TOKEN_KEY: &str = "ignition-token";
     group = "agent-install.openshift.io",
     version = "v1beta1",
     kind = "Agent",
+    doc = "One discovered host: what is asked of it (spec) and what it reports (status).",
     plural = "agents",
     namespaced,
     status = "AgentStatus"
@@ -87,7 +89,7 @@ pub struct IgnitionEndpointTokenReference {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentStatus {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bootstrap: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub role: String,
@@ -96,18 +98,19 @@ pub struct AgentStatus {
     #[serde(default)]
     pub progress: AgentProgress,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ntp_sources: Vec<Value>,
+    pub ntp_sources: Vec<NtpSource>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default)]
     pub debug_info: AgentDebugInfo,
+    /// Validation results by category (`hardware`, `network`, `operators`...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub validations_info: Option<Value>,
+    pub validations_info: Option<BTreeMap<String, Vec<ValidationResult>>>,
     #[serde(default, rename = "installation_disk_id", skip_serializing_if = "String::is_empty")]
     pub installation_disk_id: String,
     #[serde(default, rename = "deprovision_info", skip_serializing_if = "Option::is_none")]
     pub deprovision_info: Option<DeprovisionInfo>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "CsrStatus::is_empty")]
     pub csr_status: CsrStatus,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
@@ -138,13 +141,42 @@ pub struct DeprovisionInfo {
     pub message: String,
 }
 
+/// One NTP source of the host and its state, as the agent reported them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NtpSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_state: Option<String>,
+}
+
+/// The certificate signing requests approved for the host when it joined its cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CsrStatus {
     #[serde(default, rename = "approvedCSRs", skip_serializing_if = "Option::is_none")]
-    pub approved_csrs: Option<Vec<Value>>,
+    pub approved_csrs: Option<Vec<ApprovedCsr>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_approval_attempt: Option<String>,
+}
+
+impl CsrStatus {
+    fn is_empty(&self) -> bool {
+        *self == CsrStatus::default()
+    }
+}
+
+/// An approved CSR: its name, kind (`client` or `serving`) and approval time.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovedCsr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -185,7 +217,7 @@ impl AgentProgress {
     }
 }
 
-/// The inventory as the Agent status shows it (camelCase; lists are `[]`, never null).
+/// The inventory as the Agent status shows it (camelCase; interfaces and disks are `[]`, never null).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInventory {
@@ -195,58 +227,264 @@ pub struct AgentInventory {
     pub bmc_address: String,
     #[serde(default, rename = "bmcV6Address", skip_serializing_if = "String::is_empty")]
     pub bmc_v6_address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<InventoryMemory>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<InventoryCpu>,
     #[serde(default)]
-    pub memory: Value,
+    pub interfaces: Vec<InventoryInterface>,
     #[serde(default)]
-    pub cpu: Value,
-    #[serde(default)]
-    pub interfaces: Vec<Value>,
-    #[serde(default)]
-    pub disks: Vec<Value>,
-    #[serde(default)]
-    pub boot: Value,
-    #[serde(default)]
-    pub system_vendor: Value,
-    #[serde(default)]
-    pub gpus: Vec<Value>,
+    pub disks: Vec<InventoryDisk>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<InventoryBoot>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_vendor: Option<InventorySystemVendor>,
+    /// Left out when empty, as upstream does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<InventoryGpu>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_time: Option<String>,
+}
+
+/// Memory sizes in bytes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryMemory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usable_bytes: Option<i64>,
+}
+
+/// The host's processors.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryCpu {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_megahertz: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+}
+
+/// A network interface of the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryInterface {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios_dev_name: Option<String>,
+    #[serde(default, rename = "clientID", skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub has_carrier: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_v4_addresses: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_v6_addresses: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac_address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_mbps: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+}
+
+/// A disk of the host and whether it can be installed to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryDisk {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootable: Option<bool>,
+    #[serde(default, rename = "byID", skip_serializing_if = "Option::is_none")]
+    pub by_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drive_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hctl: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installation_eligibility: Option<InstallationEligibility>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_perf: Option<IoPerf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smart: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn: Option<String>,
+}
+
+impl InventoryDisk {
+    /// Whether assisted-service found the disk fit for installation.
+    pub fn eligible(&self) -> bool {
+        self.installation_eligibility.as_ref().and_then(|e| e.eligible).unwrap_or(false)
+    }
+}
+
+/// Whether a disk can be installed to, and why not.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallationEligibility {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eligible: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_eligible_reasons: Option<Vec<String>>,
+}
+
+/// A disk's measured write latency.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IoPerf {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_duration_milliseconds: Option<i64>,
+}
+
+/// How the host booted the discovery image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryBoot {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_boot_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pxe_interface: Option<String>,
+}
+
+/// Maker and model of the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventorySystemVendor {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+    #[serde(default, rename = "virtual", skip_serializing_if = "Option::is_none")]
+    pub virtual_: Option<bool>,
+}
+
+/// A GPU of the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryGpu {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(default, rename = "deviceID", skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, rename = "vendorID", skip_serializing_if = "Option::is_none")]
+    pub vendor_id: Option<String>,
 }
 
 impl AgentInventory {
     pub fn from_host(inv: &Inventory, _host: &Host) -> AgentInventory {
-        use serde_json::json;
+        // The agent reports GPUs as it found them (snake_case keys); the status names them in camelCase.
+        let gpu_text = |g: &Value, k: &str| g.get(k).and_then(Value::as_str).map(str::to_string);
         AgentInventory {
             hostname: inv.hostname.clone(),
             bmc_address: inv.bmc_address.clone(),
             bmc_v6_address: inv.bmc_v6address.clone(),
-            memory: json!({"physicalBytes": inv.memory.physical_bytes, "usableBytes": inv.memory.usable_bytes}),
-            cpu: json!({"count": inv.cpu.count, "clockMegahertz": inv.cpu.frequency as i64, "flags": inv.cpu.flags,
-                        "modelName": inv.cpu.model_name, "architecture": inv.cpu.architecture}),
+            memory: Some(InventoryMemory {
+                physical_bytes: Some(inv.memory.physical_bytes),
+                usable_bytes: Some(inv.memory.usable_bytes),
+            }),
+            cpu: Some(InventoryCpu {
+                count: Some(inv.cpu.count),
+                clock_megahertz: Some(inv.cpu.frequency as i64),
+                flags: Some(inv.cpu.flags.clone()),
+                model_name: Some(inv.cpu.model_name.clone()),
+                architecture: Some(inv.cpu.architecture.clone()),
+            }),
             interfaces: inv
                 .interfaces
                 .iter()
-                .map(|i| {
-                    json!({"name": i.name, "macAddress": i.mac_address, "ipV4Addresses": i.ipv4_addresses,
-                           "ipV6Addresses": i.ipv6_addresses, "speedMbps": i.speed_mbps, "vendor": i.vendor,
-                           "product": i.product})
+                .map(|i| InventoryInterface {
+                    name: Some(i.name.clone()),
+                    mac_address: Some(i.mac_address.clone()),
+                    ip_v4_addresses: Some(i.ipv4_addresses.clone()),
+                    ip_v6_addresses: Some(i.ipv6_addresses.clone()),
+                    speed_mbps: Some(i.speed_mbps),
+                    vendor: Some(i.vendor.clone()),
+                    product: Some(i.product.clone()),
+                    ..Default::default()
                 })
                 .collect(),
             disks: inv
                 .disks
                 .iter()
-                .map(|d| {
-                    json!({"id": d.id, "name": d.name, "path": d.path, "byPath": d.by_path, "driveType": d.drive_type,
-                           "sizeBytes": d.size_bytes, "serial": d.serial, "model": d.model, "vendor": d.vendor,
-                           "wwn": d.wwn, "hctl": d.hctl, "bootable": d.bootable,
-                           "installationEligibility": d.installation_eligibility.as_ref().map(|e| json!({
-                               "eligible": e.eligible, "notEligibleReasons": e.not_eligible_reasons}))})
+                .map(|d| InventoryDisk {
+                    id: Some(d.id.clone()),
+                    name: Some(d.name.clone()),
+                    path: Some(d.path.clone()),
+                    by_path: Some(d.by_path.clone()),
+                    drive_type: Some(d.drive_type.clone()),
+                    size_bytes: Some(d.size_bytes),
+                    serial: Some(d.serial.clone()),
+                    model: Some(d.model.clone()),
+                    vendor: Some(d.vendor.clone()),
+                    wwn: Some(d.wwn.clone()),
+                    hctl: Some(d.hctl.clone()),
+                    bootable: Some(d.bootable),
+                    installation_eligibility: d.installation_eligibility.as_ref().map(|e| InstallationEligibility {
+                        eligible: Some(e.eligible),
+                        not_eligible_reasons: Some(e.not_eligible_reasons.clone()),
+                    }),
+                    ..Default::default()
                 })
                 .collect(),
-            boot: json!({"currentBootMode": inv.boot.current_boot_mode}),
-            system_vendor: json!({"manufacturer": inv.system_vendor.manufacturer,
-                                  "productName": inv.system_vendor.product_name,
-                                  "serialNumber": inv.system_vendor.serial_number,
-                                  "virtual": inv.system_vendor.virtual_}),
-            gpus: inv.gpus.clone(),
+            boot: Some(InventoryBoot {
+                current_boot_mode: Some(inv.boot.current_boot_mode.clone()),
+                ..Default::default()
+            }),
+            system_vendor: Some(InventorySystemVendor {
+                manufacturer: Some(inv.system_vendor.manufacturer.clone()),
+                product_name: Some(inv.system_vendor.product_name.clone()),
+                serial_number: Some(inv.system_vendor.serial_number.clone()),
+                virtual_: Some(inv.system_vendor.virtual_),
+            }),
+            gpus: inv
+                .gpus
+                .iter()
+                .map(|g| InventoryGpu {
+                    address: gpu_text(g, "address"),
+                    device_id: gpu_text(g, "device_id"),
+                    name: gpu_text(g, "name"),
+                    vendor: gpu_text(g, "vendor"),
+                    vendor_id: gpu_text(g, "vendor_id"),
+                })
+                .collect(),
+            report_time: None,
         }
     }
 }

@@ -1,8 +1,7 @@
 //! metal3's BareMetalHost and PreprovisioningImage (`metal3.io/v1alpha1`), in the shapes of the CRDs in
-//! `../shared/fixtures/assisted/crds/`. The fields the Bare Metal Agent Controller and the
-//! PreprovisioningImage controller read or write are typed; the rest (BMC details, RAID, firmware,
-//! metal3's status bookkeeping) pass through as JSON, so that nothing a user or the bare metal operator
-//! wrote is lost when a controller writes the object back.
+//! `../shared/fixtures/assisted/crds/`. Every field of those CRDs is typed; the ones the controllers do
+//! not use (RAID, firmware, metal3's status bookkeeping) are optional and kept as written, so that
+//! nothing a user or the bare metal operator wrote is lost when a controller writes the object back.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +9,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as MetaCondition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// The BMAC's finalizer on BareMetalHosts.
 pub const BMH_FINALIZER: &str = "bmac.agent-install.openshift.io/deprovision";
@@ -50,6 +48,7 @@ pub const ASSISTED_DEPLOY_METHOD: &str = "start_assisted_install";
     group = "metal3.io",
     version = "v1alpha1",
     kind = "BareMetalHost",
+    doc = "A physical host metal3 manages through its BMC.",
     plural = "baremetalhosts",
     namespaced,
     status = "BareMetalHostStatus"
@@ -68,7 +67,7 @@ pub struct BareMetalHostSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_mode: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consumer_ref: Option<Value>,
+    pub consumer_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_deploy: Option<CustomDeploy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,25 +75,25 @@ pub struct BareMetalHostSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub externally_provisioned: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firmware: Option<Value>,
+    pub firmware: Option<FirmwareConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<BmhImage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meta_data: Option<Value>,
+    pub meta_data: Option<SecretReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_data: Option<Value>,
+    pub network_data: Option<SecretReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preprovisioning_network_data_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raid: Option<Value>,
+    pub raid: Option<RaidConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_device_hints: Option<RootDeviceHints>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub taints: Option<Vec<Value>>,
+    pub taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_data: Option<Value>,
+    pub user_data: Option<SecretReference>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -151,7 +150,8 @@ pub struct RootDeviceHints {
     pub wwn_with_extension: Option<String>,
 }
 
-/// What the bare metal operator reports. Only the fields the controllers read are typed.
+/// What the bare metal operator reports. The controllers read `provisioning.state`,
+/// `operationalStatus` and `hardware.hostname`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BareMetalHostStatus {
@@ -160,18 +160,273 @@ pub struct BareMetalHostStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisionStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hardware: Option<Value>,
-    #[serde(flatten)]
-    pub other: serde_json::Map<String, Value>,
+    pub hardware: Option<HardwareDetails>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_count: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub good_credentials: Option<CredentialsStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_history: Option<OperationHistory>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub powered_on: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried_credentials: Option<CredentialsStatus>,
 }
 
+/// Where the host is in metal3's provisioning state machine, and what it was provisioned with.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionStatus {
     #[serde(default)]
     pub state: String,
-    #[serde(flatten)]
-    pub other: serde_json::Map<String, Value>,
+    #[serde(default, rename = "ID", skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_deploy: Option<CustomDeploy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<FirmwareConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<BmhImage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raid: Option<RaidConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device_hints: Option<RootDeviceHints>,
+}
+
+/// BIOS settings metal3 applies to the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FirmwareConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simultaneous_multithreading_enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sriov_enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtualization_enabled: Option<bool>,
+}
+
+/// A secret by name and namespace (the namespace defaults to the object's).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A RAID volume built by the host's RAID controller.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HardwareRaidVolume {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_of_physical_disks: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_disks: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_gibibytes: Option<i64>,
+}
+
+/// A software RAID volume and the disks it is made of.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SoftwareRaidVolume {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_disks: Option<Vec<RootDeviceHints>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_gibibytes: Option<i64>,
+}
+
+/// The RAID volumes metal3 builds before provisioning.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RaidConfig {
+    #[serde(default, rename = "hardwareRAIDVolumes", skip_serializing_if = "Option::is_none")]
+    pub hardware_raid_volumes: Option<Vec<HardwareRaidVolume>>,
+    #[serde(default, rename = "softwareRAIDVolumes", skip_serializing_if = "Option::is_none")]
+    pub software_raid_volumes: Option<Vec<SoftwareRaidVolume>>,
+}
+
+/// A BMC credentials secret and the version of it that was used.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<SecretReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_version: Option<String>,
+}
+
+/// The host's processors, as inspection found them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareCpu {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_megahertz: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// The host's BIOS.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareBios {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// The host's firmware.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareFirmware {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<HardwareBios>,
+}
+
+/// A VLAN seen on a NIC.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareVlan {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A NIC of the host, one per address.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareNic {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pxe: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_gbps: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan_id: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlans: Option<Vec<HardwareVlan>>,
+}
+
+/// A disk of the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareStorage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hctl: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn_vendor_extension: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn_with_extension: Option<String>,
+}
+
+/// Maker and model of the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareSystemVendor {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_number: Option<String>,
+}
+
+/// What inspection found on the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<HardwareCpu>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<HardwareFirmware>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nics: Option<Vec<HardwareNic>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ram_mebibytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Vec<HardwareStorage>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_vendor: Option<HardwareSystemVendor>,
+}
+
+/// When an operation started and ended.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationMetric {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+}
+
+/// Timing of the host's last operations.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationHistory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprovision: Option<OperationMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspect: Option<OperationMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision: Option<OperationMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub register: Option<OperationMetric>,
 }
 
 impl BareMetalHost {
@@ -199,6 +454,7 @@ impl BareMetalHost {
     group = "metal3.io",
     version = "v1alpha1",
     kind = "PreprovisioningImage",
+    doc = "The image a BareMetalHost boots before provisioning (here: the discovery image).",
     plural = "preprovisioningimages",
     namespaced,
     status = "PreprovisioningImageStatus"
@@ -230,5 +486,15 @@ pub struct PreprovisioningImageStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kernel_url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_data: Option<Value>,
+    pub network_data: Option<NetworkDataStatus>,
+}
+
+/// The network data secret an image was built with, and its version.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkDataStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }

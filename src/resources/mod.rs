@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod agent;
+pub mod crds;
 pub mod hive;
 pub mod metal3;
 
@@ -37,6 +38,7 @@ pub const MESSAGE_FAILED_TO_CREATE: &str = "Failed to create image";
     group = "agent-install.openshift.io",
     version = "v1beta1",
     kind = "InfraEnv",
+    doc = "A discovery environment: the image hosts boot to join the pool, and how it is built.",
     plural = "infraenvs",
     namespaced,
     status = "InfraEnvStatus"
@@ -87,6 +89,7 @@ pub struct InfraEnvSpec {
     group = "agent-install.openshift.io",
     version = "v1beta1",
     kind = "NMStateConfig",
+    doc = "Static network configuration for the hosts whose NICs have the listed MAC addresses.",
     plural = "nmstateconfigs",
     namespaced
 )]
@@ -94,9 +97,15 @@ pub struct InfraEnvSpec {
 pub struct NMStateConfigSpec {
     /// The nmstate document (free-form; validated by nmstate when the image is built).
     #[serde(default)]
+    #[schemars(schema_with = "preserve_unknown_object")]
     pub config: Value,
     /// Logical interface names of `config` and the MAC addresses of the NICs they stand for.
     pub interfaces: Vec<NMStateInterface>,
+}
+
+/// The schema of a free-form object that an API server must keep as written instead of pruning it.
+fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -302,6 +311,9 @@ pub struct Condition {
     pub last_transition_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,
+    /// Hive's conditions (ClusterDeployment, AgentClusterInstall) carry this instead of a heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
 }
 
 /// Sets a condition the way OpenShift's `SetStatusConditionNoHeartbeat` does: the transition time moves
@@ -313,6 +325,7 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition, now: T
         }
         new.last_transition_time = if old.status == new.status { old.last_transition_time.clone() } else { Some(now) };
         new.last_heartbeat_time = old.last_heartbeat_time.clone();
+        new.last_probe_time = old.last_probe_time.clone();
         *old = new;
     } else {
         new.last_transition_time = Some(now);
@@ -562,7 +575,8 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
             serde_json::to_value(&typed).expect("typed resources serialize")
         }
         Kind::ClusterImageSet => {
-            let typed: ClusterImageSet = typed_from(doc)?;
+            let mut typed: ClusterImageSet = typed_from(doc)?;
+            typed.status = None;
             serde_json::to_value(&typed).expect("typed resources serialize")
         }
         Kind::BareMetalHost => {
@@ -874,6 +888,7 @@ mod tests {
             message: msg.into(),
             last_transition_time: None,
             last_heartbeat_time: None,
+            last_probe_time: None,
         };
         assert!(set_condition(&mut cs, c("True", "a"), t0.clone()));
         assert!(!set_condition(&mut cs, c("True", "a"), t1.clone()));

@@ -87,6 +87,7 @@ impl<S: Store> World<S> {
             message: crate::resources::MESSAGE_IMAGE_AVAILABLE.into(),
             last_transition_time: None,
             last_heartbeat_time: None,
+            last_probe_time: None,
         }];
         self.store.update_status(&infraenv).await.unwrap();
     }
@@ -203,8 +204,11 @@ async fn scenario_61_the_cluster_reference_annotation_binds_and_unbinds<S: Store
 #[test]
 fn scenario_62_root_device_hints_pick_the_installation_disk() {
     let disk = |id: &str, wwn: &str, drive: &str| {
-        json!({"id": id, "path": id, "wwn": wwn, "driveType": drive, "sizeBytes": 200u64 << 30,
-               "installationEligibility": {"eligible": true}})
+        serde_json::from_value::<crate::resources::agent::InventoryDisk>(
+            json!({"id": id, "path": id, "wwn": wwn, "driveType": drive, "sizeBytes": 200u64 << 30,
+                   "installationEligibility": {"eligible": true}}),
+        )
+        .unwrap()
     };
     let disks = vec![
         disk("/dev/sda", "0x5000", "SSD"),
@@ -222,7 +226,7 @@ fn scenario_62_root_device_hints_pick_the_installation_disk() {
     );
     // Only eligible disks count.
     let mut ineligible = disks.clone();
-    ineligible[0]["installationEligibility"]["eligible"] = json!(false);
+    ineligible[0].installation_eligibility.as_mut().unwrap().eligible = Some(false);
     assert_eq!(
         bmac::installation_disk(&ineligible, &hints(json!({"deviceName": "/dev/sda"}))),
         bmac::DISK_NOT_FOUND_BY_HINTS
