@@ -137,9 +137,27 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
     status(404, "NotFound", &format!("\"{name}\" not found"))
 }
 
+/// `GET /api/v1/pods`, with the `spec.nodeName=` field selector `kubectl drain` uses.
+fn pod_list(st: &State, query: &str) -> Value {
+    let selector = query.split('&').find_map(|kv| kv.strip_prefix("fieldSelector="));
+    let selector = selector.map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned());
+    let node = selector.as_deref().and_then(|s| s.strip_prefix("spec.nodeName="));
+    let items: Vec<Value> = st
+        .objects
+        .iter()
+        .filter(|(p, _)| {
+            p.starts_with("/api/v1/namespaces/") && p.split('/').nth(5) == Some("pods") && p.split('/').count() == 7
+        })
+        .filter(|(_, o)| node.is_none_or(|n| o["spec"]["nodeName"] == n))
+        .map(|(_, o)| o.clone())
+        .collect();
+    json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+}
+
 async fn handle(state: &Mutex<State>, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
     let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -150,8 +168,19 @@ async fn handle(state: &Mutex<State>, req: Request<hyper::body::Incoming>) -> Re
     match method.as_str() {
         "GET" => match st.objects.get(&path) {
             Some(obj) => respond(200, obj),
+            None if path == "/api/v1/pods" => respond(200, &pod_list(&st, &query)),
             None => not_found(&path),
         },
+        // The eviction subresource: the pod goes (no disruption budgets here; inject a 429 to play one).
+        "POST" if path.ends_with("/eviction") => {
+            let pod = path.trim_end_matches("/eviction").to_string();
+            match st.objects.remove(&pod) {
+                Some(_) => {
+                    respond(201, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}))
+                }
+                None => not_found(&pod),
+            }
+        }
         "PATCH" => {
             let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
                 return status(400, "BadRequest", "the patch is not JSON");

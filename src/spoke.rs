@@ -1,6 +1,6 @@
 //! The installed cluster ("spoke") side of unbinding, through its admin kubeconfig and kube-rs:
-//! starting the reclaim agent on a node (spec-controllers §7.2) and removing a node that left the
-//! cluster (§2.8 `removeSpokeResources`).
+//! starting the reclaim agent on a node (spec-controllers §7.2), removing a node that left the
+//! cluster (§2.8 `removeSpokeResources`), and draining a node whose BareMetalHost is deleted (§5.6).
 //!
 //! Objects are written with server-side apply, so every step is create-or-update and can be
 //! repeated after a failure.
@@ -8,8 +8,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, ServiceAccount};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
@@ -46,6 +48,38 @@ pub fn kubeconfig_secret_name(cd_name: &str, admin_kubeconfig_secret_ref: Option
         None => format!("{cd_name}-admin-kubeconfig"),
     }
 }
+
+/// A spoke client for a ClusterDeployment's cluster, from its admin kubeconfig secret; None when that
+/// secret does not exist.
+pub async fn for_cluster<S: crate::store::Store>(
+    store: &S,
+    cd_ns: &str,
+    cd_name: &str,
+) -> Result<Option<SpokeClient>, String> {
+    let cd = store.get::<crate::resources::ClusterDeployment>(cd_ns, cd_name).await.map_err(|e| e.to_string())?;
+    let secret_ref = cd.as_ref().and_then(|cd| cd.admin_kubeconfig_secret_name());
+    let secret_name = kubeconfig_secret_name(cd_name, secret_ref.as_deref());
+    let Some(secret) = store.get::<Secret>(cd_ns, &secret_name).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let Some(kubeconfig) = secret.data.as_ref().and_then(|d| d.get("kubeconfig")) else {
+        return Err(format!("secret {secret_name} did not contain key kubeconfig"));
+    };
+    SpokeClient::from_kubeconfig(&kubeconfig.0).await.map(Some).map_err(|e| e.to_string())
+}
+
+/// Where one drain attempt left a node.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Drain {
+    /// Cordoned, and nothing but DaemonSet and mirror pods left on it (or the node is gone).
+    Done,
+    /// Cordoned; these pods are still on it (being evicted, or refused by a disruption budget).
+    InProgress(Vec<String>),
+}
+
+/// Pods being deleted for longer than this are not waited for: their node does not answer (kubectl
+/// drain's skip-wait-for-delete-timeout as assisted uses it).
+const UNREACHABLE_POD_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_mins(5);
 
 /// What the reclaim agent needs (§7.2).
 #[derive(Clone, Debug)]
@@ -98,6 +132,49 @@ impl SpokeClient {
             .await
             .map(|_| ())
             .map_err(api_err(format!("failed to create or update {what} {name}")))
+    }
+
+    /// One attempt at `kubectl drain --force --ignore-daemonsets --delete-emptydir-data`: cordons the
+    /// node and asks for the eviction of every pod on it but DaemonSet and mirror pods. Evictions go
+    /// through the API's eviction subresource, so disruption budgets hold: a refused eviction leaves
+    /// the pod for the next attempt.
+    pub async fn drain_node(&self, node_name: &str, now: jiff::Timestamp) -> Result<Drain, SpokeError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let cordon = json!({"spec": {"unschedulable": true}});
+        match nodes.patch(node_name, &PatchParams::default(), &Patch::Merge(cordon)).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => return Ok(Drain::Done),
+            Err(e) => return Err(SpokeError::Api { what: format!("failed to cordon node {node_name}"), source: e }),
+        }
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let on_node = ListParams::default().fields(&format!("spec.nodeName={node_name}"));
+        let pods = all.list(&on_node).await.map_err(api_err(format!("failed to list the pods of node {node_name}")))?;
+        let mut left = Vec::new();
+        for pod in pods.items {
+            let meta = &pod.metadata;
+            let daemon =
+                meta.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
+            let mirror = meta.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+            if daemon || mirror {
+                continue;
+            }
+            let (ns, name) = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+            if let Some(deleting) = &meta.deletion_timestamp {
+                if deleting.0.checked_add(UNREACHABLE_POD_GRACE).is_ok_and(|until| until > now) {
+                    left.push(format!("{ns}/{name}"));
+                }
+                continue;
+            }
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            match pods.evict(&name, &EvictParams::default()).await {
+                Ok(_) => left.push(format!("{ns}/{name}")),
+                Err(e) if is_not_found(&e) => {}
+                // A disruption budget refuses for now.
+                Err(kube::Error::Api(s)) if s.code == 429 => left.push(format!("{ns}/{name}")),
+                Err(e) => return Err(SpokeError::Api { what: format!("failed to evict pod {ns}/{name}"), source: e }),
+            }
+        }
+        Ok(if left.is_empty() { Drain::Done } else { Drain::InProgress(left) })
     }
 
     pub async fn node_exists(&self, node: &str) -> Result<bool, SpokeError> {

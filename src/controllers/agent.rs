@@ -428,16 +428,7 @@ async fn spoke_client<S: Store>(
     cd_ns: &str,
     cd_name: &str,
 ) -> Result<Option<SpokeClient>, String> {
-    let cd = ctx.store.get::<ClusterDeployment>(cd_ns, cd_name).await.map_err(|e| e.to_string())?;
-    let secret_ref = cd.as_ref().and_then(|cd| cd.admin_kubeconfig_secret_name());
-    let secret_name = crate::spoke::kubeconfig_secret_name(cd_name, secret_ref.as_deref());
-    let Some(secret) = ctx.store.get::<Secret>(cd_ns, &secret_name).await.map_err(|e| e.to_string())? else {
-        return Ok(None);
-    };
-    let Some(kubeconfig) = secret.data.as_ref().and_then(|d| d.get("kubeconfig")) else {
-        return Err(format!("secret {secret_name} did not contain key kubeconfig"));
-    };
-    SpokeClient::from_kubeconfig(&kubeconfig.0).await.map(Some).map_err(|e| e.to_string())
+    crate::spoke::for_cluster(&ctx.store, cd_ns, cd_name).await
 }
 
 /// §7.2: starts the reclaim agent on the node through the cluster's admin kubeconfig.

@@ -30,6 +30,8 @@ pub use super::infraenv::Action;
 pub const IMAGE_COOLDOWN: Duration = Duration::from_secs(60);
 /// While waiting for metal3 to reach `deleting`.
 const REQUEUE_WAITING: Duration = Duration::from_secs(10);
+/// Between attempts to drain a node, and the most one attempt may take.
+const DRAIN_ATTEMPT: Duration = Duration::from_secs(20);
 const REASON_UNBINDING_PENDING_USER_ACTION: &str = "UnbindingPendingUserAction";
 const REASON_INFRAENV_AVAILABLE: &str = crate::resources::REASON_INFRAENV_AVAILABLE;
 /// What the installation disk is set to when root device hints match no disk of the host.
@@ -121,7 +123,7 @@ async fn run_steps<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step
             }
         };
     }
-    step!(handle_finalizer(ctx, w));
+    step!(handle_finalizer(ctx, w).await);
     if agent_bound_reason(w.agent.as_ref()) == Some(REASON_UNBINDING_PENDING_USER_ACTION) {
         step!(reconcile_unbound_agent(ctx, w));
     }
@@ -174,7 +176,7 @@ pub fn agent_has_mac(agent: &Agent, mac: &str) -> bool {
 }
 
 /// §5.6: the BMH finalizer, and what deleting a BMH does to its Agent.
-fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
+async fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     let has_finalizer = w.bmh.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == BMH_FINALIZER));
     if w.bmh.label(INFRAENV_NAME_LABEL).is_none() {
         remove_finalizer(&mut w.bmh);
@@ -203,8 +205,11 @@ fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
         remove_finalizer(&mut w.bmh);
         return Step::Stop;
     }
-    // Remove-agent mode: let metal3 deprovision the host (cleaning `metadata`), wait until it is
-    // deleting the host, then delete the Agent and let the BMH go.
+    // Remove-agent mode: drain the node off its cluster, let metal3 deprovision the host (cleaning
+    // `metadata`), wait until it is deleting the host, then delete the Agent and let the BMH go.
+    if let Step::RequeueAfter(d) = drain(ctx, w).await {
+        return Step::RequeueAfter(d);
+    }
     {
         let ann = w.bmh.annotations_mut();
         ann.remove(DETACHED_ANNOTATION);
@@ -217,6 +222,70 @@ fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     w.delete_agent = true;
     remove_finalizer(&mut w.bmh);
     Step::Stop
+}
+
+/// §5.6 `handleDrain`: one attempt at draining the spoke node of the BMH's Agent, if it is bound to a
+/// cluster, with its progress in the BMH's drain annotations. Continue once the node is drained or
+/// the `drain-timeout` has passed; otherwise try again in [`DRAIN_ATTEMPT`].
+async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
+    let Some(agent) = &w.agent else { return Step::Continue };
+    let Some(cd) = agent.spec.cluster_deployment_name.clone() else { return Step::Continue };
+    if matches!(w.bmh.annotation(DRAIN_STATUS_ANNOTATION), Some(DRAIN_SUCCEEDED | DRAIN_TIMED_OUT)) {
+        return Step::Continue;
+    }
+    let now = ctx.clock.now();
+    let started = match w.bmh.annotation(DRAIN_STARTED_AT_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok()) {
+        Some(t) => t,
+        None => {
+            w.bmh.annotations_mut().insert(DRAIN_STARTED_AT_ANNOTATION.to_string(), now.to_string());
+            now
+        }
+    };
+    let timeout = w.bmh.annotation(DRAIN_TIMEOUT_ANNOTATION).and_then(|t| match t.parse::<jiff::SignedDuration>() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!(bmh = ?w.bmh.metadata.name, timeout = t, error = %e, "ignoring an unreadable drain-timeout");
+            None
+        }
+    });
+    let mut set_status = |status: String| {
+        w.bmh.annotations_mut().insert(DRAIN_STATUS_ANNOTATION.to_string(), status);
+    };
+    if timeout.is_some_and(|t| started.checked_add(t).is_ok_and(|until| until <= now)) {
+        set_status(DRAIN_TIMED_OUT.to_string());
+        return Step::Continue;
+    }
+    let node = agent
+        .spec
+        .hostname
+        .clone()
+        .filter(|h| !h.is_empty())
+        .or_else(|| agent.status.as_ref().map(|s| s.inventory.hostname.clone()))
+        .unwrap_or_default();
+    let attempt = async {
+        let client = crate::spoke::for_cluster(&ctx.store, &cd.namespace, &cd.name)
+            .await?
+            .ok_or_else(|| format!("the admin kubeconfig of {}/{} is missing", cd.namespace, cd.name))?;
+        client.drain_node(&node, now).await.map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(DRAIN_ATTEMPT, attempt).await {
+        Ok(Ok(crate::spoke::Drain::Done)) => {
+            set_status(DRAIN_SUCCEEDED.to_string());
+            Step::Continue
+        }
+        Ok(Ok(crate::spoke::Drain::InProgress(_))) => {
+            set_status(DRAIN_IN_PROGRESS.to_string());
+            Step::RequeueAfter(DRAIN_ATTEMPT)
+        }
+        Ok(Err(e)) => {
+            set_status(format!("failed to drain node: {e}"));
+            Step::RequeueAfter(DRAIN_ATTEMPT)
+        }
+        Err(_) => {
+            set_status(format!("failed to drain node: no answer within {}s", DRAIN_ATTEMPT.as_secs()));
+            Step::RequeueAfter(DRAIN_ATTEMPT)
+        }
+    }
 }
 
 fn remove_finalizer(bmh: &mut BareMetalHost) {

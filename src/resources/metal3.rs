@@ -28,6 +28,14 @@ pub const AGENT_LABEL_PREFIX: &str = "bmac.agent-install.openshift.io.agent-labe
 pub const REMOVE_AGENT_ON_DELETE_ANNOTATION: &str = "bmac.agent-install.openshift.io/remove-agent-and-node-on-delete";
 pub const ALLOW_PROVISIONED_HOST_MANAGEMENT_ANNOTATION: &str =
     "bmac.agent-install.openshift.io/allow-provisioned-host-management";
+/// Draining the spoke node of a BMH deleted in remove-agent mode (§5.6): when it started (RFC 3339),
+/// how long to try (a duration such as `10m`; none: until it succeeds), and how it went.
+pub const DRAIN_STARTED_AT_ANNOTATION: &str = "bmac.agent-install.openshift.io/drain-started-at";
+pub const DRAIN_TIMEOUT_ANNOTATION: &str = "bmac.agent-install.openshift.io/drain-timeout";
+pub const DRAIN_STATUS_ANNOTATION: &str = "bmac.agent-install.openshift.io/drain-status";
+pub const DRAIN_SUCCEEDED: &str = "drain succeeded";
+pub const DRAIN_IN_PROGRESS: &str = "draining in progress";
+pub const DRAIN_TIMED_OUT: &str = "drain timed out";
 pub const SPOKE_BMH_MACHINE_CREATED_ANNOTATION: &str = "bmac.agent-install.openshift.io/spoke-bmh-machine-created";
 /// metal3's own annotations.
 pub const DETACHED_ANNOTATION: &str = "baremetalhost.metal3.io/detached";

@@ -474,6 +474,78 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
     assert!(agent.is_none_or(|a| a.metadata.deletion_timestamp.is_some()), "the Agent is being deleted");
 }
 
+/// A converged BMH in remove-agent mode whose Agent is installed in cluster c1, and that cluster's
+/// spoke with the host's node running a workload pod, a DaemonSet pod, and a pod on another node.
+async fn installed_remove_agent_bmh<S: Store>(w: &World<S>, extra: Value) -> (String, String, FakeApiServer) {
+    let ctx = bmac_ctx(w, true);
+    w.cluster_deployment("c1", true).await;
+    let mut annotations = json!({REMOVE_AGENT_ON_DELETE_ANNOTATION: "true"});
+    crate::store::json::merge_patch(&mut annotations, &extra);
+    w.bmh("bmh-0", 0, annotations).await;
+    let id = w.installed_host("c1", 0).await;
+    let node = w.hostname(&id).await;
+    let spoke = w.spoke_for("c1", &node).await;
+    let pod = |ns: &str, name: &str, node: &str, owner: Option<&str>| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                           "spec": {"nodeName": node}});
+        if let Some(kind) = owner {
+            p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": "x",
+                                                        "uid": "u1", "controller": true}]);
+        }
+        spoke.put(&format!("/api/v1/namespaces/{ns}/pods/{name}"), p);
+    };
+    pod("app", "web-1", &node, Some("ReplicaSet"));
+    pod("openshift-dns", "dns-1", &node, Some("DaemonSet"));
+    pod("app", "web-2", "other-node", Some("ReplicaSet"));
+    w.metal3_reports("bmh-0", "provisioned", "OK").await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    (id, node, spoke)
+}
+
+async fn scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first<S: Store>(w: World<S>) {
+    let ctx = bmac_ctx(&w, true);
+    let (id, node, spoke) = installed_remove_agent_bmh(&w, json!({})).await;
+    // First attempt: cordoned, the workload pod evicted; its going is checked on the next attempt.
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    let b = w.get_bmh("bmh-0").await;
+    assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_IN_PROGRESS));
+    assert!(annotation(&b, DRAIN_STARTED_AT_ANNOTATION).is_some());
+    assert_eq!(spoke.get(&format!("/api/v1/nodes/{node}")).unwrap()["spec"]["unschedulable"], true);
+    assert!(spoke.get("/api/v1/namespaces/app/pods/web-1").is_none(), "the workload was evicted");
+    assert!(spoke.get("/api/v1/namespaces/openshift-dns/pods/dns-1").is_some(), "DaemonSet pods stay");
+    assert!(spoke.get("/api/v1/namespaces/app/pods/web-2").is_some(), "other nodes' pods stay");
+    assert!(b.spec.automated_cleaning_mode.as_deref() != Some("metadata"), "deprovisioning waits for the drain");
+
+    // Drained: deprovisioning goes on as without a cluster.
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    let b = w.get_bmh("bmh-0").await;
+    assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_SUCCEEDED));
+    assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
+    w.metal3_reports("bmh-0", "deleting", "OK").await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    assert!(w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap().is_none(), "the finalizer went");
+    let agent = w.store.get::<Agent>(NS, &id).await.unwrap();
+    assert!(agent.is_none_or(|a| a.metadata.deletion_timestamp.is_some()), "the Agent is being deleted");
+}
+
+async fn scenario_68_a_drain_that_keeps_failing_is_given_up_after_its_timeout<S: Store>(w: World<S>) {
+    let ctx = bmac_ctx(&w, true);
+    let (_id, _node, spoke) = installed_remove_agent_bmh(&w, json!({DRAIN_TIMEOUT_ANNOTATION: "5m"})).await;
+    spoke.fail("POST", "/api/v1/namespaces/app/pods/web-1/eviction", 500);
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    let status = annotation(&w.get_bmh("bmh-0").await, DRAIN_STATUS_ANNOTATION).unwrap();
+    assert!(status.starts_with("failed to drain node: failed to evict pod app/web-1"), "{status}");
+    w.clock.advance(SignedDuration::from_mins(4));
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    assert!(w.get_bmh("bmh-0").await.spec.automated_cleaning_mode.as_deref() != Some("metadata"));
+    w.clock.advance(SignedDuration::from_mins(2));
+    bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap();
+    let b = w.get_bmh("bmh-0").await;
+    assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_TIMED_OUT));
+    assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
+}
+
 async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
@@ -674,6 +746,8 @@ async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_s
 }
 
 on_both_stores! {
+    scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first,
+    scenario_68_a_drain_that_keeps_failing_is_given_up_after_its_timeout,
     scenario_58_a_bmh_gets_the_infraenv_iso_once_the_image_is_old_enough,
     scenario_59_a_fresh_image_cools_down_before_the_bmh_gets_it,
     scenario_60_the_agent_with_the_boot_mac_gets_the_bmh_annotations,
