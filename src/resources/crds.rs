@@ -161,3 +161,60 @@ fn clean(v: &mut Value, foreign: &HashSet<String>) {
         }
     }
 }
+
+/// The openAPIV3 schema of each CRD's served version, by store key (`plural.group`), as JSON.
+fn schemas() -> &'static std::collections::HashMap<String, Value> {
+    static SCHEMAS: std::sync::OnceLock<std::collections::HashMap<String, Value>> = std::sync::OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        all()
+            .into_iter()
+            .filter_map(|crd| {
+                let key = format!("{}.{}", crd.spec.names.plural, crd.spec.group);
+                let schema = crd.spec.versions.first()?.schema.as_ref()?.open_api_v3_schema.as_ref()?.clone();
+                Some((key, serde_json::to_value(schema).ok()?))
+            })
+            .collect()
+    })
+}
+
+/// Removes from `obj` the fields our schema for `resource` (`plural.group`) does not have, as the API
+/// server prunes unknown fields of a structural schema. Objects read from a cluster whose CRDs are
+/// newer than ours carry such fields, and our types refuse unknown fields (so that a typo in a user's
+/// file is an error): pruned first, they read as what we know of them. Other kinds are left alone.
+pub fn prune_unknown_fields(resource: &str, obj: &mut Value) {
+    if let Some(schema) = schemas().get(resource) {
+        prune(schema, obj);
+    }
+}
+
+fn prune(schema: &Value, v: &mut Value) {
+    if schema["x-kubernetes-preserve-unknown-fields"] == true && schema.get("properties").is_none() {
+        return;
+    }
+    match v {
+        Value::Object(map) => {
+            if let Some(props) = schema["properties"].as_object() {
+                if schema["x-kubernetes-preserve-unknown-fields"] != true {
+                    map.retain(|k, _| props.contains_key(k));
+                }
+                for (k, child) in map.iter_mut() {
+                    if let Some(s) = props.get(k) {
+                        prune(s, child);
+                    }
+                }
+            } else if let Some(values) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                for child in map.values_mut() {
+                    prune(values, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    prune(item_schema, item);
+                }
+            }
+        }
+        _ => {}
+    }
+}

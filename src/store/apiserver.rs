@@ -466,6 +466,24 @@ async fn handle(shared: &Shared, req: hyper::Request<hyper::body::Incoming>) -> 
             }
             Err(e) => Err(e),
         },
+        (Method::PATCH, Some(name), status) => {
+            let merge = head
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/merge-patch+json"));
+            if !merge {
+                return self::status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    "this test server takes JSON merge patches (application/merge-patch+json) only",
+                );
+            }
+            let ns = t.namespace.as_deref().unwrap_or_default();
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(patch) => merge_patch(shared, c, ns, name, &patch, status).await.map(|o| (StatusCode::OK, o)),
+                Err(e) => Err(StoreError::Invalid(format!("the patch is not JSON: {e}"))),
+            }
+        }
         (Method::DELETE, Some(name), false) => {
             let ns = t.namespace.as_deref().unwrap_or_default();
             match shared.store.delete_raw(&c.resource, ns, name).await {
@@ -491,6 +509,40 @@ async fn handle(shared: &Shared, req: hyper::Request<hyper::body::Incoming>) -> 
         Ok((code, object)) => full(code, &object),
         Err(e) => store_error(&e),
     }
+}
+
+/// A JSON merge patch of an object (its status with `status`; a patch of the object leaves the status
+/// as it is, as with PUT). A resourceVersion in the patch must be current; without one the patch
+/// applies to whatever is current, retried if the object moves meanwhile, as the API server does.
+async fn merge_patch(
+    shared: &Shared,
+    c: &Collection,
+    ns: &str,
+    name: &str,
+    patch: &Value,
+    status: bool,
+) -> Result<Value, StoreError> {
+    let want_rv = patch["metadata"]["resourceVersion"].as_str().map(str::to_string);
+    for _ in 0..5 {
+        let live = shared
+            .store
+            .get_raw(&c.resource, ns, name)?
+            .ok_or_else(|| StoreError::NotFound { resource: c.resource.clone(), name: name.to_string() })?;
+        let mut merged = live.clone();
+        crate::store::json::merge_patch(&mut merged, patch);
+        let rv = want_rv.clone().or_else(|| live["metadata"]["resourceVersion"].as_str().map(str::to_string));
+        merged["metadata"]["resourceVersion"] = rv.clone().map_or(Value::Null, Value::String);
+        let written = if status {
+            shared.store.replace_status_raw(&c.resource, ns, name, merged.get("status").cloned(), rv).await
+        } else {
+            shared.store.replace_raw(&c.resource, ns, merged).await
+        };
+        match written {
+            Err(e) if e.is_conflict() && want_rv.is_none() => continue,
+            other => return other,
+        }
+    }
+    Err(StoreError::Conflict(format!("{} \"{name}\" kept changing", c.resource)))
 }
 
 /// The verb of a request, as RBAC names it.

@@ -1,8 +1,13 @@
 //! The Kubernetes backend of [`Store`]: the resources live in a cluster, reached through kube-rs.
 //!
-//! Reads and writes are API calls (GET, LIST, POST, PUT, PUT `/status`, DELETE), so a reconcile reads
-//! what the API server has, as it would through the SQLite store, and a stale write is refused with a
-//! conflict the controllers already handle. Changes come from one metadata-only watch per kind (kube-rs's
+//! Reads and writes are API calls (GET, LIST, POST, merge PATCH of the object or of `/status`,
+//! DELETE), so a reconcile reads what the API server has, as it would through the SQLite store, and a
+//! stale write is refused with a conflict the controllers already handle.
+//!
+//! Updates are JSON merge patches of what the controller changed, computed against the live object
+//! as our types see it and locked to the resourceVersion the controller read: a field our types do not
+//! know (a newer metal3 or assisted CRD than ours) is never in the patch, so it survives, where a PUT
+//! of our typed object would drop it. Changes come from one metadata-only watch per kind (kube-rs's
 //! `metadata_watcher`, which re-lists and backs off by itself): enough to know which object changed and
 //! whether only its status did, without holding every object's body in memory.
 
@@ -12,9 +17,10 @@ use std::sync::{Arc, RwLock};
 use either::Either;
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, ObjectList, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
@@ -105,7 +111,80 @@ fn object_namespace<K: Object>(obj: &K) -> Result<(String, String), StoreError> 
     Ok((meta.namespace.clone().unwrap_or_default(), name))
 }
 
+/// An object of kind K from the API's JSON, without the fields our types do not know (see
+/// [`crate::resources::crds::prune_unknown_fields`]).
+fn decode<K: Object>(mut v: Value) -> Result<K, StoreError> {
+    crate::resources::crds::prune_unknown_fields(&resource_name::<K>(), &mut v);
+    serde_json::from_value(v).map_err(|e| StoreError::Backend(format!("reading a {}: {e}", resource_name::<K>())))
+}
+
+fn conflict<K: Object>(name: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+        resource_name::<K>()
+    ))
+}
+
+/// The object without its status (what an update of the object itself changes).
+fn without_status(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+    }
+    v
+}
+
 impl KubeStore {
+    /// Writes `obj` (its status with `status`, everything else without) as a merge patch of what
+    /// differs from the live object, locked to `obj`'s resourceVersion (or, without one, to the live
+    /// object's, retried if someone wrote in between).
+    async fn patch_over_live<K: Object>(&self, obj: &K, status: bool) -> Result<K, StoreError> {
+        let (ns, name) = object_namespace(obj)?;
+        let backend = |e: kube::core::request::Error| StoreError::Backend(e.to_string());
+        let new = serde_json::to_value(obj).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let want_rv = obj.meta().resource_version.clone();
+        for _ in 0..5 {
+            let get = collection::<K>(Some(&ns)).get(&name, &Default::default()).map_err(backend)?;
+            let live: Value = self.inner.client.request(get).await.map_err(|e| store_error::<K>(&name, e))?;
+            let live_rv = live["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+            if want_rv.as_ref().is_some_and(|want| *want != live_rv) {
+                return Err(conflict::<K>(&name));
+            }
+            let typed: K = decode(live)?;
+            let known = serde_json::to_value(&typed).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let mut patch = if status {
+                let changed = crate::store::json::diff(&known["status"], &new["status"]);
+                serde_json::json!({ "status": changed })
+            } else {
+                crate::store::json::diff(&without_status(known.clone()), &without_status(new.clone()))
+            };
+            let unchanged = patch.as_object().is_some_and(|p| p.is_empty())
+                || (status && patch["status"].as_object().is_some_and(|p| p.is_empty()));
+            if unchanged {
+                return Ok(typed);
+            }
+            // What the server owns is never ours to patch (an object built from scratch lacks it).
+            if let Some(meta) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                for key in ["uid", "creationTimestamp", "generation", "deletionTimestamp", "managedFields", "selfLink"]
+                {
+                    meta.remove(key);
+                }
+            }
+            patch["metadata"]["resourceVersion"] = Value::String(live_rv);
+            let pp = PatchParams::default();
+            let req = if status {
+                collection::<K>(Some(&ns)).patch_subresource("status", &name, &pp, &Patch::Merge(&patch))
+            } else {
+                collection::<K>(Some(&ns)).patch(&name, &pp, &Patch::Merge(&patch))
+            }
+            .map_err(backend)?;
+            match self.inner.client.request::<Value>(req).await.map_err(|e| store_error::<K>(&name, e)) {
+                Err(e) if e.is_conflict() && want_rv.is_none() => continue,
+                other => return decode(other?),
+            }
+        }
+        Err(conflict::<K>(&name))
+    }
+
     /// A store over the cluster `client` reaches, with change events for `kinds` (the kinds whose
     /// controllers run here). Returns once every watch has listed its kind, so that a controller
     /// starting now and listing what exists misses nothing that follows.
@@ -229,8 +308,8 @@ impl Store for KubeStore {
     async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
         let ns = (!namespace.is_empty()).then_some(namespace);
         let req = collection::<K>(ns).get(name, &Default::default()).map_err(|e| StoreError::Backend(e.to_string()))?;
-        match self.inner.client.request::<K>(req).await {
-            Ok(obj) => Ok(Some(obj)),
+        match self.inner.client.request::<Value>(req).await {
+            Ok(obj) => decode(obj).map(Some),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(store_error::<K>(name, e)),
         }
@@ -239,8 +318,8 @@ impl Store for KubeStore {
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
         let req =
             collection::<K>(namespace).list(&ListParams::default()).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let list: ObjectList<K> = self.inner.client.request(req).await.map_err(|e| store_error::<K>("", e))?;
-        Ok(list.items)
+        let list: ObjectList<Value> = self.inner.client.request(req).await.map_err(|e| store_error::<K>("", e))?;
+        list.items.into_iter().map(decode).collect()
     }
 
     async fn get_by_uid<K: Object>(&self, uid: &str) -> Result<Option<K>, StoreError> {
@@ -262,25 +341,15 @@ impl Store for KubeStore {
         let req = collection::<K>(Some(&ns))
             .create(&PostParams::default(), body)
             .map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.inner.client.request::<K>(req).await.map_err(|e| store_error::<K>(&name, e))
+        decode(self.inner.client.request::<Value>(req).await.map_err(|e| store_error::<K>(&name, e))?)
     }
 
     async fn update<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
-        let (ns, name) = object_namespace(obj)?;
-        let body = serde_json::to_vec(obj).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let req = collection::<K>(Some(&ns))
-            .replace(&name, &PostParams::default(), body)
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.inner.client.request::<K>(req).await.map_err(|e| store_error::<K>(&name, e))
+        self.patch_over_live(obj, false).await
     }
 
     async fn update_status<K: Object>(&self, obj: &K) -> Result<K, StoreError> {
-        let (ns, name) = object_namespace(obj)?;
-        let body = serde_json::to_vec(obj).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let req = collection::<K>(Some(&ns))
-            .replace_subresource("status", &name, &PostParams::default(), body)
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        self.inner.client.request::<K>(req).await.map_err(|e| store_error::<K>(&name, e))
+        self.patch_over_live(obj, true).await
     }
 
     async fn delete<K: Object>(&self, namespace: &str, name: &str) -> Result<Deletion, StoreError> {
@@ -288,12 +357,12 @@ impl Store for KubeStore {
         let req = collection::<K>(ns)
             .delete(name, &DeleteParams::default())
             .map_err(|e| StoreError::Backend(e.to_string()))?;
-        match self.inner.client.request_status::<K>(req).await.map_err(|e| store_error::<K>(name, e))? {
+        match self.inner.client.request_status::<Value>(req).await.map_err(|e| store_error::<K>(name, e))? {
             // Some servers answer an immediate deletion with the object as it was; only an object still
             // marked and holding finalizers is pending.
             Either::Left(obj)
-                if obj.meta().deletion_timestamp.is_some()
-                    && obj.meta().finalizers.iter().flatten().next().is_some() =>
+                if obj["metadata"]["deletionTimestamp"].is_string()
+                    && obj["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()) =>
             {
                 Ok(Deletion::Pending)
             }
@@ -357,7 +426,13 @@ mod tests {
         assert_eq!(stored.metadata.generation, Some(2));
         let read: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
         assert_eq!(read.status.as_ref().unwrap().iso_download_url, "http://x/iso");
-        assert!(server.requests().iter().any(|r| r.starts_with("PUT /apis/agent-install.openshift.io/v1beta1/namespaces/ns/infraenvs/a/status")));
+        assert!(
+            server
+                .requests()
+                .iter()
+                .any(|r| r
+                    .starts_with("PATCH /apis/agent-install.openshift.io/v1beta1/namespaces/ns/infraenvs/a/status"))
+        );
 
         let uid = read.metadata.uid.clone().unwrap();
         let by_uid: InfraEnv = store.get_by_uid(&uid).await.unwrap().unwrap();
@@ -377,6 +452,37 @@ mod tests {
         let missing = store.delete::<InfraEnv>("ns", "a").await.unwrap_err();
         assert!(missing.is_not_found(), "{missing:?}");
         assert_eq!(missing.to_string(), "infraenvs.agent-install.openshift.io \"a\" not found");
+    }
+
+    #[tokio::test]
+    async fn updates_keep_the_fields_our_types_do_not_know() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let cluster = SqliteStore::open_in_memory().unwrap();
+        let server = ApiServer::start(cluster.clone()).await;
+        let store = KubeStore::start(server.client(), &[]).await;
+        // Written by a newer version of the CRD's owner: fields our InfraEnv type does not have.
+        let res = "infraenvs.agent-install.openshift.io";
+        let doc = serde_json::json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+            "metadata": {"name": "n", "namespace": "ns"},
+            "spec": {"pullSecretRef": {"name": "ps"}, "futureField": {"a": 1}}});
+        cluster.create_raw(res, "ns", doc, true).await.unwrap();
+        let live = cluster.get_raw(res, "ns", "n").unwrap().unwrap();
+        let rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
+        cluster.replace_status_raw(res, "ns", "n", Some(serde_json::json!({"futureStatus": "x"})), rv).await.unwrap();
+
+        let mut ie: InfraEnv = store.get("ns", "n").await.unwrap().unwrap();
+        ie.spec.cpu_architecture = Some("arm64".into());
+        let ie = store.update(&ie).await.unwrap();
+        let mut ie = ie.clone();
+        ie.status.get_or_insert_default().iso_download_url = "http://x/iso".into();
+        store.update_status(&ie).await.unwrap();
+
+        let raw = cluster.get_raw(res, "ns", "n").unwrap().unwrap();
+        assert_eq!(raw["spec"]["cpuArchitecture"], "arm64");
+        assert_eq!(raw["spec"]["futureField"], serde_json::json!({"a": 1}));
+        assert_eq!(raw["status"]["isoDownloadURL"], "http://x/iso");
+        assert_eq!(raw["status"]["futureStatus"], "x");
+        assert!(server.requests().iter().all(|r| !r.starts_with("PUT")), "{:?}", server.requests());
     }
 
     #[tokio::test]
