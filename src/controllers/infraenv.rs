@@ -50,6 +50,7 @@ pub async fn desired_status<S: Store>(
                 status.created_time = Some(now.clone());
                 status.image_digest = built.digest;
             }
+            status.ironic_agent = crate::ironic::enabled(ie);
             status.iso_download_url = built.urls.iso;
             // Only when there is static network config, as assisted-service does.
             let debug = status.debug_info.get_or_insert_with(Default::default);
@@ -96,6 +97,7 @@ pub async fn desired_status<S: Store>(
             status.iso_download_url.clear();
             status.created_time = None;
             status.image_digest.clear();
+            status.ironic_agent = false;
             status.boot_artifacts = BootArtifacts::default();
             set_condition(&mut status.conditions, cond, now);
             (status, action)

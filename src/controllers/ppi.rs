@@ -123,7 +123,8 @@ async fn image_status<S: Store>(
         }
         return Ok((Action::Done, false));
     }
-    let Some(status) = infraenv.status.as_ref().filter(|s| s.created_time.is_some()) else {
+    // An image from before the ironic agent was turned on is no image for a PPI.
+    let Some(status) = infraenv.status.as_ref().filter(|s| s.created_time.is_some() && s.ironic_agent) else {
         fail(ppi, &now, false, REASON_WAITING_FOR_IMAGE, "Waiting for InfraEnv image to be created");
         return Ok((Action::Done, false));
     };

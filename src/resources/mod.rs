@@ -266,6 +266,11 @@ pub struct InfraEnvStatus {
     /// where the download URL stays the same.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub image_digest: String,
+    /// bootstream extension: the image the status describes starts the ironic agent (the InfraEnv has
+    /// the enable-ironic-agent annotation). A PreprovisioningImage waits for it after turning the agent
+    /// on, so that it never hands metal3 the image from before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ironic_agent: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -89,6 +89,8 @@ impl<S: Store> World<S> {
             last_heartbeat_time: None,
             last_probe_time: None,
         }];
+        let ironic = crate::ironic::enabled(&infraenv);
+        infraenv.status.get_or_insert_default().ironic_agent = ironic;
         self.store.update_status(&infraenv).await.unwrap();
     }
 
@@ -382,6 +384,14 @@ async fn ppi<S: Store>(w: &World<S>, formats: &[&str], arch: &str) -> Preprovisi
     get_ppi(w).await
 }
 
+/// The PPI turns the ironic agent on for its InfraEnv, the InfraEnv controller makes the image with
+/// it (old enough to have cooled down), and the PPI takes it.
+async fn ironic_image_made<S: Store>(w: &World<S>) {
+    run_ppi(w).await;
+    w.image_created("pool", SignedDuration::from_mins(5)).await;
+    run_ppi(w).await;
+}
+
 async fn get_ppi<S: Store>(w: &World<S>) -> PreprovisioningImage {
     w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().expect("the PPI exists")
 }
@@ -407,6 +417,12 @@ async fn scenario_66_converged_a_ready_ppi_sets_the_assisted_deploy_method<S: St
     w.run_bmac(&ctx, "bmh-0").await;
     assert_eq!(w.get_bmh("bmh-0").await.spec.custom_deploy, None, "no PPI yet");
     ppi(&w, &["iso", "initrd"], "x86_64").await;
+    w.image_created("pool", SignedDuration::from_mins(10)).await;
+    // The PPI turns the ironic agent on: the image from before is not for it.
+    run_ppi(&w).await;
+    let waiting = ppi_condition(&get_ppi(&w).await, "Ready");
+    assert_eq!((waiting.0.as_str(), waiting.2.as_str()), ("False", "Waiting for InfraEnv image to be created"));
+    // The InfraEnv controller makes the image with the agent.
     w.image_created("pool", SignedDuration::from_secs(10)).await;
     run_ppi(&w).await;
     w.run_bmac(&ctx, "bmh-0").await;
@@ -427,7 +443,7 @@ async fn scenario_67_converged_an_unbound_host_is_deprovisioned_and_deployed_aga
     w.bmh("bmh-0", 0, json!({})).await;
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
-    run_ppi(&w).await;
+    ironic_image_made(&w).await;
     w.metal3_reports("bmh-0", "available", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     assert!(w.get_bmh("bmh-0").await.spec.custom_deploy.is_some());
@@ -561,7 +577,7 @@ async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<
 async fn scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv<S: Store>(w: World<S>) {
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
-    run_ppi(&w).await;
+    ironic_image_made(&w).await;
     let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
     assert!(crate::ironic::enabled(&ie));
     let p = get_ppi(&w).await;
@@ -591,7 +607,7 @@ async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned<S: St
     w.metal3_reports("bmh-0", "available", "OK").await;
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
-    run_ppi(&w).await;
+    ironic_image_made(&w).await;
     let p = get_ppi(&w).await;
     let st = p.status.clone().unwrap();
     assert_eq!((st.format.as_str(), st.image_url.as_str(), st.architecture.as_str()), ("iso", ISO_URL, "x86_64"));
@@ -628,7 +644,7 @@ async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World
     w.store.update(&ie).await.unwrap();
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["initrd"], "amd64").await;
-    run_ppi(&w).await;
+    ironic_image_made(&w).await;
     let st = get_ppi(&w).await.status.unwrap();
     assert_eq!(st.format, "initrd");
     assert_eq!(st.image_url, "http://hub.example:8090/images/initrd");
@@ -689,7 +705,7 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: St
     w.store.update(&b).await.unwrap();
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
-    run_ppi(&w).await;
+    ironic_image_made(&w).await;
     w.admin.delete::<PreprovisioningImage>(NS, "bmh-0").await.unwrap();
     assert!(matches!(run_ppi(&w).await, ppi::Action::RequeueAfter(_)));
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_some(), "the finalizer stays");
