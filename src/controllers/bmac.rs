@@ -133,6 +133,7 @@ async fn run_steps<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step
         return Ok(Step::Stop);
     }
     step!(reconcile_agent_spec(w));
+    step!(ensure_fencing_credentials(ctx, w).await?);
     if !ctx.converged {
         step!(reconcile_agent_inventory(w));
     }
@@ -382,6 +383,74 @@ fn handle_pause_and_detach<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Ste
         w.bmh.annotations_mut().remove(PAUSED_ANNOTATION);
     }
     Step::Continue
+}
+
+/// §5.3 `create-fencing-credentials-secret`: the Agent's fencing credentials, written from the BMH's BMC
+/// (address, the username and password of its credentials secret, and whether to verify the BMC's
+/// certificate) into the secret `<agent>-fencing-credentials`, which the Agent then references. A
+/// name given with `fencing-credentials-secret-name` wins.
+async fn ensure_fencing_credentials<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step, StoreError> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let wanted = w.bmh.annotation(CREATE_FENCING_SECRET_ANNOTATION).is_some_and(|v| v != "false");
+    let Some(agent) = w.agent.as_mut() else { return Ok(Step::Continue) };
+    if !wanted || w.bmh.annotation(FENCING_SECRET_ANNOTATION).is_some() {
+        return Ok(Step::Continue);
+    }
+    let ns = w.bmh.metadata.namespace.clone().unwrap_or_default();
+    let Some(bmc) = w.bmh.spec.bmc.as_ref().filter(|b| !b.address.is_empty()) else {
+        return Err(StoreError::Invalid(format!(
+            "BareMetalHost {ns}/{}: fencing credentials need spec.bmc.address",
+            w.bmh.metadata.name.as_deref().unwrap_or_default()
+        )));
+    };
+    let credentials = ctx.store.get::<Secret>(&ns, &bmc.credentials_name).await?.ok_or_else(|| {
+        StoreError::Invalid(format!("the BMC credentials secret {ns}/{} does not exist", bmc.credentials_name))
+    })?;
+    let field = |key: &str| {
+        credentials.data.as_ref().and_then(|d| d.get(key)).cloned().ok_or_else(|| {
+            StoreError::Invalid(format!("the BMC credentials secret {ns}/{} has no {key}", bmc.credentials_name))
+        })
+    };
+    let verification = if bmc.disable_certificate_verification == Some(true) { "Disabled" } else { "Enabled" };
+    let data: BTreeMap<String, ByteString> = [
+        ("address".to_string(), ByteString(bmc.address.clone().into_bytes())),
+        ("username".to_string(), field("username")?),
+        ("password".to_string(), field("password")?),
+        ("certificateVerification".to_string(), ByteString(verification.as_bytes().to_vec())),
+    ]
+    .into();
+    let name = format!("{}-fencing-credentials", agent.metadata.name.as_deref().unwrap_or_default());
+    match ctx.store.get::<Secret>(&ns, &name).await? {
+        Some(mut live) if live.data.as_ref() != Some(&data) => {
+            live.data = Some(data);
+            ctx.store.update(&live).await?;
+        }
+        Some(_) => {}
+        None => {
+            let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "metal3.io/v1alpha1".into(),
+                kind: "BareMetalHost".into(),
+                name: w.bmh.metadata.name.clone().unwrap_or_default(),
+                uid: w.bmh.metadata.uid.clone().unwrap_or_default(),
+                ..Default::default()
+            };
+            let secret = Secret {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(ns.clone()),
+                    owner_references: Some(vec![owner]),
+                    ..Default::default()
+                },
+                data: Some(data),
+                type_: Some("Opaque".into()),
+                ..Default::default()
+            };
+            ctx.store.create(&secret).await?;
+        }
+    }
+    agent.spec.fencing_credentials_secret_ref = Some(name);
+    Ok(Step::Continue)
 }
 
 /// §5.3 `reconcileBMH`: the image the host boots.

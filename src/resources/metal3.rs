@@ -23,6 +23,8 @@ pub const INSTALLER_ARGS_ANNOTATION: &str = "bmac.agent-install.openshift.io/ins
 pub const IGNITION_OVERRIDES_ANNOTATION: &str = "bmac.agent-install.openshift.io/ignition-config-overrides";
 pub const CLUSTER_REFERENCE_ANNOTATION: &str = "bmac.agent-install.openshift.io/cluster-reference";
 pub const FENCING_SECRET_ANNOTATION: &str = "bmac.agent-install.openshift.io/fencing-credentials-secret-name";
+/// bootstream writes the fencing credentials secret (`<agent>-fencing-credentials`) from the BMH's BMC.
+pub const CREATE_FENCING_SECRET_ANNOTATION: &str = "bmac.agent-install.openshift.io/create-fencing-credentials-secret";
 pub const NODE_LABEL_PREFIX: &str = "bmac.agent-install.openshift.io.node-label.";
 pub const AGENT_LABEL_PREFIX: &str = "bmac.agent-install.openshift.io.agent-label.";
 pub const REMOVE_AGENT_ON_DELETE_ANNOTATION: &str = "bmac.agent-install.openshift.io/remove-agent-and-node-on-delete";

@@ -562,6 +562,45 @@ async fn scenario_68_a_drain_that_keeps_failing_is_given_up_after_its_timeout<S:
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
 }
 
+async fn the_fencing_credentials_secret_is_written_from_the_bmc<S: Store>(w: World<S>) {
+    use k8s_openapi::api::core::v1::Secret;
+    let ctx = bmac_ctx(&w, false);
+    w.image_created("pool", SignedDuration::from_mins(5)).await;
+    let id = w.pool_host("pool", 0).await;
+    w.bmh("bmh-0", 0, json!({CREATE_FENCING_SECRET_ANNOTATION: "true"})).await;
+    w.metal3_reports("bmh-0", "available", "OK").await;
+    // Without the BMC's credentials there is nothing to write: the reconcile fails and says why.
+    let mut failed = None;
+    for _ in 0..6 {
+        if let Err(e) = bmac::reconcile(&ctx, NS, "bmh-0").await {
+            failed = Some(e);
+            break;
+        }
+    }
+    let err = failed.expect("the reconcile fails");
+    assert!(err.to_string().contains("the BMC credentials secret pool/bmh-0-bmc does not exist"), "{err}");
+
+    let bmc_secret = |password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bmh-0-bmc", "namespace": NS},
+               "stringData": {"username": "admin", "password": password}})
+    };
+    w.apply(Kind::Secret, bmc_secret("s3cret")).await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    let name = format!("{id}-fencing-credentials");
+    assert_eq!(w.agent(&id).await.spec.fencing_credentials_secret_ref.as_deref(), Some(name.as_str()));
+    let read = |s: &Secret, key: &str| String::from_utf8(s.data.as_ref().unwrap()[key].0.clone()).unwrap();
+    let secret = w.store.get::<Secret>(NS, &name).await.unwrap().expect("the fencing secret");
+    assert_eq!(read(&secret, "address"), "redfish-virtualmedia://10.0.0.1/redfish/v1/Systems/1");
+    assert_eq!((read(&secret, "username"), read(&secret, "password")), ("admin".into(), "s3cret".into()));
+    assert_eq!(read(&secret, "certificateVerification"), "Enabled");
+
+    // A new BMC password reaches the fencing secret.
+    w.apply(Kind::Secret, bmc_secret("n3w")).await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    let secret = w.store.get::<Secret>(NS, &name).await.unwrap().unwrap();
+    assert_eq!(read(&secret, "password"), "n3w");
+}
+
 async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<S>) {
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
@@ -762,6 +801,7 @@ async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_s
 }
 
 on_both_stores! {
+    the_fencing_credentials_secret_is_written_from_the_bmc,
     scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first,
     scenario_68_a_drain_that_keeps_failing_is_given_up_after_its_timeout,
     scenario_58_a_bmh_gets_the_infraenv_iso_once_the_image_is_old_enough,
