@@ -115,9 +115,21 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     .await;
     kubectl_apply(
         &cluster,
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig",
+               "metadata": {"name": "host-0", "namespace": "fleet", "labels": {"rack": "r1"}},
+               "spec": {"config": {"interfaces": [{"name": "eth0", "type": "ethernet", "state": "up",
+                                                   "mac-address": "02:00:00:80:12:01",
+                                                   "ipv4": {"enabled": true, "dhcp": false,
+                                                            "address": [{"ip": "192.168.126.10", "prefix-length": 24}]}}]},
+                        "interfaces": [{"name": "eth0", "macAddress": "02:00:00:80:12:01"}]}}),
+    )
+    .await;
+    kubectl_apply(
+        &cluster,
         json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
                "metadata": {"name": "pool", "namespace": "fleet"},
-               "spec": {"pullSecretRef": {"name": "pull-secret"}, "sshAuthorizedKey": "ssh-ed25519 AAAA test"}}),
+               "spec": {"pullSecretRef": {"name": "pull-secret"}, "sshAuthorizedKey": "ssh-ed25519 AAAA test",
+                        "nmStateConfigLabelSelector": {"matchLabels": {"rack": "r1"}}}}),
     )
     .await;
 
@@ -170,6 +182,21 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     assert_eq!(from_replica.body.get(0x8001..0x8006), Some(&b"CD001"[..]), "an ISO 9660 image");
     assert_eq!(sha256_hex(&from_replica.body), sha256_hex(&from_controller.body));
     assert_eq!(from_replica.header("etag"), from_controller.header("etag"));
+
+    // The replica reads the InfraEnv's NMStateConfigs from the cluster: its static network config.
+    let (r, id) = (image_server.clone(), infraenv["metadata"]["uid"].as_str().unwrap().to_string());
+    let static_network = blocking(move || {
+        let path = format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=static-network-config");
+        request(&r, "GET", &path, &[], b"")
+    })
+    .await
+    .unwrap();
+    assert_eq!(static_network.status, 200, "{}", static_network.text());
+    assert!(static_network.body.len() > 100, "a static network archive");
+    assert!(
+        infraenv["status"]["debugInfo"]["staticNetworkDownloadURL"].as_str().is_some_and(|u| !u.is_empty()),
+        "the controller saw the NMStateConfig too: {infraenv:#}"
+    );
 
     // A host boots, reads its token from the discovery Ignition the replica serves, and registers
     // with the controller: its Agent appears in the cluster.
