@@ -468,19 +468,10 @@ impl<S: Store> App<S> {
                 "resources live in the Kubernetes cluster this server works with: use kubectl",
             );
         };
-        let (api_prefix, rest) = match segs {
-            ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
-            ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
-            _ => return not_found(),
-        };
-        let (namespace, plural, name, status) = match rest {
-            [plural] => (None, *plural, None, false),
-            [plural, name] => (Some(""), *plural, Some(*name), false),
-            [plural, name, "status"] => (Some(""), *plural, Some(*name), true),
-            ["namespaces", ns, plural] => (Some(*ns), *plural, None, false),
-            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), false),
-            ["namespaces", ns, plural, name, "status"] => (Some(*ns), *plural, Some(*name), true),
-            _ => return not_found(),
+        let Some(crate::store::ApiPath { prefix: api_prefix, namespace, plural, name, status }) =
+            crate::store::ApiPath::parse(segs)
+        else {
+            return not_found();
         };
         let Some(kind) = Kind::from_plural(plural).filter(|k| k.api_prefix() == api_prefix) else {
             return status_error(

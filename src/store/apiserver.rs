@@ -358,20 +358,7 @@ struct Target<'a> {
 
 fn target<'a>(collections: &'a [Collection], path: &str) -> Option<Target<'a>> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (prefix, rest) = match segs.as_slice() {
-        ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
-        ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
-        _ => return None,
-    };
-    let (namespace, plural, name, status) = match rest {
-        [plural] => (None, *plural, None, false),
-        [plural, name] => (Some(""), *plural, Some(*name), false),
-        [plural, name, "status"] => (Some(""), *plural, Some(*name), true),
-        ["namespaces", ns, plural] => (Some(*ns), *plural, None, false),
-        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), false),
-        ["namespaces", ns, plural, name, "status"] => (Some(*ns), *plural, Some(*name), true),
-        _ => return None,
-    };
+    let super::ApiPath { prefix, namespace, plural, name, status } = super::ApiPath::parse(&segs)?;
     let collection = collections.iter().find(|c| c.prefix == prefix && c.plural == plural)?;
     // Namespaced kinds are addressed in a namespace (or across all, for lists); cluster-scoped never.
     let namespace = match (collection.namespaced, namespace) {

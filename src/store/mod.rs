@@ -18,6 +18,41 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+/// What a Kubernetes API path addresses: `/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/status]]`
+/// or `/api/v1/...` for the core group.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ApiPath<'a> {
+    /// `/apis/GROUP/VERSION` or `/api/v1`.
+    pub prefix: String,
+    /// None: no namespace part (a list across namespaces, or a cluster-scoped kind, then with a name).
+    /// Some(""): a name without a namespace part.
+    pub namespace: Option<&'a str>,
+    pub plural: &'a str,
+    pub name: Option<&'a str>,
+    pub status: bool,
+}
+
+impl<'a> ApiPath<'a> {
+    /// Parses the path's segments (without the leading slash); None if it is not an API path.
+    pub fn parse(segs: &[&'a str]) -> Option<ApiPath<'a>> {
+        let (prefix, rest) = match segs {
+            ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
+            ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
+            _ => return None,
+        };
+        let (namespace, plural, name, status) = match rest {
+            [plural] => (None, *plural, None, false),
+            [plural, name] => (Some(""), *plural, Some(*name), false),
+            [plural, name, "status"] => (Some(""), *plural, Some(*name), true),
+            ["namespaces", ns, plural] => (Some(*ns), *plural, None, false),
+            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), false),
+            ["namespaces", ns, plural, name, "status"] => (Some(*ns), *plural, Some(*name), true),
+            _ => return None,
+        };
+        Some(ApiPath { prefix, namespace, plural, name, status })
+    }
+}
+
 /// A resource type the store holds: any Kubernetes-shaped object.
 pub trait Object:
     ::kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static
