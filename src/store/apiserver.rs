@@ -420,7 +420,7 @@ async fn handle(shared: &Shared, req: hyper::Request<hyper::body::Incoming>) -> 
         (Method::GET, None, false) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             return watch(shared, &t, q.get("resourceVersion").map(String::as_str), metadata);
         }
-        (Method::GET, None, false) => return list(shared, &t, metadata),
+        (Method::GET, None, false) => return list(shared, &t, &q, metadata),
         (Method::GET, Some(name), _) => {
             shared.store.get_raw(&c.resource, t.namespace.as_deref().unwrap_or_default(), name).and_then(|o| {
                 o.map(|o| (StatusCode::OK, o))
@@ -614,15 +614,22 @@ fn document(body: &[u8], c: &Collection, namespace: Option<&str>, name: Option<&
     Ok(doc)
 }
 
-fn list(shared: &Shared, t: &Target<'_>, metadata: bool) -> hyper::Response<Body> {
+/// A list, in name order, in pages when the client gives a `limit` (the `continue` token is where the
+/// next page starts).
+fn list(shared: &Shared, t: &Target<'_>, q: &HashMap<String, String>, metadata: bool) -> hyper::Response<Body> {
     let c = t.collection;
     // Stamped before reading: a watch from this version replays anything the list may have missed.
     let resource_version = lock(&shared.history).resource_version;
+    let texts = shared.store.list_raw_texts(&c.resource, t.namespace.as_deref());
+    let start: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
     let mut items = Vec::new();
-    for text in shared.store.list_raw_texts(&c.resource, t.namespace.as_deref()) {
-        let Ok(object) = serde_json::from_slice::<Value>(&text) else { continue };
+    for text in texts.iter().skip(start).take(limit) {
+        let Ok(object) = serde_json::from_slice::<Value>(text) else { continue };
         items.push(if metadata { metadata_only(&object) } else { object });
     }
+    let next = start.saturating_add(limit);
+    let continue_token = if next < texts.len() { next.to_string() } else { String::new() };
     let (api_version, kind) = if metadata {
         ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
     } else {
@@ -631,7 +638,8 @@ fn list(shared: &Shared, t: &Target<'_>, metadata: bool) -> hyper::Response<Body
     full(
         StatusCode::OK,
         &json!({"apiVersion": api_version, "kind": kind,
-                "metadata": {"resourceVersion": resource_version.to_string()}, "items": items}),
+                "metadata": {"resourceVersion": resource_version.to_string(), "continue": continue_token},
+                "items": items}),
     )
 }
 

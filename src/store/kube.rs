@@ -322,6 +322,15 @@ impl Store for KubeStore {
         list.items.into_iter().map(decode).collect()
     }
 
+    async fn any<K: Object>(&self, namespace: Option<&str>) -> Result<bool, StoreError> {
+        // One item is enough to know: the API server stops there.
+        let req = collection::<K>(namespace)
+            .list(&ListParams::default().limit(1))
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let list: ObjectList<Value> = self.inner.client.request(req).await.map_err(|e| store_error::<K>("", e))?;
+        Ok(!list.items.is_empty())
+    }
+
     async fn get_by_uid<K: Object>(&self, uid: &str) -> Result<Option<K>, StoreError> {
         let known = self.inner.uids.read().unwrap_or_else(|p| p.into_inner()).get(uid).cloned();
         if let Some((res, ns, name)) = known
@@ -434,6 +443,10 @@ mod tests {
                     .starts_with("PATCH /apis/agent-install.openshift.io/v1beta1/namespaces/ns/infraenvs/a/status"))
         );
 
+        assert!(store.any::<InfraEnv>(Some("ns")).await.unwrap());
+        assert!(!store.any::<InfraEnv>(Some("other")).await.unwrap());
+        assert!(server.requests().iter().any(|r| r.contains("/namespaces/ns/infraenvs?") && r.contains("limit=1")));
+
         let uid = read.metadata.uid.clone().unwrap();
         let by_uid: InfraEnv = store.get_by_uid(&uid).await.unwrap().unwrap();
         assert_eq!(by_uid.metadata.name.as_deref(), Some("a"));
@@ -513,6 +526,21 @@ mod tests {
         store.delete::<InfraEnv>("ns", "w").await.unwrap();
         let e = next_event(&mut rx).await;
         assert_eq!((e.name.as_str(), e.resource_version), ("w", None));
+    }
+
+    #[tokio::test]
+    async fn watches_list_in_pages() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
+        let writer = KubeStore::start(server.client(), &[]).await;
+        // More than a page of kube-rs's watcher (500).
+        for i in 0..520 {
+            writer.create(&infraenv(&format!("ie-{i:04}"))).await.unwrap();
+        }
+        let store = KubeStore::start(server.client(), &[Kind::InfraEnv]).await;
+        assert_eq!(store.inner.uids.read().unwrap().len(), 520, "the first list read every page");
+        assert!(server.requests().iter().any(|r| r.contains("continue=500")), "{:?}", server.requests());
+        assert_eq!(store.list::<InfraEnv>(None).await.unwrap().len(), 520);
     }
 
     #[tokio::test]
