@@ -184,6 +184,7 @@ struct ControllerCommand {
     /// Namespace of the leader-election Lease (in a pod: its own namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "bootstream")]
     lease_namespace: String,
+    /// Name of the Lease: controllers sharing it elect one leader among them.
     #[arg(long, default_value = "bootstream-controller")]
     lease_name: String,
     /// This process in the Lease's holderIdentity; default: a random name. In a pod, its name.
