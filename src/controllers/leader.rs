@@ -198,6 +198,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_leader_that_cannot_renew_steps_down_before_the_lease_expires() {
+        use crate::store::apiserver::{ApiServer, Grant};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
+        let grant = |verbs: &[&str]| Grant {
+            namespace: Some("bootstream".into()),
+            rule: serde_json::from_value(serde_json::json!(
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs}))
+            .unwrap(),
+        };
+        server.enforce_rbac("ctl", vec![grant(&["get", "create", "update", "patch"])]);
+        let store = crate::store::kube::KubeStore::start(server.client_as("ctl").await, &[]).await;
+        let config = config("pod-a", 15);
+        acquire(&store, &config).await;
+        // The API server stops accepting its renewals.
+        server.enforce_rbac("ctl", vec![grant(&["get"])]);
+        let started = std::time::Instant::now();
+        let why = tokio::time::timeout(Duration::from_secs(5), hold(&store, &config)).await.unwrap();
+        assert!(why.starts_with("the Lease could not be renewed for 500ms"), "{why}");
+        assert!(started.elapsed() < config.duration, "stepped down before anyone could take over");
+    }
+
+    #[tokio::test]
     async fn a_takeover_naming_a_stale_version_loses() {
         let store = SqliteStore::open_in_memory().unwrap();
         try_acquire(&store, &config("pod-a", 1)).await.unwrap();
