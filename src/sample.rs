@@ -65,6 +65,22 @@ pub fn write_sample_iso(path: &Path) -> Result<()> {
 
 /// The sample ISO's bytes.
 pub fn sample_iso_bytes() -> Result<Vec<u8>> {
+    sample_iso_bytes_with(rootfs_archive()?)
+}
+
+/// A sample ISO of realistic size for benchmarks: the same layout, with a root squashfs placeholder
+/// of `rootfs_bytes` bytes that do not compress (seeded, so every run makes the same image).
+pub fn large_sample_iso_bytes(rootfs_bytes: usize) -> Result<Vec<u8>> {
+    let mut rng = fastrand::Rng::with_seed(0x6f0c_u64);
+    let mut payload = vec![0u8; rootfs_bytes];
+    for chunk in payload.chunks_mut(8) {
+        let word = rng.u64(..).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+    sample_iso_bytes_with(newc_archive(&[Member::File("root.squashfs", &payload)])?)
+}
+
+fn sample_iso_bytes_with(rootfs: Vec<u8>) -> Result<Vec<u8>> {
     let area = kargs::render_area(SAMPLE_DEFAULT_KARGS, SAMPLE_KARGS_AREA_SIZE, KARG_END, KARG_PAD)
         .context("rendering the default karg area")?;
     let (grub_cfg, grub_offset) = grub_cfg(&area);
@@ -80,7 +96,7 @@ pub fn sample_iso_bytes() -> Result<Vec<u8>> {
     iso.add_file("EFI/REDHAT/GRUB.CFG", grub_cfg)?;
     iso.add_file("IMAGES/IGNITION.IMG", vec![0u8; SAMPLE_IGNITION_AREA_SIZE])?;
     iso.add_file("IMAGES/PXEBOOT/INITRD.IMG", live_initramfs()?)?;
-    iso.add_file("IMAGES/PXEBOOT/ROOTFS.IMG", rootfs_archive()?)?;
+    iso.add_file("IMAGES/PXEBOOT/ROOTFS.IMG", rootfs)?;
     iso.add_file("IMAGES/PXEBOOT/VMLINUZ", VMLINUZ_PLACEHOLDER)?;
     iso.add_file("ISOLINUX/ISOLINUX.CFG", isolinux_cfg)?;
     Ok(iso.to_bytes()?)
