@@ -240,6 +240,8 @@ async fn main() -> Result<()> {
     let seconds: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5.0);
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(3);
     let work = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-serve");
+    let began = Instant::now();
+    let phase = |what: &str| eprintln!("[{:6.1} s] {what}", began.elapsed().as_secs_f64());
     std::fs::create_dir_all(&work)?;
 
     let base = work.join(format!("base-{rootfs_mib}m.iso"));
@@ -253,6 +255,7 @@ async fn main() -> Result<()> {
     let base_len = std::fs::metadata(&base)?.len();
 
     // bootstream with one InfraEnv (pull secret, SSH key, 8 static network configs).
+    phase("base ISO ready");
     let mut bootstream = start_bootstream(&work, &base)?;
     let addr = bootstream.addr.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -296,6 +299,7 @@ async fn main() -> Result<()> {
     };
     bootstream.path = format!("/{}", iso_url.split("://").nth(1).unwrap().split_once('/').unwrap().1);
 
+    phase("bootstream ready, InfraEnv has its image");
     // The customized copy nginx serves: exactly the bytes bootstream serves.
     let custom = work.join("custom.iso");
     {
@@ -338,6 +342,7 @@ async fn main() -> Result<()> {
     let copy_len = std::fs::metadata(&copy)?.len();
     let _ = std::fs::remove_file(&copy);
 
+    phase("copy for nginx downloaded, coreos-installer measured");
     let nginx = start_nginx(&work, &custom)?;
     let servers = [&nginx, &bootstream];
     println!(
@@ -371,6 +376,7 @@ async fn main() -> Result<()> {
             b_g / n_g,
             b_c / n_c
         );
+        phase(&format!("{clients} clients measured"));
     }
     let embed = median(&mut embed_seconds);
     println!(
