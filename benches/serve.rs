@@ -371,11 +371,7 @@ async fn main() -> Result<()> {
         }
         let (n_g, b_g) = (median(&mut gbps[0]), median(&mut gbps[1]));
         let (n_c, b_c) = (median(&mut cpu[0]), median(&mut cpu[1]));
-        println!(
-            "| {clients} | {n_g:.2} | {b_g:.2} | {:.2} | {n_c:.3} | {b_c:.3} | {:.2} |",
-            b_g / n_g,
-            b_c / n_c
-        );
+        println!("| {clients} | {n_g:.2} | {b_g:.2} | {:.2} | {n_c:.3} | {b_c:.3} | {:.2} |", b_g / n_g, b_c / n_c);
         phase(&format!("{clients} clients measured"));
     }
     let embed = median(&mut embed_seconds);
