@@ -253,8 +253,7 @@ async fn image_service<S: crate::store::Store>(
         "--poll-jitter must be a fraction between 0 and 0.5, not {}",
         args.poll_jitter
     );
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
+    create_data_dir(args)?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
     let agent_auth = match &args.agent_auth_key {
         Some(path) => crate::auth::AgentAuth::load(path)?,
@@ -386,12 +385,35 @@ async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     if cmd.kube {
         return serve_from_cluster(args).await;
     }
-    std::fs::create_dir_all(&args.data_dir)?;
+    create_data_dir(args)?;
     let store = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("state.db"))?;
     let svc = image_service(args, store.clone(), false).await?;
     let app = hub(args, &svc, store.clone(), Some(store)).await?;
     run(svc, app, shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)
+}
+
+fn create_data_dir(args: &ServeArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating data directory {}", args.data_dir.display()))
+}
+
+/// How long the first list of every watched kind may take before starting is given up.
+const CLUSTER_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The cluster store, once its watches have listed `kinds`; an error (and the process exits, so that
+/// Kubernetes restarts it and shows why) rather than waiting forever when the API server cannot be
+/// reached or the service account may not list them.
+async fn watch_cluster(client: kube::Client, kinds: &[Kind]) -> anyhow::Result<crate::store::kube::KubeStore> {
+    tokio::time::timeout(CLUSTER_SYNC_TIMEOUT, crate::store::kube::KubeStore::start(client, kinds)).await.map_err(|_| {
+        anyhow::anyhow!(
+            "could not list {} from the cluster within {} s; the warnings above say why (API server unreachable, or the \
+             service account lacks list/watch: see deploy/rbac.yaml)",
+            kinds.iter().map(|k| k.plural()).collect::<Vec<_>>().join(", "),
+            CLUSTER_SYNC_TIMEOUT.as_secs()
+        )
+    })
 }
 
 async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
@@ -416,7 +438,7 @@ async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
 /// replicas can run behind one Service.
 async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let client = kube_client(args).await?;
-    let store = crate::store::kube::KubeStore::start(client, &[Kind::InfraEnv]).await;
+    let store = watch_cluster(client, &[Kind::InfraEnv]).await?;
     let svc = image_service(args, store, true).await?;
     let app = Arc::new(crate::api::App {
         images: svc.images.clone(),
@@ -435,7 +457,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
     let args = &cmd.args;
     let client = kube_client(args).await?;
-    let store = crate::store::kube::KubeStore::start(client, &Kind::ALL).await;
+    let store = watch_cluster(client, &Kind::ALL).await?;
     let identity = cmd.identity.clone().unwrap_or_else(|| format!("bootstream-{}", uuid::Uuid::new_v4()));
     let lease = crate::controllers::leader::LeaseConfig::new(&cmd.lease_namespace, &cmd.lease_name, &identity);
     // Nothing is served or written until this process leads: the host records are one leader's.
@@ -443,7 +465,7 @@ async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
         _ = crate::controllers::leader::acquire(&store, &lease) => {}
         _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
     }
-    std::fs::create_dir_all(&args.data_dir)?;
+    create_data_dir(args)?;
     let records = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("hosts.db"))?;
     let svc = image_service(args, store.clone(), true).await?;
     let app = hub(args, &svc, records, None).await?;
