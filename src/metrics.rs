@@ -214,6 +214,12 @@ impl Collector for WorkCollector {
         }
         counter(
             &mut encoder,
+            "discovery_content_builds",
+            "InfraEnv discovery contents (Ignition, archive, static-network ramdisk) built because none was cached for the InfraEnv's current spec and references",
+            crate::image::CONTENT_BUILDS.load(Relaxed),
+        )?;
+        counter(
+            &mut encoder,
             "controller_feed_resyncs",
             "Times a controller's change feed fell behind and it re-listed every object",
             crate::controllers::FEED_RESYNCS.load(Relaxed),

@@ -287,3 +287,48 @@ fn any_byte_range_equals_the_same_slice_of_the_whole_response() {
         })
         .unwrap();
 }
+
+/// Discovery contents the server has built, from `/metrics`.
+fn content_builds(server: &Server) -> u64 {
+    let text = String::from_utf8(server.get("/metrics").body).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("bootstream_discovery_content_builds_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no discovery_content_builds in /metrics:\n{text}"))
+}
+
+#[test]
+fn downloads_reuse_the_content_the_controller_built_until_the_spec_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let base_path = fixture_iso("embed-areas-2023-07.x86_64", dir.path());
+    let server = Server::start(&["--os-image", &format!("4.19:x86_64:{}", base_path.display())]);
+    server.apply_ok(&pull_secret_yaml("n"));
+    server.apply_ok(&infraenv_yaml("n", "ie", ""));
+    let ie = server.wait_image_created("n", "ie", "True");
+    let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
+    let initrd_path = server.path_of(ie["status"]["bootArtifacts"]["initrd"].as_str().unwrap());
+    // The controller built the content, then wrote the InfraEnv's status (a new resourceVersion): the
+    // downloads that follow are served from that build, however often the status moves.
+    let built = content_builds(&server);
+    assert_eq!(built, 1, "the controller's own status write made it build the content again");
+    let whole = server.get(&iso_path).body;
+    assert_eq!(server.get(&initrd_path).status, 200);
+    assert_eq!(content_builds(&server), built, "a download rebuilt the content the controller had built");
+
+    // A spec change is a new content, built once, whoever asks for it first (the controller, or a
+    // download that comes before the controller got to it).
+    server.apply_ok(&infraenv_yaml("n", "ie", "  kernelArguments:\n  - operation: append\n    value: audit=0\n"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let changed = loop {
+        let body = server.get(&iso_path).body;
+        if body != whole {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "the ISO never changed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let after = content_builds(&server);
+    assert_eq!(after, 2, "the new spec's content was built more than once");
+    assert_eq!(server.get(&iso_path).body, changed);
+    assert_eq!(content_builds(&server), after);
+}

@@ -128,16 +128,21 @@ pub struct DiscoveryContent {
     pub karg_appends: Vec<String>,
     /// Digest of everything above.
     pub digest: [u8; 32],
-    /// Resource versions this was built from.
-    key: String,
 }
+
+/// A content being built or built, shared by the callers that need it.
+type ContentCell = Arc<tokio::sync::OnceCell<Arc<DiscoveryContent>>>;
+
+/// Discovery contents built since start (cache misses of [`Images::content`]), for `/metrics`.
+pub static CONTENT_BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Builds and caches discovery content; resolves artifacts for download and status.
 pub struct Images<S: Store> {
     pub store: S,
     pub catalog: Arc<Catalog>,
     pub config: Arc<ServiceConfig>,
-    contents: Mutex<HashMap<String, Arc<DiscoveryContent>>>,
+    /// The content of each InfraEnv (by uid) for the key it was built from.
+    contents: Mutex<HashMap<String, (String, ContentCell)>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
     minimal: minimal::Templates,
 }
@@ -228,24 +233,55 @@ impl<S: Store> Images<S> {
             None
         };
 
-        // Everything the content depends on, by resource version.
+        // Everything the content depends on, by resource version. Of the InfraEnv only its spec
+        // (generation) and annotations count: its resourceVersion also moves with every status write,
+        // and keying on it would make the first download after the controller's own status update
+        // build everything again.
         let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             m.resource_version.clone().unwrap_or_default()
         };
-        let mut key = format!("{}/{}", rv(&ie.metadata), rv(&secret.metadata));
+        let ie_version = match ie.metadata.generation {
+            Some(g) => format!("g{g}:{}", serde_json::to_string(&ie.metadata.annotations).unwrap_or_default()),
+            None => rv(&ie.metadata),
+        };
+        let mut key = format!("{ie_version}/{}", rv(&secret.metadata));
         for c in &nmstate {
             key.push_str(&format!("/{}={}", c.metadata.name.as_deref().unwrap_or(""), rv(&c.metadata)));
         }
         if ironic_enabled {
             key.push_str(&format!("/icc={}", icc.as_ref().map(|s| rv(&s.metadata)).unwrap_or_default()));
         }
-        if let Some(c) = self.contents.lock().unwrap().get(&uid)
-            && c.key == key
-        {
-            return Ok(c.clone());
-        }
+        // One build per key: callers that arrive while it runs (the controller and the first downloads
+        // of a new InfraEnv) wait for it instead of building the same content again.
+        let cell = {
+            let mut contents = self.contents.lock().unwrap();
+            match contents.get(&uid) {
+                Some((k, cell)) if *k == key => cell.clone(),
+                _ => {
+                    let cell = ContentCell::default();
+                    contents.insert(uid.clone(), (key.clone(), cell.clone()));
+                    cell
+                }
+            }
+        };
+        cell.get_or_try_init(|| async { self.build_content(ie, &uid, &secret, &nmstate, icc.as_ref()).map(Arc::new) })
+            .await
+            .cloned()
+    }
 
-        let pull_secret = secret_value(&secret, DOCKER_CONFIG_JSON_KEY).ok_or_else(|| {
+    /// Builds the discovery content of `ie` from what it references.
+    fn build_content(
+        &self,
+        ie: &InfraEnv,
+        uid: &str,
+        secret: &Secret,
+        nmstate: &[NMStateConfig],
+        icc: Option<&Secret>,
+    ) -> Result<DiscoveryContent, ImageError> {
+        let secret_name = &ie.spec.pull_secret_ref.name;
+        let ironic_enabled = ironic::enabled(ie);
+        CONTENT_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pull_secret = secret_value(secret, DOCKER_CONFIG_JSON_KEY).ok_or_else(|| {
             ImageError::Invalid(format!("secret {secret_name} did not contain key {DOCKER_CONFIG_JSON_KEY}"))
         })?;
         validate_pull_secret(&pull_secret)
@@ -297,7 +333,7 @@ impl<S: Store> Images<S> {
             (!hosts.is_empty()).then(|| Arc::new(Part::new(crate::staticnet::network_files_tar(&entries))));
 
         let internal_ignition_override = if ironic_enabled {
-            let icc_value = |k: &str| icc.as_ref().and_then(|s| secret_value(s, k)).filter(|v| !v.trim().is_empty());
+            let icc_value = |k: &str| icc.and_then(|s| secret_value(s, k)).filter(|v| !v.trim().is_empty());
             let defaults = &self.config.ironic;
             let base_url = icc_value("IRONIC_BASE_URL").or_else(|| defaults.base_url.clone()).ok_or_else(|| {
                 ImageError::Invalid(format!(
@@ -335,7 +371,7 @@ impl<S: Store> Images<S> {
         };
 
         let input = crate::ignition::DiscoveryInput {
-            infra_env_id: uid.clone(),
+            infra_env_id: uid.to_string(),
             service_base_url: self.config.base_url.clone(),
             pull_secret,
             ssh_authorized_key: ie.spec.ssh_authorized_key.clone().filter(|k| !k.trim().is_empty()),
@@ -350,7 +386,7 @@ impl<S: Store> Images<S> {
             ignition_config_override: ie.spec.ignition_config_override.clone().filter(|s| !s.trim().is_empty()),
             internal_ignition_override,
             agent_image: self.config.agent_image.clone(),
-            agent_token: self.config.agent_auth.as_ref().map(|a| a.token(&uid)),
+            agent_token: self.config.agent_auth.as_ref().map(|a| a.token(uid)),
             insecure_skip_verify: false,
             ca_cert_pem: None,
         };
@@ -377,7 +413,7 @@ impl<S: Store> Images<S> {
         for op in &karg_ops {
             h.update(format!("{op:?}\n").as_bytes());
         }
-        let content = Arc::new(DiscoveryContent {
+        Ok(DiscoveryContent {
             ignition: ignition.into(),
             archive,
             ramdisk,
@@ -386,10 +422,7 @@ impl<S: Store> Images<S> {
             karg_ops,
             karg_appends,
             digest: h.finalize().into(),
-            key,
-        });
-        self.contents.lock().unwrap().insert(uid, content.clone());
-        Ok(content)
+        })
     }
 
     /// One copy of each distinct part in memory, however many InfraEnvs share it.
