@@ -1,38 +1,46 @@
-//! The image path side by side: bootstream serving an InfraEnv's customized discovery ISO (Ignition and
-//! static-network ramdisk spliced in as it streams) and nginx (`sendfile on`) serving a pre-built copy of
-//! exactly the same bytes, under the same loopback load; and what `coreos-installer iso ignition embed`
-//! costs to build such a copy, per InfraEnv.
+//! The image path side by side with its peers, in one run on one machine:
+//! - bootstream serving an InfraEnv's customized full ISO, minimal ISO and PXE initrd (Ignition and
+//!   static-network ramdisk spliced in as they stream), and nginx (`sendfile on`) serving pre-built
+//!   copies of exactly the same bytes, under the same loopback load of 1, 8 and 64 clients;
+//! - what `coreos-installer iso ignition embed` costs to build such a copy, per InfraEnv;
+//! - time to first byte: a cached InfraEnv (beside nginx's) and a new one with 100 NMStateConfigs
+//!   (beside the coreos-installer copy it replaces);
+//! - private and kernel socket memory with 1,000 slow clients downloading (beside nginx);
+//! - start-up with 5 base images (beside nginx's start-up with the 5 files).
 //!
-//! `cargo bench --bench serve -- [ROOTFS_MIB] [SECONDS] [ROUNDS]` (defaults 1024, 5, 3). Needs nginx
-//! (`apt-get install nginx-light`) and coreos-installer on PATH. The generated base ISO is kept in
-//! `target/bench-serve/` between runs. For each concurrency (1, 8, 64 clients, each downloading the
-//! whole ISO over and over on a keep-alive connection), the two servers take turns, ROUNDS times; the
-//! figures are medians: aggregate throughput, and server CPU seconds (user + system, all of the
-//! server's processes) per GB delivered.
+//! `cargo bench --bench serve -- [ROOTFS_MIB] [SECONDS] [ROUNDS]` (defaults 1024, 4, 3). Needs nginx
+//! (`apt-get install nginx-light`) and coreos-installer on PATH; with gnuplot (`gnuplot-nox`) it also
+//! draws `target/bench-serve/throughput.png` with `benches/throughput.gp`. Generated base ISOs are
+//! kept in `target/bench-serve/` between runs. Servers take turns within each measurement round;
+//! figures are medians of the rounds.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const NS: &str = "bench";
+const VERSION: &str = "4.20";
 
 struct Server {
     name: &'static str,
     child: Child,
     addr: String,
-    path: String,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         // SIGTERM first: nginx's master then stops its workers (SIGKILL would leave them running).
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(3);
+        let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
@@ -73,6 +81,12 @@ impl Server {
             })
             .sum()
     }
+
+    /// Private anonymous memory (`RssAnon`) of all its processes, in bytes. Mapped page cache is
+    /// shared with every other reader of the file and does not count.
+    fn rss_anon(&self) -> u64 {
+        self.pids().into_iter().filter_map(|pid| status_kib(pid, "RssAnon:")).sum::<u64>() * 1024
+    }
 }
 
 /// The fields of /proc/PID/stat after the command name.
@@ -82,25 +96,118 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_string).collect())
 }
 
+/// A `kB` field of /proc/PID/status.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// Memory of all TCP sockets of the machine (`/proc/net/sockstat`, `TCP: ... mem PAGES`), in bytes.
+fn tcp_socket_memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
+    let pages = text
+        .lines()
+        .find_map(|l| l.strip_prefix("TCP:"))
+        .and_then(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.iter().position(|w| *w == "mem").and_then(|i| f.get(i + 1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// One request on a fresh connection; returns the status and body.
-async fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await?;
-    s.write_all(body.as_bytes()).await?;
-    let mut all = Vec::new();
-    s.read_to_end(&mut all).await?;
-    let end = all.windows(4).position(|w| w == b"\r\n\r\n").context("no header end")?;
-    let status = std::str::from_utf8(&all[9..12])?.parse()?;
-    Ok((status, all[end + 4..].to_vec()))
+/// A keep-alive HTTP/1.1 connection for API calls (responses carry Content-Length).
+struct Conn {
+    addr: String,
+    stream: Option<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn new(addr: &str) -> Conn {
+        Conn { addr: addr.to_string(), stream: None, buf: Vec::new() }
+    }
+
+    async fn request(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>)> {
+        match self.try_request(method, path, body).await {
+            Ok(r) => Ok(r),
+            // The server may close an idle keep-alive connection: one retry on a fresh one.
+            Err(_) => {
+                self.stream = None;
+                self.try_request(method, path, body).await
+            }
+        }
+    }
+
+    async fn try_request(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>)> {
+        if self.stream.is_none() {
+            self.stream = Some(TcpStream::connect(&self.addr).await?);
+            self.buf.clear();
+        }
+        let s = self.stream.as_mut().unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await?;
+        let (status, length, head_len) = loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let (status, length) = parse_head(&self.buf[..end + 4])?;
+                break (status, length, end + 4);
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = s.read(&mut chunk).await?;
+            if n == 0 {
+                bail!("connection closed");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        };
+        let length = length.context("no content-length")? as usize;
+        while self.buf.len() < head_len + length {
+            let mut chunk = [0u8; 64 * 1024];
+            let n = s.read(&mut chunk).await?;
+            if n == 0 {
+                bail!("connection closed in the body");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+        let body = self.buf[head_len..head_len + length].to_vec();
+        self.buf.drain(..head_len + length);
+        Ok((status, body))
+    }
+}
+
+/// Status and Content-Length of a response head.
+fn parse_head(head: &[u8]) -> Result<(u16, Option<u64>)> {
+    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).context("no status line")?;
+    let length = text.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+    Ok((status, length))
+}
+
+/// Reads a response head from `s`; returns status, Content-Length and how many body bytes came with it.
+async fn read_head(s: &mut TcpStream, buf: &mut [u8]) -> Result<(u16, u64, usize)> {
+    let mut have = 0;
+    loop {
+        let n = s.read(&mut buf[have..]).await?;
+        if n == 0 {
+            bail!("connection closed in the headers");
+        }
+        have += n;
+        if let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+            let (status, length) = parse_head(&buf[..end + 4])?;
+            return Ok((status, length.context("no content-length")?, have - end - 4));
+        }
+        if have == buf.len() {
+            bail!("response head too large");
+        }
+    }
 }
 
 /// `clients` connections downloading `path` over and over until `seconds` pass; bytes received.
@@ -111,30 +218,17 @@ async fn load(addr: &str, path: &str, clients: usize, seconds: f64) -> Result<u6
         let (addr, path) = (addr.to_string(), path.to_string());
         tasks.push(tokio::spawn(async move {
             let mut got = 0u64;
-            let mut s = tokio::net::TcpStream::connect(&addr).await?;
+            let mut s = TcpStream::connect(&addr).await?;
             let mut buf = vec![0u8; 256 * 1024];
             let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
             'requests: while tokio::time::Instant::now() < deadline {
                 s.write_all(request.as_bytes()).await?;
-                // Headers (small; read byte-exact up to the blank line).
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if s.read(&mut byte).await? == 0 {
-                        bail!("connection closed in the headers");
-                    }
-                    head.push(byte[0]);
+                let (status, length, extra) = read_head(&mut s, &mut buf[..16 * 1024]).await?;
+                if status != 200 {
+                    bail!("unexpected status {status}");
                 }
-                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                if !head.starts_with("http/1.1 200") {
-                    bail!("unexpected response: {head}");
-                }
-                let length: u64 = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .context("no content-length")?;
-                let mut left = length;
+                let mut left = length - extra as u64;
+                got += extra as u64;
                 while left > 0 {
                     let want = buf.len().min(left as usize);
                     let n = tokio::select! {
@@ -158,20 +252,52 @@ async fn load(addr: &str, path: &str, clients: usize, seconds: f64) -> Result<u6
     Ok(total)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+/// Time from sending a GET on a fresh connection to the first byte of a 200 response; the
+/// connection is then dropped (the client goes away, as a cancelled download).
+async fn first_byte(addr: &str, path: &str) -> Result<Duration> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let started = Instant::now();
+    s.write_all(request.as_bytes()).await?;
+    let mut head = [0u8; 12];
+    let n = s.read(&mut head).await?;
+    let took = started.elapsed();
+    let mut have = n;
+    while have < 12 {
+        let n = s.read(&mut head[have..]).await?;
+        if n == 0 {
+            bail!("closed before the status line");
+        }
+        have += n;
+    }
+    if &head[9..12] != b"200" {
+        bail!("GET {path}: {}", String::from_utf8_lossy(&head));
+    }
+    Ok(took)
 }
 
-fn start_bootstream(work: &Path, base: &Path) -> Result<Server> {
-    let data = work.join("data");
-    let _ = std::fs::remove_dir_all(&data);
-    let bin = std::env::var("BOOTSTREAM_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bootstream").to_string());
-    let mut child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--os-image"])
-        .arg(format!("4.20:x86_64:{}", base.display()))
-        .arg("--data-dir")
-        .arg(&data)
+fn median(v: &mut [f64]) -> f64 {
+    percentile(v, 0.5)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[((v.len() - 1) as f64 * p).round() as usize] }
+}
+
+fn bootstream_bin() -> String {
+    std::env::var("BOOTSTREAM_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bootstream").to_string())
+}
+
+/// Starts `bootstream serve` with `images` (version, path) and the data directory `data`.
+fn start_bootstream(data: &Path, images: &[(String, PathBuf)]) -> Result<Server> {
+    let mut cmd = Command::new(bootstream_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data);
+    for (version, path) in images {
+        cmd.arg("--os-image").arg(format!("{version}:x86_64:{}", path.display()));
+    }
+    let mut child = cmd
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -180,20 +306,30 @@ fn start_bootstream(work: &Path, base: &Path) -> Result<Server> {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line)?;
     let addr = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).context("listening line")?;
-    Ok(Server { name: "bootstream", child, addr: addr.to_string(), path: String::new() })
+    Ok(Server { name: "bootstream", child, addr: addr.to_string() })
 }
 
-fn start_nginx(work: &Path, iso: &Path) -> Result<Server> {
-    let www = work.join("www");
-    std::fs::create_dir_all(&www)?;
-    let served = www.join("discovery.iso");
-    let _ = std::fs::remove_file(&served);
-    std::fs::hard_link(iso, &served).or_else(|_| std::fs::copy(iso, &served).map(|_| ()))?;
+/// Polls `/ready` until it answers 200.
+async fn wait_ready(addr: &str, every: Duration, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if Conn::new(addr).request("GET", "/ready", None).await.map(|r| r.0).unwrap_or(0) == 200 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("bootstream never became ready");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Starts nginx (`sendfile on`) serving the directory `www`.
+fn start_nginx(work: &Path, www: &Path) -> Result<Server> {
     let port = free_port();
     let w = work.display();
     let conf = format!(
         "worker_processes auto;\ndaemon off;\npid {w}/nginx.pid;\nerror_log {w}/nginx-error.log;\n\
-         events {{ worker_connections 4096; }}\n\
+         worker_rlimit_nofile 20000;\nevents {{ worker_connections 8192; }}\n\
          http {{\n  sendfile on;\n  tcp_nopush on;\n  access_log off;\n  keepalive_requests 1000000;\n\
            default_type application/octet-stream;\n\
            client_body_temp_path {w}/tmp-body;\n  proxy_temp_path {w}/tmp-proxy;\n  fastcgi_temp_path {w}/tmp-fcgi;\n\
@@ -215,110 +351,149 @@ fn start_nginx(work: &Path, iso: &Path) -> Result<Server> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(&addr).is_err() {
         if Instant::now() > deadline {
-            bail!("nginx did not start; see {}/nginx-error.log", work.display());
+            bail!("nginx did not start; see {w}/nginx-error.log");
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(Server { name: "nginx", child, addr, path: "/discovery.iso".into() })
+    Ok(Server { name: "nginx", child, addr })
 }
 
-/// A static network config for host `i`.
-fn nmstate(i: usize) -> Value {
+/// A static network config for host `i`, labelled `set`.
+fn nmstate(i: usize, set: &str) -> Value {
     let mac = format!("02:00:00:{:02x}:{:02x}:{:02x}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
     json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig",
-           "metadata": {"name": format!("host-{i}"), "namespace": NS, "labels": {"rack": "r1"}},
+           "metadata": {"name": format!("host-{i}"), "namespace": NS, "labels": {"set": set}},
            "spec": {"config": {"interfaces": [{"name": "eth0", "type": "ethernet", "state": "up", "mac-address": mac,
                         "ipv4": {"enabled": true, "dhcp": false,
-                                 "address": [{"ip": format!("10.{}.{}.{}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff), "prefix-length": 8}]}}]},
+                                 "address": [{"ip": format!("10.{}.{}.{}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff), "prefix-length": 8}]}},
+                        ],
+                        "dns-resolver": {"config": {"server": ["10.0.0.1"]}},
+                        "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.0.0.1", "next-hop-interface": "eth0"}]}},
                     "interfaces": [{"name": "eth0", "macAddress": mac}]}})
+}
+
+fn infraenv(name: &str, set: &str) -> Value {
+    json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+           "metadata": {"name": name, "namespace": NS},
+           "spec": {"pullSecretRef": {"name": "ps"}, "sshAuthorizedKey": "ssh-ed25519 AAAA bench",
+                    "nmStateConfigLabelSelector": {"matchLabels": {"set": set}}}})
+}
+
+const IE_PATH: &str = "/apis/agent-install.openshift.io/v1beta1/namespaces/bench/infraenvs";
+const NMSTATE_PATH: &str = "/apis/agent-install.openshift.io/v1beta1/namespaces/bench/nmstateconfigs";
+
+async fn create(api: &mut Conn, path: &str, object: &Value) -> Result<Value> {
+    let (status, body) = api.request("POST", path, Some(object)).await?;
+    if status >= 300 {
+        bail!("POST {path}: {status} {}", String::from_utf8_lossy(&body));
+    }
+    Ok(serde_json::from_slice(&body)?)
+}
+
+/// Path and query of a URL.
+fn path_of(url: &str) -> String {
+    format!("/{}", url.split("://").nth(1).unwrap().split_once('/').unwrap().1)
+}
+
+/// Whole body of a GET (one connection).
+async fn download(addr: &str, path: &str) -> Result<Vec<u8>> {
+    let (status, body) = Conn::new(addr).request("GET", path, None).await?;
+    if status != 200 {
+        bail!("GET {path}: {status}");
+    }
+    Ok(body)
+}
+
+/// Generates (once) a live ISO with a `mib` MiB incompressible rootfs drawn from `seed`.
+fn base_iso(work: &Path, mib: usize, seed: u64) -> Result<PathBuf> {
+    let path = work.join(format!("base-{mib}m-{seed}.iso"));
+    if !path.exists() {
+        let started = Instant::now();
+        let bytes = bootstream::sample::large_sample_iso_bytes_seeded(mib << 20, seed)?;
+        let tmp = work.join("base.tmp");
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, &path)?;
+        eprintln!("generated {} in {:.1} s", path.display(), started.elapsed().as_secs_f64());
+    }
+    Ok(path)
+}
+
+struct Artifact {
+    name: &'static str,
+    /// Its path on bootstream and on nginx.
+    paths: [String; 2],
+    len: u64,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let rootfs_mib: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1024);
-    let seconds: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5.0);
+    let seconds: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(4.0);
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(3);
     let work = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-serve");
     let began = Instant::now();
     let phase = |what: &str| eprintln!("[{:6.1} s] {what}", began.elapsed().as_secs_f64());
     std::fs::create_dir_all(&work)?;
 
-    let base = work.join(format!("base-{rootfs_mib}m.iso"));
-    if !base.exists() {
-        eprintln!("generating a live ISO with a {rootfs_mib} MiB incompressible rootfs...");
-        let bytes = bootstream::sample::large_sample_iso_bytes(rootfs_mib << 20)?;
-        let tmp = work.join("base.tmp");
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, &base)?;
-    }
+    let base = base_iso(&work, rootfs_mib, 0x6f0c)?;
     let base_len = std::fs::metadata(&base)?.len();
-
-    // bootstream with one InfraEnv (pull secret, SSH key, 8 static network configs).
     phase("base ISO ready");
-    let mut bootstream = start_bootstream(&work, &base)?;
+
+    // bootstream with one InfraEnv: pull secret, SSH key, 8 static network configs.
+    let data = work.join("data");
+    let _ = std::fs::remove_dir_all(&data);
+    let bootstream = start_bootstream(&data, &[(VERSION.to_string(), base.clone())])?;
     let addr = bootstream.addr.clone();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while http(&addr, "GET", "/ready", None).await.map(|r| r.0).unwrap_or(0) != 200 {
-        if Instant::now() > deadline {
-            bail!("bootstream never became ready");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&addr, Duration::from_millis(20), Duration::from_secs(120)).await?;
+    let mut api = Conn::new(&addr);
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
                         "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}});
-    http(&addr, "POST", &format!("/api/v1/namespaces/{NS}/secrets"), Some(&secret)).await?;
+    create(&mut api, &format!("/api/v1/namespaces/{NS}/secrets"), &secret).await?;
     for i in 0..8 {
-        let (status, body) = http(
-            &addr,
-            "POST",
-            &format!("/apis/agent-install.openshift.io/v1beta1/namespaces/{NS}/nmstateconfigs"),
-            Some(&nmstate(i)),
-        )
-        .await?;
-        if status >= 300 {
-            bail!("NMStateConfig: {status} {}", String::from_utf8_lossy(&body));
-        }
+        create(&mut api, NMSTATE_PATH, &nmstate(i, "pool")).await?;
     }
-    let ie = json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
-                    "metadata": {"name": "pool", "namespace": NS},
-                    "spec": {"pullSecretRef": {"name": "ps"}, "sshAuthorizedKey": "ssh-ed25519 AAAA bench",
-                             "nmStateConfigLabelSelector": {"matchLabels": {"rack": "r1"}}}});
-    let ie_path = format!("/apis/agent-install.openshift.io/v1beta1/namespaces/{NS}/infraenvs");
-    http(&addr, "POST", &ie_path, Some(&ie)).await?;
-    let (iso_url, uid) = loop {
-        let (_, body) = http(&addr, "GET", &format!("{ie_path}/pool"), None).await?;
+    create(&mut api, IE_PATH, &infraenv("pool", "pool")).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let (_, body) = api.request("GET", &format!("{IE_PATH}/pool"), None).await?;
         let v: Value = serde_json::from_slice(&body)?;
-        if let Some(url) = v["status"]["isoDownloadURL"].as_str().filter(|u| !u.is_empty()) {
-            break (url.to_string(), v["metadata"]["uid"].as_str().unwrap_or_default().to_string());
+        if v["status"]["isoDownloadURL"].as_str().is_some_and(|u| !u.is_empty()) {
+            break v;
         }
         if Instant::now() > deadline {
             bail!("the InfraEnv got no image: {v}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    bootstream.path = format!("/{}", iso_url.split("://").nth(1).unwrap().split_once('/').unwrap().1);
-
-    phase("bootstream ready, InfraEnv has its image");
-    // The customized copy nginx serves: exactly the bytes bootstream serves.
-    let custom = work.join("custom.iso");
-    {
-        let (status, body) = http(&addr, "GET", &bootstream.path, None).await?;
-        if status != 200 {
-            bail!("downloading the ISO: {status}");
-        }
-        std::fs::File::create(&custom)?.write_all(&body)?;
+    let uid = status["metadata"]["uid"].as_str().context("uid")?.to_string();
+    let iso_path = path_of(status["status"]["isoDownloadURL"].as_str().unwrap());
+    let initrd_path = path_of(status["status"]["bootArtifacts"]["initrd"].as_str().context("initrd URL")?);
+    let minimal_path = iso_path.replace("type=full-iso", "type=minimal-iso");
+    if minimal_path == iso_path {
+        bail!("no type=full-iso in {iso_path}");
     }
-    let custom_len = std::fs::metadata(&custom)?.len();
+    phase("bootstream ready, InfraEnv has its image");
+
+    // nginx serves copies of exactly the bytes bootstream serves.
+    let www = work.join("www");
+    let _ = std::fs::remove_dir_all(&www);
+    std::fs::create_dir_all(&www)?;
+    let mut artifacts = Vec::new();
+    for (name, path, file) in [
+        ("full ISO", &iso_path, "discovery.iso"),
+        ("minimal ISO", &minimal_path, "minimal.iso"),
+        ("PXE initrd", &initrd_path, "initrd.img"),
+    ] {
+        let bytes = download(&addr, path).await.with_context(|| name)?;
+        std::fs::write(www.join(file), &bytes)?;
+        artifacts.push(Artifact { name, paths: [path.clone(), format!("/{file}")], len: bytes.len() as u64 });
+    }
 
     // What coreos-installer costs to make a copy with the same Ignition (per InfraEnv).
-    let (_, ign) = http(
-        &addr,
-        "GET",
-        &format!("/api/assisted-install/v2/infra-envs/{uid}/downloads/files?file_name=discovery.ign"),
-        None,
-    )
-    .await?;
+    let ign =
+        download(&addr, &format!("/api/assisted-install/v2/infra-envs/{uid}/downloads/files?file_name=discovery.ign"))
+            .await?;
     let ign_path = work.join("discovery.ign");
     std::fs::write(&ign_path, &ign)?;
     let copy = work.join("coreos-installer-copy.iso");
@@ -341,43 +516,266 @@ async fn main() -> Result<()> {
     }
     let copy_len = std::fs::metadata(&copy)?.len();
     let _ = std::fs::remove_file(&copy);
-
-    phase("copy for nginx downloaded, coreos-installer measured");
-    let nginx = start_nginx(&work, &custom)?;
-    let servers = [&nginx, &bootstream];
-    println!(
-        "base ISO {:.2} GiB; served ISO {:.2} GiB; {seconds} s per measurement, {rounds} rounds, servers alternating",
-        base_len as f64 / (1u64 << 30) as f64,
-        custom_len as f64 / (1u64 << 30) as f64
-    );
-    println!("| clients | nginx GB/s | bootstream GB/s | ratio | nginx CPU-s/GB | bootstream CPU-s/GB | ratio |");
-    println!("|---|---|---|---|---|---|---|");
-    for clients in [1usize, 8, 64] {
-        let mut gbps = [Vec::new(), Vec::new()];
-        let mut cpu = [Vec::new(), Vec::new()];
-        for round in 0..rounds {
-            for turn in 0..2 {
-                let i = (turn + round) % 2;
-                let s = servers[i];
-                let before = s.cpu_seconds();
-                let started = Instant::now();
-                let bytes = load(&s.addr, &s.path, clients, seconds).await.with_context(|| s.name)?;
-                let took = started.elapsed().as_secs_f64();
-                let used = s.cpu_seconds() - before;
-                let gb = bytes as f64 / 1e9;
-                gbps[i].push(gb / took);
-                cpu[i].push(used / gb);
-            }
-        }
-        let (n_g, b_g) = (median(&mut gbps[0]), median(&mut gbps[1]));
-        let (n_c, b_c) = (median(&mut cpu[0]), median(&mut cpu[1]));
-        println!("| {clients} | {n_g:.2} | {b_g:.2} | {:.2} | {n_c:.3} | {b_c:.3} | {:.2} |", b_g / n_g, b_c / n_c);
-        phase(&format!("{clients} clients measured"));
-    }
     let embed = median(&mut embed_seconds);
+    phase("copies for nginx downloaded, coreos-installer measured");
+
+    let nginx = start_nginx(&work, &www)?;
+    let servers = [&bootstream, &nginx];
+    println!("## Machine\n{}", machine());
     println!(
-        "coreos-installer iso ignition embed: {embed:.2} s (median of {rounds}) and {:.2} GiB of disk per InfraEnv",
+        "\nbase ISO {:.2} GiB; {seconds} s per measurement, {rounds} rounds, servers alternating",
+        base_len as f64 / (1u64 << 30) as f64
+    );
+
+    // Throughput and CPU per GB.
+    println!("\n## Throughput and server CPU per GB\n");
+    println!(
+        "| artifact | clients | nginx GB/s | bootstream GB/s | ratio | nginx CPU-s/GB | bootstream CPU-s/GB | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut plot: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for a in &artifacts {
+        for clients in [1usize, 8, 64] {
+            let mut gbps = [Vec::new(), Vec::new()];
+            let mut cpu = [Vec::new(), Vec::new()];
+            for round in 0..rounds {
+                for turn in 0..2 {
+                    let i = (turn + round) % 2;
+                    let s = servers[i];
+                    let before = s.cpu_seconds();
+                    let started = Instant::now();
+                    let bytes = load(&s.addr, &a.paths[i], clients, seconds).await.with_context(|| s.name)?;
+                    let took = started.elapsed().as_secs_f64();
+                    let used = s.cpu_seconds() - before;
+                    let gb = bytes as f64 / 1e9;
+                    gbps[i].push(gb / took);
+                    cpu[i].push(used / gb);
+                }
+            }
+            let (b_g, n_g) = (median(&mut gbps[0]), median(&mut gbps[1]));
+            let (b_c, n_c) = (median(&mut cpu[0]), median(&mut cpu[1]));
+            println!(
+                "| {} ({:.0} MiB) | {clients} | {n_g:.2} | {b_g:.2} | {:.2} | {n_c:.3} | {b_c:.3} | {:.2} |",
+                a.name,
+                a.len as f64 / (1u64 << 20) as f64,
+                b_g / n_g,
+                b_c / n_c
+            );
+            plot.entry(clients).or_default().extend([n_g, b_g]);
+        }
+        phase(&format!("{} measured", a.name));
+    }
+    println!(
+        "\ncoreos-installer iso ignition embed: {embed:.2} s (median of {rounds}) and {:.2} GiB of disk per InfraEnv",
         copy_len as f64 / (1u64 << 30) as f64
     );
+    draw_plot(&work, &plot)?;
+
+    // Time to first byte of a cached InfraEnv's ISO, beside nginx's, on fresh connections, alternating.
+    let samples = 1000;
+    let mut ttfb = [Vec::new(), Vec::new()];
+    for k in 0..samples {
+        for turn in 0..2 {
+            let i = (turn + k) % 2;
+            let t = first_byte(&servers[i].addr, &artifacts[0].paths[i]).await?;
+            ttfb[i].push(t.as_secs_f64() * 1e3);
+        }
+    }
+    let (b50, b99) = (percentile(&mut ttfb[0], 0.5), percentile(&mut ttfb[0], 0.99));
+    let (n50, n99) = (percentile(&mut ttfb[1], 0.5), percentile(&mut ttfb[1], 0.99));
+    phase("warm time to first byte measured");
+
+    // A new InfraEnv with 100 NMStateConfigs of its own: its ISO requested as soon as it exists, before
+    // anything of it is cached (the controller starts building it at the same moment).
+    let new_infraenvs = 100;
+    for k in 0..new_infraenvs {
+        for h in 0..100 {
+            create(&mut api, NMSTATE_PATH, &nmstate(1000 + k * 100 + h, &format!("new-{k}"))).await?;
+        }
+    }
+    phase("10,000 NMStateConfigs created");
+    let mut cold = Vec::new();
+    for k in 0..new_infraenvs {
+        let ie = create(&mut api, IE_PATH, &infraenv(&format!("new-{k}"), &format!("new-{k}"))).await?;
+        let id = ie["metadata"]["uid"].as_str().context("uid")?;
+        let path = format!("/images/{id}?arch=x86_64&type=full-iso&version={VERSION}");
+        cold.push(first_byte(&addr, &path).await?.as_secs_f64() * 1e3);
+        // Let the controller finish this one before the next.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (c50, c99) = (percentile(&mut cold, 0.5), percentile(&mut cold, 0.99));
+    phase("cold time to first byte measured");
+    println!("\n## Time to first byte (ms; request sent on a fresh connection → first response byte)\n");
+    println!("| case | samples | p50 | p99 | peer | peer p50 | peer p99 | ratio p50 | ratio p99 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| cached InfraEnv, full ISO | {samples} | {b50:.3} | {b99:.3} | nginx | {n50:.3} | {n99:.3} | {:.2} | {:.2} |",
+        b50 / n50,
+        b99 / n99
+    );
+    println!(
+        "| new InfraEnv, 100 NMStateConfigs | {new_infraenvs} | {c50:.2} | {c99:.2} | coreos-installer copy | {:.0} | – | {:.0}× sooner | {:.0}× sooner |",
+        embed * 1e3,
+        embed * 1e3 / c50,
+        embed * 1e3 / c99
+    );
+
+    // Memory with 1,000 slow clients downloading the full ISO.
+    println!("\n## 1,000 slow downloads (each reads 16 KiB every 250 ms)\n");
+    println!(
+        "| server | RssAnon idle | RssAnon with 1,000 | per download | TCP socket memory (both ends) idle → with 1,000 | per download |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (i, s) in servers.iter().enumerate() {
+        let m = slow_clients(s, &artifacts[0].paths[i], 1000).await?;
+        println!(
+            "| {} | {:.1} MiB | {:.1} MiB | {:.1} KiB | {:.0} → {:.0} MiB | {:.0} KiB |",
+            s.name,
+            m.rss_idle as f64 / 1048576.0,
+            m.rss_loaded as f64 / 1048576.0,
+            (m.rss_loaded as f64 - m.rss_idle as f64) / 1000.0 / 1024.0,
+            m.sock_idle as f64 / 1048576.0,
+            m.sock_loaded as f64 / 1048576.0,
+            (m.sock_loaded as f64 - m.sock_idle as f64) / 1000.0 / 1024.0,
+        );
+    }
+    phase("1,000 slow clients measured");
+    drop(nginx);
+    drop(bootstream);
+
+    // Start-up with 5 base images.
+    let images: Vec<(String, PathBuf)> =
+        (1..=5u64).map(|s| Ok((format!("4.{}", 15 + s), base_iso(&work, rootfs_mib, s)?))).collect::<Result<_>>()?;
+    phase("5 base images ready");
+    let startup_data = work.join("data-startup");
+    let _ = std::fs::remove_dir_all(&startup_data);
+    let mut starts = Vec::new();
+    for _ in 0..=rounds {
+        let started = Instant::now();
+        let s = start_bootstream(&startup_data, &images)?;
+        wait_ready(&s.addr, Duration::from_millis(2), Duration::from_secs(300)).await?;
+        let took = started.elapsed().as_secs_f64();
+        let (_, report) = Conn::new(&s.addr).request("GET", "/ready", None).await?;
+        let ready = String::from_utf8_lossy(&report).lines().filter(|l| l.contains(" ready ")).count();
+        if ready != 5 {
+            bail!("{ready} of 5 images ready:\n{}", String::from_utf8_lossy(&report));
+        }
+        starts.push(took);
+    }
+    let first_start = starts.remove(0);
+    let restart = median(&mut starts);
+    let www5 = work.join("www5");
+    let _ = std::fs::remove_dir_all(&www5);
+    std::fs::create_dir_all(&www5)?;
+    for (v, p) in &images {
+        std::fs::hard_link(p, www5.join(format!("{v}.iso")))?;
+    }
+    let mut nginx_starts = Vec::new();
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let n = start_nginx(&work, &www5)?;
+        nginx_starts.push(started.elapsed().as_secs_f64());
+        drop(n);
+    }
+    println!("\n## Start-up with 5 base images of {rootfs_mib} MiB of rootfs (page cache warm)\n");
+    println!("| case | seconds |\n|---|---|");
+    println!("| bootstream, first start (no digests recorded: SHA-256 of every image) | {first_start:.3} |");
+    println!("| bootstream, restart (median of {rounds}; spawn → `/ready` 200 with all 5 ready) | {restart:.3} |");
+    println!(
+        "| nginx serving the 5 files (median of {rounds}; spawn → accepting) | {:.3} |",
+        median(&mut nginx_starts)
+    );
+    phase("start-up measured");
     Ok(())
+}
+
+struct SlowLoad {
+    rss_idle: u64,
+    rss_loaded: u64,
+    sock_idle: u64,
+    sock_loaded: u64,
+}
+
+/// 1,000 clients each downloading `path` slowly; memory measured once all are under way.
+async fn slow_clients(server: &Server, path: &str, n: usize) -> Result<SlowLoad> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rss_idle, sock_idle) = (server.rss_anon(), tcp_socket_memory());
+    let started = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (addr, path, started, stop) = (server.addr.clone(), path.to_string(), started.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(&addr).await?;
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+            let mut buf = vec![0u8; 16 * 1024];
+            let (status, _, _) = read_head(&mut s, &mut buf).await?;
+            if status != 200 {
+                bail!("status {status}");
+            }
+            started.fetch_add(1, Ordering::Relaxed);
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                if s.read(&mut buf).await? == 0 {
+                    bail!("closed in the body");
+                }
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while started.load(Ordering::Relaxed) < n {
+        if Instant::now() > deadline || tasks.iter().any(|t| t.is_finished()) {
+            stop.store(true, Ordering::Relaxed);
+            for t in tasks {
+                t.await??;
+            }
+            bail!("{}: only {} of {n} downloads started", server.name, started.load(Ordering::Relaxed));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Steady state: every socket's buffers have filled up to what the slow reader lets through.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (rss_loaded, sock_loaded) = (server.rss_anon(), tcp_socket_memory());
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await??;
+    }
+    Ok(SlowLoad { rss_idle, rss_loaded, sock_idle, sock_loaded })
+}
+
+/// Writes the throughput table and draws it with `benches/throughput.gp` when gnuplot is installed.
+fn draw_plot(work: &Path, plot: &BTreeMap<usize, Vec<f64>>) -> Result<()> {
+    let data = work.join("throughput.dat");
+    let mut f = std::fs::File::create(&data)?;
+    writeln!(f, "# clients nginx-iso bootstream-iso nginx-minimal bootstream-minimal nginx-initrd bootstream-initrd")?;
+    for (clients, v) in plot {
+        let cols: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+        writeln!(f, "{clients} {}", cols.join(" "))?;
+    }
+    let png = work.join("throughput.png");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/throughput.gp");
+    match Command::new("gnuplot")
+        .arg("-e")
+        .arg(format!("data='{}'; out='{}'; machine='{}'", data.display(), png.display(), machine()))
+        .arg(&script)
+        .status()
+    {
+        Ok(s) if s.success() => eprintln!("plot: {}", png.display()),
+        Ok(s) => eprintln!("gnuplot failed ({s}); data in {}", data.display()),
+        Err(_) => eprintln!("no gnuplot (apt-get install gnuplot-nox); data in {}", data.display()),
+    }
+    Ok(())
+}
+
+/// CPU model, cores and kernel, for the record.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    format!("{cores} × {cpu}, Linux {}", kernel.trim())
 }

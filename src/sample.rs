@@ -71,7 +71,13 @@ pub fn sample_iso_bytes() -> Result<Vec<u8>> {
 /// A sample ISO of realistic size for benchmarks: the same layout, with a root squashfs placeholder
 /// of `rootfs_bytes` bytes that do not compress (seeded, so every run makes the same image).
 pub fn large_sample_iso_bytes(rootfs_bytes: usize) -> Result<Vec<u8>> {
-    let mut rng = fastrand::Rng::with_seed(0x6f0c_u64);
+    large_sample_iso_bytes_seeded(rootfs_bytes, 0x6f0c)
+}
+
+/// [`large_sample_iso_bytes`] with the rootfs drawn from `seed`: different seeds, different images
+/// (distinct base images for benchmarks that load several).
+pub fn large_sample_iso_bytes_seeded(rootfs_bytes: usize, seed: u64) -> Result<Vec<u8>> {
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut payload = vec![0u8; rootfs_bytes];
     for chunk in payload.chunks_mut(8) {
         let word = rng.u64(..).to_le_bytes();
