@@ -438,7 +438,8 @@ async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
 /// replicas can run behind one Service.
 async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let client = kube_client(args).await?;
-    let store = watch_cluster(client, &[Kind::InfraEnv]).await?;
+    // NMStateConfigs too: the image cache keeps each namespace's parsed list until one changes.
+    let store = watch_cluster(client, &[Kind::InfraEnv, Kind::NMStateConfig]).await?;
     let svc = image_service(args, store, true).await?;
     let app = Arc::new(crate::api::App {
         images: svc.images.clone(),

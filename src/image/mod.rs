@@ -143,6 +143,8 @@ pub struct Images<S: Store> {
     pub config: Arc<ServiceConfig>,
     /// The content of each InfraEnv (by uid) for the key it was built from.
     contents: Mutex<HashMap<String, (String, ContentCell)>>,
+    /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
+    nmstate_lists: Mutex<HashMap<String, (u64, Arc<Vec<NMStateConfig>>)>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
     minimal: minimal::Templates,
 }
@@ -164,6 +166,7 @@ impl<S: Store> Images<S> {
             catalog,
             config,
             contents: Mutex::new(HashMap::new()),
+            nmstate_lists: Mutex::new(HashMap::new()),
             parts: Mutex::new(HashMap::new()),
             minimal: minimal::Templates::default(),
         })
@@ -196,11 +199,31 @@ impl<S: Store> Images<S> {
             return Ok(vec![]);
         };
         let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
-        let all: Vec<NMStateConfig> = self.store.list(Some(ns)).await?;
+        let all = self.namespace_nmstate_configs(ns).await?;
         Ok(all
-            .into_iter()
+            .iter()
             .filter(|c| selector.matches(c.metadata.labels.as_ref().unwrap_or(&Default::default())))
+            .cloned()
             .collect())
+    }
+
+    /// Every NMStateConfig of `ns`. Every image request needs its InfraEnv's selection (it is part of
+    /// the cache key), and a namespace may hold thousands of them: the parsed list is kept until the
+    /// store announces a change to any NMStateConfig.
+    async fn namespace_nmstate_configs(&self, ns: &str) -> Result<Arc<Vec<NMStateConfig>>, ImageError> {
+        // Read before the list: a change that lands during the list moves the count past it.
+        let changes = self.store.change_count(&crate::store::resource_name::<NMStateConfig>());
+        if let Some(changes) = changes
+            && let Some((seen, list)) = self.nmstate_lists.lock().unwrap().get(ns)
+            && *seen == changes
+        {
+            return Ok(list.clone());
+        }
+        let list: Arc<Vec<NMStateConfig>> = Arc::new(self.store.list(Some(ns)).await?);
+        if let Some(changes) = changes {
+            self.nmstate_lists.lock().unwrap().insert(ns.to_string(), (changes, list.clone()));
+        }
+        Ok(list)
     }
 
     /// The discovery content of `ie`, built or taken from the cache.
@@ -311,8 +334,8 @@ impl<S: Store> Images<S> {
                 network_yaml: yaml_serde::to_string(&c.spec.config).unwrap_or_default(),
             })
             .collect();
+        // Validated (and the keyfiles generated) once, by `ramdisk_files`.
         let hosts = crate::staticnet::normalize(hosts);
-        crate::staticnet::validate(&hosts).map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
         let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {
             hosts: &hosts,
             proxy: proxy.as_ref().map(|p| crate::staticnet::ProxyEnv {

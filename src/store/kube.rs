@@ -57,6 +57,9 @@ struct Inner {
     /// every image request.
     uids: Arc<RwLock<HashMap<String, ObjKey>>>,
     watches: Vec<tokio::task::AbortHandle>,
+    /// Resource names of the watched kinds: the only ones whose changes are announced.
+    announced: Vec<String>,
+    changes: Arc<super::ChangeCounts>,
 }
 
 impl Drop for Inner {
@@ -190,19 +193,28 @@ impl KubeStore {
     /// starting now and listing what exists misses nothing that follows.
     pub async fn start(client: kube::Client, kinds: &[Kind]) -> KubeStore {
         let events = broadcast::channel(65536).0;
+        let changes: Arc<super::ChangeCounts> = Arc::default();
         let uids: Arc<RwLock<HashMap<String, ObjKey>>> = Arc::default();
         let mut watches = Vec::new();
         let mut listed = Vec::new();
         for &kind in kinds {
             let (ready, ready_rx) = tokio::sync::oneshot::channel();
             listed.push(ready_rx);
-            let task = tokio::spawn(watch_kind(client.clone(), kind, events.clone(), Arc::downgrade(&uids), ready));
+            let task = tokio::spawn(watch_kind(
+                client.clone(),
+                kind,
+                events.clone(),
+                changes.clone(),
+                Arc::downgrade(&uids),
+                ready,
+            ));
             watches.push(task.abort_handle());
         }
         for ready in listed {
             let _ = ready.await;
         }
-        KubeStore { inner: Arc::new(Inner { client, events, uids, watches }) }
+        let announced = kinds.iter().map(|k| k.resource()).collect();
+        KubeStore { inner: Arc::new(Inner { client, events, uids, watches, announced, changes }) }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -217,6 +229,7 @@ async fn watch_kind(
     client: kube::Client,
     kind: Kind,
     events: broadcast::Sender<ChangeEvent>,
+    changes: Arc<super::ChangeCounts>,
     uids: std::sync::Weak<RwLock<HashMap<String, ObjKey>>>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
@@ -229,6 +242,7 @@ async fn watch_kind(
     let mut relisted: Option<HashSet<(String, String)>> = None;
     let mut ready = Some(ready);
     let announce = |ns: &str, name: &str, status_only: bool, resource_version: Option<String>| {
+        changes.bump(&resource);
         let _ = events.send(ChangeEvent {
             resource: resource.clone(),
             namespace: ns.to_string(),
@@ -381,6 +395,10 @@ impl Store for KubeStore {
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
         self.inner.events.subscribe()
+    }
+
+    fn change_count(&self, resource: &str) -> Option<u64> {
+        self.inner.announced.iter().any(|r| r == resource).then(|| self.inner.changes.count(resource))
     }
 }
 

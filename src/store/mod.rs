@@ -173,4 +173,32 @@ pub trait Store: Clone + Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<Deletion, StoreError>> + Send;
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
+    /// How many changes of `resource` ([`resource_name`]) the store has announced, counted before each
+    /// is sent to subscribers: whoever reacts to a change sees the count it moved to. A cache of
+    /// objects of that kind stays valid while the count does not move. `None` when the store does not
+    /// announce that kind's changes (nothing of it may be cached then).
+    fn change_count(&self, resource: &str) -> Option<u64> {
+        let _ = resource;
+        None
+    }
+}
+
+/// Changes announced per resource (see [`Store::change_count`]).
+#[derive(Debug, Default)]
+pub struct ChangeCounts(std::sync::RwLock<std::collections::HashMap<String, u64>>);
+
+impl ChangeCounts {
+    pub fn count(&self, resource: &str) -> u64 {
+        self.0.read().unwrap().get(resource).copied().unwrap_or(0)
+    }
+
+    pub fn bump(&self, resource: &str) {
+        let mut counts = self.0.write().unwrap();
+        match counts.get_mut(resource) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(resource.to_string(), 1);
+            }
+        }
+    }
 }

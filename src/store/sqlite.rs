@@ -28,6 +28,7 @@ pub struct SqliteStore {
     writer: std::sync::mpsc::Sender<Job>,
     cache: Arc<RwLock<Cache>>,
     events: broadcast::Sender<ChangeEvent>,
+    change_counts: Arc<super::ChangeCounts>,
     /// Writes stored as the object's own text (see [`SqliteStore::write_verbatim`]), for tests and
     /// profiles.
     verbatim_writes: Arc<AtomicU64>,
@@ -365,6 +366,7 @@ impl SqliteStore {
             writer,
             cache,
             events: broadcast::channel(65536).0,
+            change_counts: Arc::default(),
             verbatim_writes: Default::default(),
             writer_stats,
         })
@@ -421,6 +423,7 @@ impl SqliteStore {
         self.writer.send(job).map_err(|_| backend("the store's writer thread is gone"))?;
         let (out, changes) = result.await.map_err(|_| backend("the store's write failed"))??;
         for event in changes.0 {
+            self.change_counts.bump(&event.resource);
             let _ = self.events.send(event);
         }
         Ok(out)
@@ -1256,6 +1259,10 @@ impl Store for SqliteStore {
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
         self.events.subscribe()
+    }
+
+    fn change_count(&self, resource: &str) -> Option<u64> {
+        Some(self.change_counts.count(resource))
     }
 }
 
