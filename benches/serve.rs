@@ -406,7 +406,8 @@ async fn download(addr: &str, path: &str) -> Result<Vec<u8>> {
 
 /// Generates (once) a live ISO with a `mib` MiB incompressible rootfs drawn from `seed`.
 fn base_iso(work: &Path, mib: usize, seed: u64) -> Result<PathBuf> {
-    let path = work.join(format!("base-{mib}m-{seed}.iso"));
+    // The name says the layout: bump it when `large_sample_iso_bytes` changes.
+    let path = work.join(format!("base-{mib}m-{seed}-v2.iso"));
     if !path.exists() {
         let started = Instant::now();
         let bytes = bootstream::sample::large_sample_iso_bytes_seeded(mib << 20, seed)?;
@@ -469,9 +470,9 @@ async fn main() -> Result<()> {
     let uid = status["metadata"]["uid"].as_str().context("uid")?.to_string();
     let iso_path = path_of(status["status"]["isoDownloadURL"].as_str().unwrap());
     let initrd_path = path_of(status["status"]["bootArtifacts"]["initrd"].as_str().context("initrd URL")?);
-    let minimal_path = iso_path.replace("type=full-iso", "type=minimal-iso");
+    let minimal_path = iso_path.replace("/full.iso", "/minimal.iso");
     if minimal_path == iso_path {
-        bail!("no type=full-iso in {iso_path}");
+        bail!("no /full.iso in {iso_path}");
     }
     phase("bootstream ready, InfraEnv has its image");
 

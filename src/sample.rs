@@ -65,7 +65,7 @@ pub fn write_sample_iso(path: &Path) -> Result<()> {
 
 /// The sample ISO's bytes.
 pub fn sample_iso_bytes() -> Result<Vec<u8>> {
-    sample_iso_bytes_with(rootfs_archive()?)
+    sample_iso_bytes_with(rootfs_archive()?, live_initramfs()?, false)
 }
 
 /// A sample ISO of realistic size for benchmarks: the same layout, with a root squashfs placeholder
@@ -76,17 +76,29 @@ pub fn large_sample_iso_bytes(rootfs_bytes: usize) -> Result<Vec<u8>> {
 
 /// [`large_sample_iso_bytes`] with the rootfs drawn from `seed`: different seeds, different images
 /// (distinct base images for benchmarks that load several).
+///
+/// The initramfs is made as large as RHCOS's relative to its rootfs (about a tenth: 100 MB beside
+/// 1 GB) with an uncompressed archive of incompressible bytes after the real one, so that PXE initrd
+/// and minimal ISO downloads weigh what they do in the field.
 pub fn large_sample_iso_bytes_seeded(rootfs_bytes: usize, seed: u64) -> Result<Vec<u8>> {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut payload = vec![0u8; rootfs_bytes];
-    for chunk in payload.chunks_mut(8) {
-        let word = rng.u64(..).to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
-    sample_iso_bytes_with(newc_archive(&[Member::File("root.squashfs", &payload)])?)
+    let mut random = |len: usize| {
+        let mut payload = vec![0u8; len];
+        for chunk in payload.chunks_mut(8) {
+            let word = rng.u64(..).to_le_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
+        payload
+    };
+    let rootfs = newc_archive(&[Member::File("root.squashfs", &random(rootfs_bytes))])?;
+    let mut initrd = live_initramfs()?;
+    initrd.extend(newc_archive(&[Member::File("usr/lib/bootstream-sample-padding", &random(rootfs_bytes / 10))])?);
+    sample_iso_bytes_with(rootfs, initrd, true)
 }
 
-fn sample_iso_bytes_with(rootfs: Vec<u8>) -> Result<Vec<u8>> {
+/// `bootable`: with an El Torito catalog (BIOS and UEFI entries over placeholder boot images, laid
+/// out as in RHCOS), so that a minimal ISO can be re-mastered from it.
+fn sample_iso_bytes_with(rootfs: Vec<u8>, initrd: Vec<u8>, bootable: bool) -> Result<Vec<u8>> {
     let area = kargs::render_area(SAMPLE_DEFAULT_KARGS, SAMPLE_KARGS_AREA_SIZE, KARG_END, KARG_PAD)
         .context("rendering the default karg area")?;
     let (grub_cfg, grub_offset) = grub_cfg(&area);
@@ -101,10 +113,23 @@ fn sample_iso_bytes_with(rootfs: Vec<u8>) -> Result<Vec<u8>> {
     )?;
     iso.add_file("EFI/REDHAT/GRUB.CFG", grub_cfg)?;
     iso.add_file("IMAGES/IGNITION.IMG", vec![0u8; SAMPLE_IGNITION_AREA_SIZE])?;
-    iso.add_file("IMAGES/PXEBOOT/INITRD.IMG", live_initramfs()?)?;
+    iso.add_file("IMAGES/PXEBOOT/INITRD.IMG", initrd)?;
     iso.add_file("IMAGES/PXEBOOT/ROOTFS.IMG", rootfs)?;
     iso.add_file("IMAGES/PXEBOOT/VMLINUZ", VMLINUZ_PLACEHOLDER)?;
     iso.add_file("ISOLINUX/ISOLINUX.CFG", isolinux_cfg)?;
+    if bootable {
+        use crate::iso9660::eltorito::{BootCatalog, BootEntry, Platform};
+        // Placeholders: the layout of a bootable image, not a boot loader.
+        iso.add_file("ISOLINUX/ISOLINUX.BIN", vec![0u8; 4096])?;
+        iso.add_file("IMAGES/EFIBOOT.IMG", vec![0u8; 8192])?;
+        let mut catalog = BootCatalog::new(Platform::X86, BootEntry::no_emulation("ISOLINUX/ISOLINUX.BIN".into(), 4));
+        catalog.push(Platform::EFI, BootEntry::no_emulation("IMAGES/EFIBOOT.IMG".into(), 16));
+        iso.set_boot(crate::iso9660::writer::BootSetup {
+            catalog_path: Some("ISOLINUX/BOOT.CAT".into()),
+            catalog,
+            boot_info_table: ["ISOLINUX/ISOLINUX.BIN".to_string()].into(),
+        })?;
+    }
     Ok(iso.to_bytes()?)
 }
 
