@@ -130,6 +130,9 @@ pub struct DiscoveryContent {
     pub digest: [u8; 32],
 }
 
+/// A namespace's NMStateConfigs and the store's NMStateConfig change count they were read at.
+type NmstateList = (u64, Arc<Vec<NMStateConfig>>);
+
 /// A content being built or built, shared by the callers that need it.
 type ContentCell = Arc<tokio::sync::OnceCell<Arc<DiscoveryContent>>>;
 
@@ -144,7 +147,7 @@ pub struct Images<S: Store> {
     /// The content of each InfraEnv (by uid) for the key it was built from.
     contents: Mutex<HashMap<String, (String, ContentCell)>>,
     /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
-    nmstate_lists: Mutex<HashMap<String, (u64, Arc<Vec<NMStateConfig>>)>>,
+    nmstate_lists: Mutex<HashMap<String, NmstateList>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
     minimal: minimal::Templates,
 }
