@@ -89,10 +89,10 @@ fn hosts(n: usize) -> Vec<HostStaticConfig> {
     (0..n).map(|i| host(i, &nmstate_config(i))).collect()
 }
 
-/// The static-network ramdisk entries, as `Images::content` makes them: normalize, validate, lay out.
+/// The static-network ramdisk entries, as `Images::content` makes them: normalize, then validate and
+/// lay out in one pass (`ramdisk_files`).
 fn ramdisk_entries(hosts: Vec<HostStaticConfig>) -> Vec<RamdiskEntry> {
     let hosts = staticnet::normalize(hosts);
-    staticnet::validate(&hosts).expect("valid static network configs");
     staticnet::ramdisk_files(&RamdiskInput { hosts: &hosts, proxy: None }).expect("ramdisk files")
 }
 

@@ -604,7 +604,12 @@ async fn main() -> Result<()> {
         // Let the controller finish this one before the next.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let first_cold = cold[0];
     let (c50, c99) = (percentile(&mut cold, 0.5), percentile(&mut cold, 0.99));
+    eprintln!(
+        "new InfraEnvs' first bytes: the first {first_cold:.2} ms (it also lists the 10,000 NMStateConfigs), the slowest five {:?} ms",
+        cold.iter().rev().take(5).map(|v| (v * 100.0).round() / 100.0).collect::<Vec<_>>()
+    );
     phase("cold time to first byte measured");
     println!("\n## Time to first byte (ms; request sent on a fresh connection → first response byte)\n");
     println!("| case | samples | p50 | p99 | peer | peer p50 | peer p99 | ratio p50 | ratio p99 |");
