@@ -19,13 +19,19 @@ struct Env {
     base_path: std::path::PathBuf,
 }
 
-fn env() -> Env {
+/// A server with the 2023-07 x86_64 fixture as 4.19 and the InfraEnv n/ie, its image created.
+fn server_with_infraenv() -> (tempfile::TempDir, std::path::PathBuf, Server, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let base_path = fixture_iso("embed-areas-2023-07.x86_64", dir.path());
     let server = Server::start(&["--os-image", &format!("4.19:x86_64:{}", base_path.display())]);
     server.apply_ok(&pull_secret_yaml("n"));
     server.apply_ok(&infraenv_yaml("n", "ie", ""));
     let ie = server.wait_image_created("n", "ie", "True");
+    (dir, base_path, server, ie)
+}
+
+fn env() -> Env {
+    let (dir, base_path, server, ie) = server_with_infraenv();
     let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
     let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
     let whole = server.get(&iso_path).body;
@@ -299,12 +305,7 @@ fn content_builds(server: &Server) -> u64 {
 
 #[test]
 fn downloads_reuse_the_content_the_controller_built_until_the_spec_changes() {
-    let dir = tempfile::tempdir().unwrap();
-    let base_path = fixture_iso("embed-areas-2023-07.x86_64", dir.path());
-    let server = Server::start(&["--os-image", &format!("4.19:x86_64:{}", base_path.display())]);
-    server.apply_ok(&pull_secret_yaml("n"));
-    server.apply_ok(&infraenv_yaml("n", "ie", ""));
-    let ie = server.wait_image_created("n", "ie", "True");
+    let (_dir, _, server, ie) = server_with_infraenv();
     let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
     let initrd_path = server.path_of(ie["status"]["bootArtifacts"]["initrd"].as_str().unwrap());
     // The controller built the content, then wrote the InfraEnv's status (a new resourceVersion): the
