@@ -28,6 +28,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const NS: &str = "bench";
+
+static BEGAN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Prints how far the bench is, with the time since it started.
+fn phase(what: &str) {
+    eprintln!("[{:6.1} s] {what}", BEGAN.get_or_init(Instant::now).elapsed().as_secs_f64());
+}
 const VERSION: &str = "4.20";
 
 struct Server {
@@ -432,9 +439,11 @@ async fn main() -> Result<()> {
     let rootfs_mib: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1024);
     let seconds: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(4.0);
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(3);
+    // SERVE_BENCH_ONLY=throughput,ttfb,memory,startup runs only those parts (all by default).
+    let only = std::env::var("SERVE_BENCH_ONLY").unwrap_or_default();
+    let runs = |part: &str| only.is_empty() || only.split(',').any(|p| p.trim() == part);
     let work = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-serve");
-    let began = Instant::now();
-    let phase = |what: &str| eprintln!("[{:6.1} s] {what}", began.elapsed().as_secs_f64());
+    BEGAN.get_or_init(Instant::now);
     std::fs::create_dir_all(&work)?;
 
     let base = base_iso(&work, rootfs_mib, 0x6f0c)?;
@@ -535,7 +544,7 @@ async fn main() -> Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|");
     let mut plot: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for a in &artifacts {
+    for a in artifacts.iter().filter(|_| runs("throughput")) {
         for clients in [1usize, 8, 64] {
             let mut gbps = [Vec::new(), Vec::new()];
             let mut cpu = [Vec::new(), Vec::new()];
@@ -570,15 +579,40 @@ async fn main() -> Result<()> {
         "\ncoreos-installer iso ignition embed: {embed:.2} s (median of {rounds}) and {:.2} GiB of disk per InfraEnv",
         copy_len as f64 / (1u64 << 30) as f64
     );
-    draw_plot(&work, &plot)?;
+    if runs("throughput") {
+        draw_plot(&work, &plot)?;
+    }
+    if runs("ttfb") {
+        time_to_first_byte(&servers, &artifacts[0].paths, &mut api, &addr, embed).await?;
+    }
+    if runs("memory") {
+        slow_downloads(&servers, &artifacts[0].paths).await?;
+    }
+    drop(nginx);
+    drop(bootstream);
+    if runs("startup") {
+        startup(&work, rootfs_mib, rounds).await?;
+    }
+    phase("done");
+    Ok(())
+}
 
-    // Time to first byte of a cached InfraEnv's ISO, beside nginx's, on fresh connections, alternating.
+/// Time to first byte of a cached InfraEnv's ISO (beside nginx's) and of new InfraEnvs' (beside the
+/// coreos-installer copy that takes `embed` seconds).
+async fn time_to_first_byte(
+    servers: &[&Server; 2],
+    paths: &[String; 2],
+    api: &mut Conn,
+    addr: &str,
+    embed: f64,
+) -> Result<()> {
+    // A cached InfraEnv's ISO, beside nginx's, on fresh connections, alternating.
     let samples = 1000;
     let mut ttfb = [Vec::new(), Vec::new()];
     for k in 0..samples {
         for turn in 0..2 {
             let i = (turn + k) % 2;
-            let t = first_byte(&servers[i].addr, &artifacts[0].paths[i]).await?;
+            let t = first_byte(&servers[i].addr, &paths[i]).await?;
             ttfb[i].push(t.as_secs_f64() * 1e3);
         }
     }
@@ -591,16 +625,16 @@ async fn main() -> Result<()> {
     let new_infraenvs = 100;
     for k in 0..new_infraenvs {
         for h in 0..100 {
-            create(&mut api, NMSTATE_PATH, &nmstate(1000 + k * 100 + h, &format!("new-{k}"))).await?;
+            create(api, NMSTATE_PATH, &nmstate(1000 + k * 100 + h, &format!("new-{k}"))).await?;
         }
     }
     phase("10,000 NMStateConfigs created");
     let mut cold = Vec::new();
     for k in 0..new_infraenvs {
-        let ie = create(&mut api, IE_PATH, &infraenv(&format!("new-{k}"), &format!("new-{k}"))).await?;
+        let ie = create(api, IE_PATH, &infraenv(&format!("new-{k}"), &format!("new-{k}"))).await?;
         let id = ie["metadata"]["uid"].as_str().context("uid")?;
         let path = format!("/images/{id}?arch=x86_64&type=full-iso&version={VERSION}");
-        cold.push(first_byte(&addr, &path).await?.as_secs_f64() * 1e3);
+        cold.push(first_byte(addr, &path).await?.as_secs_f64() * 1e3);
         // Let the controller finish this one before the next.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -625,15 +659,18 @@ async fn main() -> Result<()> {
         embed * 1e3 / c50,
         embed * 1e3 / c99
     );
+    Ok(())
+}
 
-    // Memory with 1,000 slow clients downloading the full ISO.
+/// Private and socket memory with 1,000 slow clients downloading the full ISO, from each server.
+async fn slow_downloads(servers: &[&Server; 2], paths: &[String; 2]) -> Result<()> {
     println!("\n## 1,000 slow downloads (each reads 16 KiB every 250 ms)\n");
     println!(
         "| server | RssAnon idle | RssAnon with 1,000 | per download | TCP socket memory (both ends) idle → with 1,000 | per download |"
     );
     println!("|---|---|---|---|---|---|");
     for (i, s) in servers.iter().enumerate() {
-        let m = slow_clients(s, &artifacts[0].paths[i], 1000).await?;
+        let m = slow_clients(s, &paths[i], 1000).await?;
         println!(
             "| {} | {:.1} MiB | {:.1} MiB | {:.1} KiB | {:.0} → {:.0} MiB | {:.0} KiB |",
             s.name,
@@ -646,12 +683,13 @@ async fn main() -> Result<()> {
         );
     }
     phase("1,000 slow clients measured");
-    drop(nginx);
-    drop(bootstream);
+    Ok(())
+}
 
-    // Start-up with 5 base images.
+/// Start-up with 5 base images: first start (digests computed) and restarts, beside nginx's.
+async fn startup(work: &Path, rootfs_mib: usize, rounds: usize) -> Result<()> {
     let images: Vec<(String, PathBuf)> =
-        (1..=5u64).map(|s| Ok((format!("4.{}", 15 + s), base_iso(&work, rootfs_mib, s)?))).collect::<Result<_>>()?;
+        (1..=5u64).map(|s| Ok((format!("4.{}", 15 + s), base_iso(work, rootfs_mib, s)?))).collect::<Result<_>>()?;
     phase("5 base images ready");
     let startup_data = work.join("data-startup");
     let _ = std::fs::remove_dir_all(&startup_data);
@@ -679,7 +717,7 @@ async fn main() -> Result<()> {
     let mut nginx_starts = Vec::new();
     for _ in 0..rounds {
         let started = Instant::now();
-        let n = start_nginx(&work, &www5)?;
+        let n = start_nginx(work, &www5)?;
         nginx_starts.push(started.elapsed().as_secs_f64());
         drop(n);
     }

@@ -296,6 +296,7 @@ async fn image_service<S: crate::store::Store>(
     };
     config.agent_auth = Some(agent_auth.clone());
     let images = crate::image::Images::new(store, catalog.clone(), Arc::new(config));
+    tokio::spawn(images.clone().prepare_static_networks());
     Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener })
 }
 

@@ -162,7 +162,45 @@ pub enum BootArtifact {
 /// Fixed kernel arguments of the iPXE boot script (spec-controllers §8.1).
 const IPXE_KARGS: &str = "random.trust_cpu=on rd.luks.options=discard ignition.firstboot ignition.platform.id=metal console=tty1 console=ttyS1,115200n8 coreos.inst.persistent-kargs=\"console=tty1 console=ttyS1,115200n8\"";
 
+/// The static-network host entry of an NMStateConfig: its MAC map and its nmstate YAML.
+pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConfig {
+    crate::staticnet::HostStaticConfig {
+        mac_interface_map: c
+            .spec
+            .interfaces
+            .iter()
+            .map(|i| crate::staticnet::MacInterface {
+                mac_address: i.mac_address.clone(),
+                logical_nic_name: i.name.clone(),
+            })
+            .collect(),
+        network_yaml: yaml_serde::to_string(&c.spec.config).unwrap_or_default(),
+    }
+}
+
 impl<S: Store> Images<S> {
+    /// Checks each NMStateConfig and generates its keyfiles as it is created or changed
+    /// ([`crate::staticnet::prepare`]), so that the first build of an InfraEnv selecting it (which a
+    /// host's first download may wait for) only assembles the ramdisk. Runs until the store's change
+    /// feed ends.
+    pub async fn prepare_static_networks(self: Arc<Self>) {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut events = self.store.subscribe();
+        let resource = crate::store::resource_name::<NMStateConfig>();
+        loop {
+            match events.recv().await {
+                Ok(e) if e.resource == resource && e.resource_version.is_some() => {
+                    if let Ok(Some(c)) = self.store.get::<NMStateConfig>(&e.namespace, &e.name).await {
+                        crate::staticnet::prepare(&host_static_config(&c));
+                    }
+                }
+                // Missed changes are only missed preparation: builds check what they use anyway.
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
     pub fn new(store: S, catalog: Arc<Catalog>, config: Arc<ServiceConfig>) -> Arc<Images<S>> {
         Arc::new(Images {
             store,
@@ -322,21 +360,7 @@ impl<S: Store> Images<S> {
         });
 
         // Static networking: every selected NMStateConfig is one host entry of the ramdisk.
-        let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate
-            .iter()
-            .map(|c| crate::staticnet::HostStaticConfig {
-                mac_interface_map: c
-                    .spec
-                    .interfaces
-                    .iter()
-                    .map(|i| crate::staticnet::MacInterface {
-                        mac_address: i.mac_address.clone(),
-                        logical_nic_name: i.name.clone(),
-                    })
-                    .collect(),
-                network_yaml: yaml_serde::to_string(&c.spec.config).unwrap_or_default(),
-            })
-            .collect();
+        let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate.iter().map(host_static_config).collect();
         // Validated (and the keyfiles generated) once, by `ramdisk_files`.
         let hosts = crate::staticnet::normalize(hosts);
         let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {

@@ -27,7 +27,7 @@ pub use ramdisk::{
     COMMON_SCRIPT_PATH, NETWORK_DIR, PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, SCRIPT_PATH,
     SERVICE_PATH, SERVICE_WANTS_PATH, archive, network_files_tar, ramdisk, ramdisk_files, with_autoconnect,
 };
-pub use validate::validate;
+pub use validate::{prepare, validate};
 
 /// One NMStateConfig's contribution (assisted-service's `HostStaticNetworkConfig`; the serde
 /// names are those of its stored JSON).

@@ -112,27 +112,106 @@ fn check_mac_map(host: usize, map: &[MacInterface], problems: &mut Vec<Problem>)
 
 /// The YAML checks of one host; its keyfiles when nmstate could generate them.
 fn check_network_yaml(host: usize, config: &HostStaticConfig, problems: &mut Vec<Problem>) -> Option<Keyfiles> {
-    let mut fail = |reason| problems.push(Problem::NetworkYaml { host, reason });
-    let state = parse(&config.network_yaml).map_err(&mut fail).ok()?;
+    let outcome = yaml_outcome(config);
+    problems.extend(outcome.problems.iter().map(|reason| Problem::NetworkYaml { host, reason: reason.clone() }));
+    problems.extend(
+        outcome.unmapped.iter().map(|interface| Problem::MissingMapping { host, interface: interface.clone() }),
+    );
+    outcome.keyfiles.clone()
+}
+
+/// What the YAML checks of one network YAML, with one set of mapped interface names, found.
+#[derive(Debug)]
+struct YamlOutcome {
+    problems: Vec<YamlProblem>,
+    /// Interfaces needing a MAC mapping that have none.
+    unmapped: Vec<String>,
+    keyfiles: Option<Keyfiles>,
+}
+
+/// Outcomes by digest of (YAML, mapped names). nmstate's parse and keyfile generation are most of
+/// the cost of building a static-network ramdisk, and an NMStateConfig is selected by every build of
+/// every InfraEnv that uses it: each spec change, pull-secret rotation or restart rebuilds them all.
+static OUTCOMES: std::sync::Mutex<Option<std::collections::HashMap<[u8; 32], std::sync::Arc<YamlOutcome>>>> =
+    std::sync::Mutex::new(None);
+/// Outcomes kept at most (a few KiB each); past it the memo starts over.
+const MAX_OUTCOMES: usize = 50_000;
+
+/// Runs the YAML checks of `config` (nmstate parse, keyfile generation) ahead of any build that needs
+/// them, so that a new InfraEnv selecting it only assembles its ramdisk.
+pub fn prepare(config: &HostStaticConfig) {
+    yaml_outcome(config);
+}
+
+fn yaml_outcome(config: &HostStaticConfig) -> std::sync::Arc<YamlOutcome> {
+    use sha2::Digest;
+    let mut names: Vec<&str> = config.mac_interface_map.iter().map(|e| e.logical_nic_name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut h = sha2::Sha256::new();
+    h.update(config.network_yaml.as_bytes());
+    for name in &names {
+        h.update([0u8]);
+        h.update(name.as_bytes());
+    }
+    // Whether the map is empty changes the outcome (no "missing mapping" problems then).
+    h.update([u8::from(config.mac_interface_map.is_empty())]);
+    let key: [u8; 32] = h.finalize().into();
+    if let Some(found) = OUTCOMES.lock().unwrap().as_ref().and_then(|m| m.get(&key)) {
+        return found.clone();
+    }
+    let outcome = std::sync::Arc::new(check_yaml(config, &names.into_iter().collect()));
+    let mut memo = OUTCOMES.lock().unwrap();
+    let memo = memo.get_or_insert_with(Default::default);
+    if memo.len() >= MAX_OUTCOMES {
+        memo.clear();
+    }
+    memo.insert(key, outcome.clone());
+    outcome
+}
+
+fn check_yaml(config: &HostStaticConfig, map_names: &HashSet<&str>) -> YamlOutcome {
+    let mut outcome = YamlOutcome { problems: Vec::new(), unmapped: Vec::new(), keyfiles: None };
+    let state = match parse(&config.network_yaml) {
+        Ok(state) => state,
+        Err(e) => {
+            outcome.problems.push(e);
+            return outcome;
+        }
+    };
     // nmstate accepted it, so it is a YAML (or JSON) document; look at it untyped for what
     // nmstate's types hide (unknown type strings) or do not check.
-    let doc: Value =
-        yaml_serde::from_str(&config.network_yaml).map_err(|e| fail(YamlProblem::Nmstate(e.to_string()))).ok()?;
-    let ifaces = interfaces(&doc).map_err(&mut fail).ok()?;
-    let map_names: HashSet<&str> = config.mac_interface_map.iter().map(|e| e.logical_nic_name.as_str()).collect();
-    let found = gap_checks(&doc, &ifaces, &map_names);
+    let doc: Value = match yaml_serde::from_str(&config.network_yaml) {
+        Ok(doc) => doc,
+        Err(e) => {
+            outcome.problems.push(YamlProblem::Nmstate(e.to_string()));
+            return outcome;
+        }
+    };
+    let ifaces = match interfaces(&doc) {
+        Ok(ifaces) => ifaces,
+        Err(e) => {
+            outcome.problems.push(e);
+            return outcome;
+        }
+    };
+    let found = gap_checks(&doc, &ifaces, map_names);
     if !found.is_empty() {
-        found.into_iter().for_each(fail);
-        return None;
+        outcome.problems = found;
+        return outcome;
     }
-    let keyfiles = generate_from(&state).map_err(fail).ok()?;
-    // With an empty map, "at least one interface ..." says it already.
-    if !config.mac_interface_map.is_empty() {
-        for interface in unmapped_interfaces(&ifaces, &map_names) {
-            problems.push(Problem::MissingMapping { host, interface });
+    match generate_from(&state) {
+        Ok(keyfiles) => outcome.keyfiles = Some(keyfiles),
+        Err(e) => {
+            outcome.problems.push(e);
+            return outcome;
         }
     }
-    Some(keyfiles)
+    // With an empty map, "at least one interface ..." says it already.
+    if !config.mac_interface_map.is_empty() {
+        outcome.unmapped = unmapped_interfaces(&ifaces, map_names);
+    }
+    outcome
 }
 
 /// One entry of `interfaces`.
@@ -329,6 +408,44 @@ fn scalar_text(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memo of YAML outcomes gives what the checks give, per map: the same YAML with and without
+    /// a mapping for eth1, in either order, and for another host index.
+    #[test]
+    fn memoized_outcomes_depend_on_the_yaml_and_the_mapped_names() {
+        let yaml =
+            "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n- name: eth1\n  type: ethernet\n  state: up\n";
+        let host = |names: &[&str]| HostStaticConfig {
+            mac_interface_map: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| MacInterface {
+                    mac_address: format!("02:00:00:00:00:{i:02x}"),
+                    logical_nic_name: n.to_string(),
+                })
+                .collect(),
+            network_yaml: yaml.to_string(),
+        };
+        let problems = |hosts: &[HostStaticConfig]| match validate(hosts) {
+            Ok(()) => vec![],
+            Err(StaticNetError::Invalid(p)) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let missing = vec![Problem::MissingMapping { host: 0, interface: "eth1".into() }];
+        for _ in 0..2 {
+            assert_eq!(problems(&[host(&["eth0"])]), missing);
+            assert_eq!(problems(&[host(&["eth0", "eth1"])]), vec![]);
+            assert_eq!(problems(&[host(&["eth1", "eth0"])]), vec![]);
+        }
+        let mut other = HostStaticConfig { network_yaml: yaml.replace("eth1", "eth2"), ..host(&["eth0", "eth1"]) };
+        for entry in &mut other.mac_interface_map {
+            entry.mac_address = entry.mac_address.replace("02:00:00:00:00", "02:00:00:00:01");
+        }
+        assert_eq!(
+            problems(&[host(&["eth0", "eth1"]), other]),
+            vec![Problem::MissingMapping { host: 1, interface: "eth2".into() }]
+        );
+    }
 
     #[test]
     fn macs() {
