@@ -16,7 +16,7 @@ use bootstream::ignition::{DiscoveryInput, render_discovery_ignition};
 use bootstream::initrd::ignition_archive;
 use bootstream::plan::{BaseFile, Part, Plan, Segment};
 use bootstream::staticnet::{self, HostStaticConfig, MacInterface, RamdiskEntry, RamdiskInput};
-use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue, Method, header};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -86,7 +86,28 @@ fn host(i: usize, config: &Value) -> HostStaticConfig {
 }
 
 fn hosts(n: usize) -> Vec<HostStaticConfig> {
-    (0..n).map(|i| host(i, &nmstate_config(i))).collect()
+    hosts_from(0, n)
+}
+
+/// Hosts `first..first + n`. Each NMStateConfig's YAML checks and keyfiles are memoized by content
+/// (`staticnet::prepare`), so a bench of configs never seen before takes new ones at every iteration.
+fn hosts_from(first: usize, n: usize) -> Vec<HostStaticConfig> {
+    (first..first + n).map(|i| host(i, &nmstate_config(i))).collect()
+}
+
+/// Counts up from past the hosts of the other benches: fresh host numbers, `n` at a time.
+struct Fresh(std::cell::Cell<usize>);
+
+impl Fresh {
+    fn new() -> Fresh {
+        Fresh(std::cell::Cell::new(1 << 16))
+    }
+
+    fn take(&self, n: usize) -> usize {
+        let first = self.0.get();
+        self.0.set(first + n);
+        first
+    }
 }
 
 /// The static-network ramdisk entries, as `Images::content` makes them: normalize, then validate and
@@ -138,20 +159,46 @@ fn archive_build(c: &mut Criterion) {
     g.bench_function("ignition_archive", |b| b.iter(|| ignition_archive(black_box(ignition.as_bytes()))));
     // The ramdisk takes milliseconds per host count of 100: flat sampling keeps the run short.
     g.sampling_mode(SamplingMode::Flat);
+    // "new": NMStateConfigs never seen (nmstate parses and generates); "prepared": the same ones
+    // again (their outcome memoized when they were applied).
+    let fresh = Fresh::new();
     for n in HOST_COUNTS {
+        g.bench_function(BenchmarkId::new("ramdisk_new", n), |b| {
+            b.iter_batched(|| hosts_from(fresh.take(n), n), |hs| ramdisk(black_box(hs)), BatchSize::SmallInput)
+        });
         let hs = hosts(n);
-        g.bench_with_input(BenchmarkId::new("ramdisk", n), &hs, |b, hs| b.iter(|| ramdisk(black_box(hs.clone()))));
+        ramdisk(hs.clone());
+        g.bench_with_input(BenchmarkId::new("ramdisk_prepared", n), &hs, |b, hs| {
+            b.iter(|| ramdisk(black_box(hs.clone())))
+        });
     }
     // Where the ramdisk's time goes, for 100 hosts.
+    g.bench_function("ramdisk_files_new/100", |b| {
+        b.iter_batched(
+            || staticnet::normalize(hosts_from(fresh.take(100), 100)),
+            |hs| staticnet::ramdisk_files(&RamdiskInput { hosts: black_box(&hs), proxy: None }).unwrap(),
+            BatchSize::SmallInput,
+        )
+    });
     let hs = staticnet::normalize(hosts(100));
-    g.bench_function("ramdisk_validate/100", |b| b.iter(|| staticnet::validate(black_box(&hs)).unwrap()));
-    g.bench_function("ramdisk_files/100", |b| {
+    g.bench_function("ramdisk_files_prepared/100", |b| {
         b.iter(|| staticnet::ramdisk_files(&RamdiskInput { hosts: black_box(&hs), proxy: None }).unwrap())
     });
     let entries = ramdisk_entries(hs.clone());
     g.bench_function("ramdisk_cpio_gzip/100", |b| b.iter(|| staticnet::archive(black_box(&entries)).unwrap()));
+    g.bench_function("discovery_content_new/100", |b| {
+        b.iter_batched(
+            || {
+                let first = fresh.take(100);
+                (first..first + 100).map(nmstate_config).collect::<Vec<Value>>()
+            },
+            |configs| discovery_content(black_box(&configs), &input),
+            BatchSize::SmallInput,
+        )
+    });
     let configs: Vec<Value> = (0..100).map(nmstate_config).collect();
-    g.bench_function("discovery_content/100", |b| b.iter(|| discovery_content(black_box(&configs), &input)));
+    discovery_content(&configs, &input);
+    g.bench_function("discovery_content_prepared/100", |b| b.iter(|| discovery_content(black_box(&configs), &input)));
     g.finish();
 }
 

@@ -130,6 +130,9 @@ pub struct DiscoveryContent {
     pub digest: [u8; 32],
 }
 
+/// NMStateConfig host entries kept at most; past it the map starts over.
+const MAX_STATIC_HOSTS: usize = 100_000;
+
 /// A namespace's NMStateConfigs and the store's NMStateConfig change count they were read at.
 type NmstateList = (u64, Arc<Vec<NMStateConfig>>);
 
@@ -148,6 +151,8 @@ pub struct Images<S: Store> {
     contents: Mutex<HashMap<String, (String, ContentCell)>>,
     /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
     nmstate_lists: Mutex<HashMap<String, NmstateList>>,
+    /// Each NMStateConfig's ramdisk host entry by uid, with the resourceVersion it was made from.
+    static_hosts: Mutex<HashMap<String, (String, Arc<crate::staticnet::HostStaticConfig>)>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
     minimal: minimal::Templates,
 }
@@ -191,7 +196,7 @@ impl<S: Store> Images<S> {
             match events.recv().await {
                 Ok(e) if e.resource == resource && e.resource_version.is_some() => {
                     if let Ok(Some(c)) = self.store.get::<NMStateConfig>(&e.namespace, &e.name).await {
-                        crate::staticnet::prepare(&host_static_config(&c));
+                        crate::staticnet::prepare(&self.static_host(&c));
                     }
                 }
                 // Missed changes are only missed preparation: builds check what they use anyway.
@@ -208,6 +213,7 @@ impl<S: Store> Images<S> {
             config,
             contents: Mutex::new(HashMap::new()),
             nmstate_lists: Mutex::new(HashMap::new()),
+            static_hosts: Mutex::new(HashMap::new()),
             parts: Mutex::new(HashMap::new()),
             minimal: minimal::Templates::default(),
         })
@@ -360,7 +366,8 @@ impl<S: Store> Images<S> {
         });
 
         // Static networking: every selected NMStateConfig is one host entry of the ramdisk.
-        let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate.iter().map(host_static_config).collect();
+        let hosts: Vec<crate::staticnet::HostStaticConfig> =
+            nmstate.iter().map(|c| self.static_host(c).as_ref().clone()).collect();
         // Validated (and the keyfiles generated) once, by `ramdisk_files`.
         let hosts = crate::staticnet::normalize(hosts);
         let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {
@@ -473,6 +480,26 @@ impl<S: Store> Images<S> {
             karg_appends,
             digest: h.finalize().into(),
         })
+    }
+
+    /// [`host_static_config`] of `c`, kept per NMStateConfig while its resourceVersion stays (its
+    /// YAML is written out once, not at every build of every InfraEnv that selects it).
+    fn static_host(&self, c: &NMStateConfig) -> Arc<crate::staticnet::HostStaticConfig> {
+        let (Some(uid), Some(rv)) = (c.metadata.uid.as_deref(), c.metadata.resource_version.as_deref()) else {
+            return Arc::new(host_static_config(c));
+        };
+        if let Some((seen, host)) = self.static_hosts.lock().unwrap().get(uid)
+            && seen == rv
+        {
+            return host.clone();
+        }
+        let host = Arc::new(host_static_config(c));
+        let mut hosts = self.static_hosts.lock().unwrap();
+        if hosts.len() >= MAX_STATIC_HOSTS {
+            hosts.clear();
+        }
+        hosts.insert(uid.to_string(), (rv.to_string(), host.clone()));
+        host
     }
 
     /// One copy of each distinct part in memory, however many InfraEnvs share it.
