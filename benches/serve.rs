@@ -365,6 +365,15 @@ fn start_nginx(work: &Path, www: &Path) -> Result<Server> {
     Ok(Server { name: "nginx", child, addr })
 }
 
+/// Puts every thread of `pid` on the CPUs of `list` (as `taskset -a -p -c`).
+fn pin(pid: u32, list: &str) -> Result<()> {
+    let out = Command::new("taskset").args(["-a", "-p", "-c", list, &pid.to_string()]).output().context("taskset")?;
+    if !out.status.success() {
+        bail!("taskset {pid}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
 /// A static network config for host `i`, labelled `set`.
 fn nmstate(i: usize, set: &str) -> Value {
     let mac = format!("02:00:00:{:02x}:{:02x}:{:02x}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
@@ -531,6 +540,19 @@ async fn main() -> Result<()> {
 
     let nginx = start_nginx(&work, &www)?;
     let servers = [&bootstream, &nginx];
+    // SERVE_BENCH_PIN=1: the servers on CPU 0, the client (this process) on CPU 1. On loopback the
+    // receiving side's TCP work runs in softirq context on the sending CPU and is charged to whoever
+    // runs there; pinned, both servers get the same treatment and the client cannot take their CPU.
+    let pinned = std::env::var("SERVE_BENCH_PIN").is_ok_and(|v| v == "1");
+    if pinned {
+        for s in servers {
+            for pid in s.pids() {
+                pin(pid, "0")?;
+            }
+        }
+        pin(std::process::id(), "1")?;
+        println!("\npinned: servers on CPU 0, the client on CPU 1");
+    }
     println!("## Machine\n{}", machine());
     println!(
         "\nbase ISO {:.2} GiB; {seconds} s per measurement, {rounds} rounds, servers alternating",
