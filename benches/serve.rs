@@ -305,7 +305,7 @@ fn start_bootstream(data: &Path, images: &[(String, PathBuf)]) -> Result<Server>
         cmd.arg("--os-image").arg(format!("{version}:x86_64:{}", path.display()));
     }
     let mut child = cmd
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("SERVE_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -656,7 +656,12 @@ async fn time_to_first_byte(
         let ie = create(api, IE_PATH, &infraenv(&format!("new-{k}"), &format!("new-{k}"))).await?;
         let id = ie["metadata"]["uid"].as_str().context("uid")?;
         let path = format!("/images/{id}?arch=x86_64&type=full-iso&version={VERSION}");
-        cold.push(first_byte(addr, &path).await?.as_secs_f64() * 1e3);
+        let ms = first_byte(addr, &path).await?.as_secs_f64() * 1e3;
+        if ms > 4.0 {
+            // With SERVE_BENCH_SERVER_LOG=bootstream::image=debug the server logs each build's time by uid.
+            eprintln!("slow first byte: InfraEnv {id}: {ms:.2} ms");
+        }
+        cold.push(ms);
         // Let the controller finish this one before the next.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

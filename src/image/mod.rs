@@ -334,9 +334,20 @@ impl<S: Store> Images<S> {
                 }
             }
         };
-        cell.get_or_try_init(|| async { self.build_content(ie, &uid, &secret, &nmstate, icc.as_ref()).map(Arc::new) })
-            .await
-            .cloned()
+        cell.get_or_try_init(|| async {
+            let started = std::time::Instant::now();
+            let built = self.build_content(ie, &uid, &secret, &nmstate, icc.as_ref()).map(Arc::new);
+            tracing::debug!(
+                infraenv = %uid,
+                static_hosts = nmstate.len(),
+                micros = started.elapsed().as_micros() as u64,
+                ok = built.is_ok(),
+                "built discovery content"
+            );
+            built
+        })
+        .await
+        .cloned()
     }
 
     /// Builds the discovery content of `ie` from what it references.
