@@ -376,6 +376,8 @@ impl Machine {
     /// Writes the image and reboots; the installed node then reports the remaining stages (as the
     /// assisted-installer controller does for it).
     async fn install(&self) -> anyhow::Result<()> {
+        const INSTALLER_RETRIES: u32 = 120;
+        const INSTALLER_RETRY_DELAY: Duration = Duration::from_millis(500);
         for stage in [
             "Starting installation",
             "Installing",
@@ -388,20 +390,49 @@ impl Machine {
             if self.timing.stage_seconds > 0.0 {
                 tokio::time::sleep(Duration::from_secs_f64(self.timing.stage_seconds)).await;
             }
-            self.call(
-                "progress",
-                self.client
-                    .put(self.url(&format!("/{}/progress", self.id)))
-                    .json(&json!({"current_stage": stage, "progress_info": ""})),
-            )
-            .await?;
+            // The installer runs from the installed disk, not from the discovery agent: when the
+            // service cannot be reached it retries the report rather than starting over (a fresh
+            // registration mid-installation would put the host in error, as a rebooted host).
+            let mut attempts = 0;
+            loop {
+                let report = self.call(
+                    "progress",
+                    self.client
+                        .put(self.url(&format!("/{}/progress", self.id)))
+                        .json(&json!({"current_stage": stage, "progress_info": ""})),
+                );
+                match report.await {
+                    Ok(_) => break,
+                    Err(e) if attempts < INSTALLER_RETRIES => {
+                        attempts += 1;
+                        tracing::debug!(host = %self.id, "{e:#}; retrying");
+                        tokio::time::sleep(INSTALLER_RETRY_DELAY).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
-        // The installer uploads the host's logs when it is done (`V2UploadLogs`).
-        let host: Value = self.call("host", self.client.get(self.url(&format!("/{}", self.id)))).await?.json().await?;
-        if let Some(cluster_id) = host["cluster_id"].as_str() {
-            self.upload_logs(cluster_id).await?;
+        // The installer uploads the host's logs when it is done (`V2UploadLogs`), retrying as above.
+        let mut attempts = 0;
+        loop {
+            let upload = async {
+                let host: Value =
+                    self.call("host", self.client.get(self.url(&format!("/{}", self.id)))).await?.json().await?;
+                if let Some(cluster_id) = host["cluster_id"].as_str() {
+                    self.upload_logs(cluster_id).await?;
+                }
+                anyhow::Ok(())
+            };
+            match upload.await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempts < INSTALLER_RETRIES => {
+                    attempts += 1;
+                    tracing::debug!(host = %self.id, "{e:#}; retrying");
+                    tokio::time::sleep(INSTALLER_RETRY_DELAY).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
     }
 
     /// Uploads this machine's logs (a gzip-compressed text) as multipart/form-data.
