@@ -376,8 +376,6 @@ impl Machine {
     /// Writes the image and reboots; the installed node then reports the remaining stages (as the
     /// assisted-installer controller does for it).
     async fn install(&self) -> anyhow::Result<()> {
-        const INSTALLER_RETRIES: u32 = 120;
-        const INSTALLER_RETRY_DELAY: Duration = Duration::from_millis(500);
         for stage in [
             "Starting installation",
             "Installing",
@@ -393,42 +391,46 @@ impl Machine {
             // The installer runs from the installed disk, not from the discovery agent: when the
             // service cannot be reached it retries the report rather than starting over (a fresh
             // registration mid-installation would put the host in error, as a rebooted host).
-            let mut attempts = 0;
-            loop {
-                let report = self.call(
+            self.as_installer(|| async {
+                self.call(
                     "progress",
                     self.client
                         .put(self.url(&format!("/{}/progress", self.id)))
                         .json(&json!({"current_stage": stage, "progress_info": ""})),
-                );
-                match report.await {
-                    Ok(_) => break,
-                    Err(e) if attempts < INSTALLER_RETRIES => {
-                        attempts += 1;
-                        tracing::debug!(host = %self.id, "{e:#}; retrying");
-                        tokio::time::sleep(INSTALLER_RETRY_DELAY).await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+                )
+                .await
+                .map(drop)
+            })
+            .await?;
         }
         // The installer uploads the host's logs when it is done (`V2UploadLogs`), retrying as above.
+        self.as_installer(|| async {
+            let host: Value =
+                self.call("host", self.client.get(self.url(&format!("/{}", self.id)))).await?.json().await?;
+            if let Some(cluster_id) = host["cluster_id"].as_str() {
+                self.upload_logs(cluster_id).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs `call` until it succeeds, every 0.5 s for up to a minute, as the installer retries its
+    /// reports while the service cannot be reached.
+    async fn as_installer<F, Fut>(&self, call: F) -> anyhow::Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        const RETRIES: u32 = 120;
         let mut attempts = 0;
         loop {
-            let upload = async {
-                let host: Value =
-                    self.call("host", self.client.get(self.url(&format!("/{}", self.id)))).await?.json().await?;
-                if let Some(cluster_id) = host["cluster_id"].as_str() {
-                    self.upload_logs(cluster_id).await?;
-                }
-                anyhow::Ok(())
-            };
-            match upload.await {
+            match call().await {
                 Ok(()) => return Ok(()),
-                Err(e) if attempts < INSTALLER_RETRIES => {
+                Err(e) if attempts < RETRIES => {
                     attempts += 1;
                     tracing::debug!(host = %self.id, "{e:#}; retrying");
-                    tokio::time::sleep(INSTALLER_RETRY_DELAY).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 Err(e) => return Err(e),
             }
