@@ -122,7 +122,7 @@ async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, Ima
     Ok(Built {
         urls: images.urls(ie, &base),
         digest: Images::<S>::image_digest(&content, &base, kind),
-        static_network: content.static_network_tar.is_some(),
+        static_network: content.static_network.is_some(),
     })
 }
 

@@ -17,7 +17,7 @@
 
 pub mod minimal;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
@@ -109,6 +109,20 @@ impl From<StoreError> for ImageError {
     }
 }
 
+/// The per-host network files of a ramdisk, and their tar once someone downloads it: few do, and
+/// laying out the tar at every build costed a new InfraEnv's first byte more than its gzip.
+#[derive(Debug)]
+pub struct StaticNetworkFiles {
+    entries: Vec<crate::staticnet::RamdiskEntry>,
+    tar: std::sync::OnceLock<Arc<Part>>,
+}
+
+impl StaticNetworkFiles {
+    pub fn tar(&self) -> Arc<Part> {
+        self.tar.get_or_init(|| Arc::new(Part::new(crate::staticnet::network_files_tar(&self.entries)))).clone()
+    }
+}
+
 /// The base-independent customization of one InfraEnv.
 #[derive(Debug)]
 pub struct DiscoveryContent {
@@ -121,8 +135,8 @@ pub struct DiscoveryContent {
     pub ramdisk: Option<Arc<Part>>,
     /// How many NMStateConfigs went into the ramdisk.
     pub static_hosts: usize,
-    /// The per-host network files as a tar (the `static-network-config` download), when there are any.
-    pub static_network_tar: Option<Arc<Part>>,
+    /// The per-host network files (the `static-network-config` download), when there are any.
+    pub static_network: Option<StaticNetworkFiles>,
     pub karg_ops: Vec<KargOp>,
     /// Kernel arguments the InfraEnv appends (PreprovisioningImage extra params carry these).
     pub karg_appends: Vec<String>,
@@ -133,8 +147,44 @@ pub struct DiscoveryContent {
 /// NMStateConfig host entries kept at most; past it the map starts over.
 const MAX_STATIC_HOSTS: usize = 100_000;
 
-/// A namespace's NMStateConfigs and the store's NMStateConfig change count they were read at.
-type NmstateList = (u64, Arc<Vec<NMStateConfig>>);
+/// A namespace's NMStateConfigs, as the store's NMStateConfig change count `changes` found them,
+/// indexed by label so that an InfraEnv's selection costs what it selects, not what the namespace
+/// holds (a hub may keep thousands of them in one namespace, and every image request selects).
+struct NamespaceConfigs {
+    changes: u64,
+    configs: Vec<Arc<NMStateConfig>>,
+    /// Positions in `configs` (ascending) of the configs carrying each label.
+    by_label: HashMap<(String, String), Vec<usize>>,
+}
+
+impl NamespaceConfigs {
+    fn new(changes: u64, configs: Vec<NMStateConfig>) -> NamespaceConfigs {
+        let configs: Vec<Arc<NMStateConfig>> = configs.into_iter().map(Arc::new).collect();
+        let mut by_label: HashMap<(String, String), Vec<usize>> = HashMap::new();
+        for (i, c) in configs.iter().enumerate() {
+            for (k, v) in c.metadata.labels.iter().flatten() {
+                by_label.entry((k.clone(), v.clone())).or_default().push(i);
+            }
+        }
+        NamespaceConfigs { changes, configs, by_label }
+    }
+
+    /// The configs `selector` matches, in the store's order. A selector with `matchLabels` only looks
+    /// at the configs carrying its rarest pair; one with expressions only reads them all.
+    fn select(&self, selector: &crate::resources::LabelSelector) -> Vec<Arc<NMStateConfig>> {
+        let no_labels = BTreeMap::new();
+        let matches = |c: &NMStateConfig| selector.matches(c.metadata.labels.as_ref().unwrap_or(&no_labels));
+        let rarest = selector
+            .match_labels
+            .iter()
+            .map(|(k, v)| self.by_label.get(&(k.clone(), v.clone())).map_or(&[][..], Vec::as_slice))
+            .min_by_key(|candidates| candidates.len());
+        match rarest {
+            Some(candidates) => candidates.iter().map(|&i| &self.configs[i]).filter(|c| matches(c)).cloned().collect(),
+            None => self.configs.iter().filter(|c| matches(c)).cloned().collect(),
+        }
+    }
+}
 
 /// A content being built or built, shared by the callers that need it.
 type ContentCell = Arc<tokio::sync::OnceCell<Arc<DiscoveryContent>>>;
@@ -150,11 +200,13 @@ pub struct Images<S: Store> {
     /// The content of each InfraEnv (by uid) for the key it was built from.
     contents: Mutex<HashMap<String, (String, ContentCell)>>,
     /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
-    nmstate_lists: Mutex<HashMap<String, NmstateList>>,
+    nmstate_lists: Mutex<HashMap<String, Arc<NamespaceConfigs>>>,
     /// Each NMStateConfig's ramdisk host entry by uid, with the resourceVersion it was made from.
     static_hosts: Mutex<HashMap<String, (String, Arc<crate::staticnet::HostStaticConfig>)>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
     minimal: minimal::Templates,
+    /// This service itself, for builds that run on the blocking pool.
+    this: Weak<Images<S>>,
 }
 
 /// One of the files served under `/boot-artifacts/`.
@@ -207,7 +259,7 @@ impl<S: Store> Images<S> {
     }
 
     pub fn new(store: S, catalog: Arc<Catalog>, config: Arc<ServiceConfig>) -> Arc<Images<S>> {
-        Arc::new(Images {
+        Arc::new_cyclic(|this| Images {
             store,
             catalog,
             config,
@@ -216,6 +268,7 @@ impl<S: Store> Images<S> {
             static_hosts: Mutex::new(HashMap::new()),
             parts: Mutex::new(HashMap::new()),
             minimal: minimal::Templates::default(),
+            this: this.clone(),
         })
     }
 
@@ -241,34 +294,29 @@ impl<S: Store> Images<S> {
 
     /// The NMStateConfigs `ie` selects: those of its namespace matching its non-empty label selector
     /// (an empty selector selects none), by name.
-    pub async fn selected_nmstate_configs(&self, ie: &InfraEnv) -> Result<Vec<NMStateConfig>, ImageError> {
+    pub async fn selected_nmstate_configs(&self, ie: &InfraEnv) -> Result<Vec<Arc<NMStateConfig>>, ImageError> {
         let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(vec![]);
         };
         let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
-        let all = self.namespace_nmstate_configs(ns).await?;
-        Ok(all
-            .iter()
-            .filter(|c| selector.matches(c.metadata.labels.as_ref().unwrap_or(&Default::default())))
-            .cloned()
-            .collect())
+        Ok(self.namespace_nmstate_configs(ns).await?.select(selector))
     }
 
     /// Every NMStateConfig of `ns`. Every image request needs its InfraEnv's selection (it is part of
-    /// the cache key), and a namespace may hold thousands of them: the parsed list is kept until the
-    /// store announces a change to any NMStateConfig.
-    async fn namespace_nmstate_configs(&self, ns: &str) -> Result<Arc<Vec<NMStateConfig>>, ImageError> {
+    /// the cache key), and a namespace may hold thousands of them: the parsed and indexed list is kept
+    /// until the store announces a change to any NMStateConfig.
+    async fn namespace_nmstate_configs(&self, ns: &str) -> Result<Arc<NamespaceConfigs>, ImageError> {
         // Read before the list: a change that lands during the list moves the count past it.
         let changes = self.store.change_count(&crate::store::resource_name::<NMStateConfig>());
         if let Some(changes) = changes
-            && let Some((seen, list)) = self.nmstate_lists.lock().unwrap().get(ns)
-            && *seen == changes
+            && let Some(list) = self.nmstate_lists.lock().unwrap().get(ns)
+            && list.changes == changes
         {
             return Ok(list.clone());
         }
-        let list: Arc<Vec<NMStateConfig>> = Arc::new(self.store.list(Some(ns)).await?);
-        if let Some(changes) = changes {
-            self.nmstate_lists.lock().unwrap().insert(ns.to_string(), (changes, list.clone()));
+        let list = Arc::new(NamespaceConfigs::new(changes.unwrap_or(0), self.store.list(Some(ns)).await?));
+        if changes.is_some() {
+            self.nmstate_lists.lock().unwrap().insert(ns.to_string(), list.clone());
         }
         Ok(list)
     }
@@ -335,16 +383,24 @@ impl<S: Store> Images<S> {
             }
         };
         cell.get_or_try_init(|| async {
-            let started = std::time::Instant::now();
-            let built = self.build_content(ie, &uid, &secret, &nmstate, icc.as_ref()).map(Arc::new);
-            tracing::debug!(
-                infraenv = %uid,
-                static_hosts = nmstate.len(),
-                micros = started.elapsed().as_micros() as u64,
-                ok = built.is_ok(),
-                "built discovery content"
-            );
-            built
+            // A build is milliseconds of CPU per hundred hosts (nmstate keyfiles, gzip): on a runtime
+            // worker it would hold up the tasks queued behind it there, the accept loop among them.
+            let this = self.this.upgrade().expect("Images is alive while one of its methods runs");
+            let ie = ie.clone();
+            tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                let built = this.build_content(&ie, &uid, &secret, &nmstate, icc.as_ref()).map(Arc::new);
+                tracing::debug!(
+                    infraenv = %uid,
+                    static_hosts = nmstate.len(),
+                    micros = started.elapsed().as_micros() as u64,
+                    ok = built.is_ok(),
+                    "built discovery content"
+                );
+                built
+            })
+            .await
+            .map_err(|e| ImageError::Internal(format!("building the discovery content: {e}")))?
         })
         .await
         .cloned()
@@ -356,7 +412,7 @@ impl<S: Store> Images<S> {
         ie: &InfraEnv,
         uid: &str,
         secret: &Secret,
-        nmstate: &[NMStateConfig],
+        nmstate: &[Arc<NMStateConfig>],
         icc: Option<&Secret>,
     ) -> Result<DiscoveryContent, ImageError> {
         let secret_name = &ie.spec.pull_secret_ref.name;
@@ -397,8 +453,10 @@ impl<S: Store> Images<S> {
                 .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
             Some(self.shared_part(bytes))
         };
-        let static_network_tar =
-            (!hosts.is_empty()).then(|| Arc::new(Part::new(crate::staticnet::network_files_tar(&entries))));
+        let static_network = (!hosts.is_empty()).then(|| StaticNetworkFiles {
+            entries: entries.into_iter().filter(crate::staticnet::is_network_file).collect(),
+            tar: Default::default(),
+        });
 
         let internal_ignition_override = if ironic_enabled {
             let icc_value = |k: &str| icc.and_then(|s| secret_value(s, k)).filter(|v| !v.trim().is_empty());
@@ -486,7 +544,7 @@ impl<S: Store> Images<S> {
             archive,
             ramdisk,
             static_hosts: hosts.len(),
-            static_network_tar,
+            static_network,
             karg_ops,
             karg_appends,
             digest: h.finalize().into(),
@@ -711,7 +769,7 @@ impl<S: Store> Images<S> {
         ie: &InfraEnv,
         content: &DiscoveryContent,
     ) -> Result<Representation, ImageError> {
-        let tar = content.static_network_tar.clone().ok_or_else(|| {
+        let tar = content.static_network.as_ref().map(StaticNetworkFiles::tar).ok_or_else(|| {
             ImageError::NotAvailable("this InfraEnv has no static network config (no NMStateConfig selected)".into())
         })?;
         let plan = Plan::from_part(tar);
@@ -860,4 +918,72 @@ fn validate_pull_secret(text: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{LabelSelector, LabelSelectorRequirement, NMStateConfigSpec};
+
+    fn config(name: &str, labels: &[(&str, &str)]) -> NMStateConfig {
+        let mut c = NMStateConfig::new(name, NMStateConfigSpec::default());
+        if !labels.is_empty() {
+            c.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        }
+        c
+    }
+
+    fn names(configs: &[Arc<NMStateConfig>]) -> Vec<String> {
+        configs.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect()
+    }
+
+    /// The label index selects exactly what reading every config would, in the store's order.
+    #[test]
+    fn indexed_selection_matches_a_full_scan() {
+        let mut configs = Vec::new();
+        for i in 0..60 {
+            let env = ["pool", "edge", "lab"][i % 3];
+            let rack = format!("r{}", i % 4);
+            let mut labels = vec![("env", env), ("rack", rack.as_str())];
+            if i % 5 == 0 {
+                labels.push(("gpu", "yes"));
+            }
+            if i % 7 == 0 {
+                labels.clear();
+            }
+            configs.push(config(&format!("c{i:02}"), &labels));
+        }
+        let index = NamespaceConfigs::new(1, configs.clone());
+        let expr = |key: &str, operator: &str, values: &[&str]| LabelSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let selectors = [
+            LabelSelector { match_labels: labels(&[("env", "pool")]), match_expressions: vec![] },
+            LabelSelector { match_labels: labels(&[("env", "edge"), ("rack", "r1")]), match_expressions: vec![] },
+            LabelSelector { match_labels: labels(&[("env", "lab"), ("gpu", "yes")]), match_expressions: vec![] },
+            LabelSelector { match_labels: labels(&[("env", "nowhere")]), match_expressions: vec![] },
+            LabelSelector { match_labels: labels(&[("env", "pool"), ("missing", "x")]), match_expressions: vec![] },
+            LabelSelector { match_labels: labels(&[]), match_expressions: vec![expr("rack", "In", &["r0", "r2"])] },
+            LabelSelector {
+                match_labels: labels(&[("env", "pool")]),
+                match_expressions: vec![expr("gpu", "DoesNotExist", &[]), expr("rack", "NotIn", &["r3"])],
+            },
+            LabelSelector { match_labels: labels(&[]), match_expressions: vec![expr("gpu", "Exists", &[])] },
+        ];
+        let empty = BTreeMap::new();
+        for selector in &selectors {
+            let scanned: Vec<String> = configs
+                .iter()
+                .filter(|c| selector.matches(c.metadata.labels.as_ref().unwrap_or(&empty)))
+                .map(|c| c.metadata.name.clone().unwrap_or_default())
+                .collect();
+            assert_eq!(names(&index.select(selector)), scanned, "{selector:?}");
+        }
+        // The selections are not trivially empty or full.
+        assert_eq!(index.select(&selectors[0]).len(), 17);
+        assert!(index.select(&selectors[3]).is_empty());
+    }
 }

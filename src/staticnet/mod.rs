@@ -25,7 +25,8 @@ use crate::initrd::InitrdError;
 
 pub use ramdisk::{
     COMMON_SCRIPT_PATH, NETWORK_DIR, PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, SCRIPT_PATH,
-    SERVICE_PATH, SERVICE_WANTS_PATH, archive, network_files_tar, ramdisk, ramdisk_files, with_autoconnect,
+    SERVICE_PATH, SERVICE_WANTS_PATH, archive, is_network_file, network_files_tar, ramdisk, ramdisk_files,
+    with_autoconnect,
 };
 pub use validate::{prepare, validate};
 

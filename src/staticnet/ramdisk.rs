@@ -125,10 +125,8 @@ pub fn archive(entries: &[RamdiskEntry]) -> Result<Vec<u8>, StaticNetError> {
 pub fn network_files_tar(entries: &[RamdiskEntry]) -> Vec<u8> {
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
-    for entry in entries {
-        if let RamdiskEntry::File { path, contents, .. } = entry
-            && path.starts_with(NETWORK_DIR)
-        {
+    for entry in entries.iter().filter(|e| is_network_file(e)) {
+        if let RamdiskEntry::File { path, contents, .. } = entry {
             let mut header = tar::Header::new_gnu();
             header.set_size(contents.len() as u64);
             header.set_mode(0o600);
@@ -139,6 +137,11 @@ pub fn network_files_tar(entries: &[RamdiskEntry]) -> Vec<u8> {
         }
     }
     tar.into_inner().expect("writing a tar into memory")
+}
+
+/// Whether `entry` is one of the per-host network files (what [`network_files_tar`] takes).
+pub fn is_network_file(entry: &RamdiskEntry) -> bool {
+    matches!(entry, RamdiskEntry::File { path, .. } if path.starts_with(NETWORK_DIR))
 }
 
 /// Members in order, with every parent directory emitted once, before its first child.
