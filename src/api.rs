@@ -108,6 +108,8 @@ fn route_label(path: &str) -> &'static str {
         ["images", _, "s390x-initrd-addrsize"] => "/images/:imageID/s390x-initrd-addrsize",
         ["boot-artifacts", _, _, "rootfs.img"] => "/boot-artifacts/rootfs",
         ["byid", ..] => "/byid/:token",
+        ["byapikey", ..] => "/byapikey/:token",
+        ["bytoken", ..] => "/bytoken/:token",
         ["boot-artifacts", "kernel"] => "/boot-artifacts/kernel",
         ["boot-artifacts", "rootfs"] => "/boot-artifacts/rootfs",
         ["api", "assisted-install", "v2", "infra-envs", _, "downloads", "files"] => {
@@ -168,8 +170,9 @@ impl<S: Store> App<S> {
         {
             return self.download_logs(&req, cluster_id).await;
         }
-        let image_route = matches!(segs.first(), Some(&("images" | "byid" | "boot-artifacts")))
-            || segs.starts_with(&["api", "assisted-install"]);
+        let image_route =
+            matches!(segs.first(), Some(&("images" | "byid" | "byapikey" | "bytoken" | "boot-artifacts")))
+                || segs.starts_with(&["api", "assisted-install"]);
         if image_route && req.method() != Method::GET && req.method() != Method::HEAD {
             let mut r = text(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed", req.method()));
             r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
@@ -197,6 +200,9 @@ impl<S: Store> App<S> {
                 r
             }
             ["images", id] => {
+                if let Some(refused) = self.image_refusal(&req, id) {
+                    return refused;
+                }
                 let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "'version' parameter required");
@@ -215,16 +221,29 @@ impl<S: Store> App<S> {
                     None => text(StatusCode::BAD_REQUEST, "'type' parameter required"),
                 }
             }
-            ["byid", id, version, arch, file] => match *file {
-                "full.iso" => self.iso(&req, id, version, arch, ImageType::FullIso).await,
-                "minimal.iso" => self.iso(&req, id, version, arch, ImageType::MinimalIso).await,
-                "disconnected.iso" => text(
-                    StatusCode::NOT_FOUND,
-                    format!("{file} is not supported by this bootstream version (supported: full.iso, minimal.iso)"),
-                ),
-                other => text(StatusCode::NOT_FOUND, format!("unrecognized file name {other}")),
-            },
+            ["byid", id, version, arch, file] => {
+                if let Some(refused) = self.image_refusal(&req, id) {
+                    return refused;
+                }
+                self.iso_file(&req, id, version, arch, file).await
+            }
+            [route @ ("byapikey" | "bytoken"), token, version, arch, file] => {
+                let Some(signer) = &self.images.config.url_signer else {
+                    return text(
+                        StatusCode::NOT_FOUND,
+                        format!("/{route}/ URLs are not served: this server's image URLs are unsigned (/byid/)"),
+                    );
+                };
+                let token = percent_encoding::percent_decode_str(token).decode_utf8_lossy();
+                match signer.verify(&token, std::time::SystemTime::now()) {
+                    Ok(claims) => self.iso_file(&req, &claims.infra_env_id, version, arch, file).await,
+                    Err(e) => text(e.http_status(), e.to_string()),
+                }
+            }
             ["images", id, "pxe-initrd"] => {
+                if let Some(refused) = self.image_refusal(&req, id) {
+                    return refused;
+                }
                 let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "'version' parameter required for initrd download");
@@ -233,6 +252,9 @@ impl<S: Store> App<S> {
                 self.pxe_initrd(&req, id, version, arch).await
             }
             ["images", id, "s390x-initrd-addrsize"] => {
+                if let Some(refused) = self.image_refusal(&req, id) {
+                    return refused;
+                }
                 let q = query_map(req.uri());
                 let Some(version) = q.get("version").filter(|v| !v.is_empty()) else {
                     return text(StatusCode::BAD_REQUEST, "'version' parameter required for initrd download");
@@ -276,9 +298,47 @@ impl<S: Store> App<S> {
                 }
             }
             ["api", "assisted-install", "v2", "infra-envs", id, "downloads", "files"] => {
+                // The Ignition carries the pull secret, the iPXE script a signed initrd URL.
+                if let Some(refused) = self.image_refusal(&req, id) {
+                    return refused;
+                }
                 self.infraenv_file(&req, id).await
             }
             _ => self.resource_api(&req, &segs).await,
+        }
+    }
+
+    /// Where image URLs are signed, a request for InfraEnv `id`'s image or files must carry a token
+    /// for it, else this is the answer: `api_key` or `image_token` in the query, else an
+    /// `Image-Token` header, else `Authorization: Bearer`. The refusal (401, or 403 for another
+    /// InfraEnv's token) carries no image bytes.
+    fn image_refusal(&self, req: &Request<Bytes>, id: &str) -> Option<Response<Body>> {
+        let signer = self.images.config.url_signer.as_ref()?;
+        let q = query_map(req.uri());
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let token = q
+            .get("api_key")
+            .or_else(|| q.get("image_token"))
+            .map(String::as_str)
+            .or_else(|| header("image-token"))
+            .or_else(|| header("authorization").and_then(|v| v.strip_prefix("Bearer ")))
+            .filter(|t| !t.is_empty());
+        let result = match token {
+            None => Err(crate::urlsign::TokenError::Missing),
+            Some(t) => signer.verify_for(t.trim(), id, std::time::SystemTime::now()).map(drop),
+        };
+        result.err().map(|e| text(e.http_status(), e.to_string()))
+    }
+
+    async fn iso_file(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str, file: &str) -> Response<Body> {
+        match file {
+            "full.iso" => self.iso(req, id, version, arch, ImageType::FullIso).await,
+            "minimal.iso" => self.iso(req, id, version, arch, ImageType::MinimalIso).await,
+            "disconnected.iso" => text(
+                StatusCode::NOT_FOUND,
+                format!("{file} is not supported by this bootstream version (supported: full.iso, minimal.iso)"),
+            ),
+            other => text(StatusCode::NOT_FOUND, format!("unrecognized file name {other}")),
         }
     }
 
@@ -422,8 +482,12 @@ impl<S: Store> App<S> {
                 let script = if order_control && mac.is_none() {
                     // Redirect script: iPXE fills in the MAC; the answer for that MAC decides whether the
                     // host boots discovery or falls through to its disk.
+                    let api_key = match &self.images.config.url_signer {
+                        Some(signer) => format!("&api_key={}", signer.sign(id, std::time::SystemTime::now())),
+                        None => String::new(),
+                    };
                     Ok(format!(
-                        "#!ipxe\nchain {}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=ipxe-script&mac=${{net0/mac}}\n",
+                        "#!ipxe\nchain {}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=ipxe-script{api_key}&mac=${{net0/mac}}\n",
                         self.images.config.base_url
                     ))
                 } else {

@@ -58,14 +58,7 @@ impl AgentAuth {
                 let mut key = [0u8; 32];
                 key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
                 key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-                let tmp = dir.join("agent-auth.key.tmp");
-                {
-                    let mut f =
-                        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode_0600().open(&tmp)?;
-                    f.write_all(&key)?;
-                    f.sync_all()?;
-                }
-                std::fs::rename(&tmp, &path)?;
+                write_private_file(&path, &key)?;
                 Ok(AgentAuth { key })
             }
             Err(e) => Err(e),
@@ -91,6 +84,20 @@ impl AgentAuth {
         };
         self.mac(infra_env_id).verify_slice(&raw).is_ok()
     }
+}
+
+/// Writes `bytes` to `path` readable by its owner only, all at once: through a temporary file that
+/// is synced and renamed into place, so a crash never leaves a partial key behind.
+pub fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode_0600().open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
 }
 
 trait Mode0600 {

@@ -164,6 +164,20 @@ struct ServeArgs {
     /// created on first start. Required on Kubernetes, where all processes share one (a Secret).
     #[arg(long, env = "BOOTSTREAM_AGENT_AUTH_KEY", value_name = "PATH")]
     agent_auth_key: Option<PathBuf>,
+    /// PEM file with the PKCS#8 P-256 private key that signs image URLs (`openssl genpkey -algorithm
+    /// EC -pkeyopt ec_paramgen_curve:P-256`). Default: DATA_DIR/url-signing.pem, created on first
+    /// start. Required on Kubernetes, where the controller and every image server share one (a Secret).
+    #[arg(long, env = "BOOTSTREAM_URL_SIGNING_KEY", value_name = "PATH")]
+    url_signing_key: Option<PathBuf>,
+    /// Previous URL-signing keys (PEM, private or public), still accepted for the URLs they signed:
+    /// rotate by making the old key a previous key and drop it 4 hours later, when its URLs expired.
+    #[arg(long = "url-previous-key", env = "BOOTSTREAM_URL_PREVIOUS_KEYS", value_delimiter = ',', value_name = "PATH")]
+    url_previous_keys: Vec<PathBuf>,
+    /// Serve images at unsigned `/byid/` URLs that never expire, as assisted-service with
+    /// AUTH_TYPE=none: anyone who learns an InfraEnv's id can then download its image, pull secret
+    /// included.
+    #[arg(long, env = "BOOTSTREAM_UNSIGNED_IMAGE_URLS")]
+    unsigned_image_urls: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -263,6 +277,20 @@ async fn image_service<S: crate::store::Store>(
         ),
         None => crate::auth::AgentAuth::load_or_create(&data_dir).context("agent authentication key")?,
     };
+    let url_signer = if args.unsigned_image_urls {
+        None
+    } else {
+        let signer = match &args.url_signing_key {
+            Some(path) => crate::urlsign::UrlSigner::from_files(path, &args.url_previous_keys)?,
+            None if shared_key => anyhow::bail!(
+                "--url-signing-key (BOOTSTREAM_URL_SIGNING_KEY) is required on Kubernetes: the controller and every \
+                 image server must sign and check image URLs with the same key, mounted from one Secret (or pass \
+                 --unsigned-image-urls to serve unsigned /byid/ URLs)"
+            ),
+            None => crate::urlsign::UrlSigner::load_or_create(&data_dir, &args.url_previous_keys)?,
+        };
+        Some(Arc::new(signer))
+    };
     let specs = if args.os_images.is_empty() {
         let path = ensure_sample_image(&data_dir)?;
         vec![OsImageSpec {
@@ -295,6 +323,7 @@ async fn image_service<S: crate::store::Store>(
         agent_image_arm: args.ironic_agent_image_arm.clone(),
     };
     config.agent_auth = Some(agent_auth.clone());
+    config.url_signer = url_signer;
     let images = crate::image::Images::new(store, catalog.clone(), Arc::new(config));
     tokio::spawn(images.clone().prepare_static_networks());
     Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener })

@@ -39,3 +39,4 @@ pub mod simulate;
 pub mod spoke;
 pub mod staticnet;
 pub mod store;
+pub mod urlsign;

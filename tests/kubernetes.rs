@@ -106,6 +106,9 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     let key = dir.path().join("agent-auth.key");
     std::fs::write(&key, [42u8; 32]).unwrap();
     let key = key.to_str().unwrap().to_string();
+    // One URL-signing key for the controller (which signs status URLs) and the image servers.
+    bootstream::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap();
+    let url_key = dir.path().join("url-signing.pem").to_str().unwrap().to_string();
 
     kubectl_apply(
         &cluster,
@@ -142,9 +145,19 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--agent-auth-key"), "{refused:?}");
+    // Nor without the shared URL-signing key (status URLs signed by the controller would not verify).
+    let refused = Command::new(BIN)
+        .args(["serve", "--kube", "--kubeconfig", &image_server_kubeconfig, "--listen", "127.0.0.1:0"])
+        .args(["--agent-auth-key", &key, "--data-dir"])
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--url-signing-key"), "{refused:?}");
 
     // Behind one route: image paths go to the image servers, the rest to the controller.
-    let common_args = ["--agent-auth-key", &key, "--base-url", "http://bootstream.hub.example"];
+    let common_args =
+        ["--agent-auth-key", &key, "--url-signing-key", &url_key, "--base-url", "http://bootstream.hub.example"];
     let controller_args =
         [&["controller", "--kubeconfig", &controller_kubeconfig, "--lease-namespace", "bootstream"][..], &common_args]
             .concat();
@@ -184,13 +197,13 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     assert_eq!(from_replica.header("etag"), from_controller.header("etag"));
 
     // The replica reads the InfraEnv's NMStateConfigs from the cluster: its static network config.
-    let (r, id) = (image_server.clone(), infraenv["metadata"]["uid"].as_str().unwrap().to_string());
-    let static_network = blocking(move || {
-        let path = format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=static-network-config");
-        request(&r, "GET", &path, &[], b"")
-    })
-    .await
-    .unwrap();
+    // The URLs of the status are signed by the controller; the replica checks them with the same key.
+    let path_of = |url: &serde_json::Value| {
+        let url = url.as_str().unwrap_or_else(|| panic!("no URL in {infraenv:#}"));
+        format!("/{}", url.split("://").nth(1).unwrap().split_once('/').unwrap().1)
+    };
+    let (r, path) = (image_server.clone(), path_of(&infraenv["status"]["debugInfo"]["staticNetworkDownloadURL"]));
+    let static_network = blocking(move || request(&r, "GET", &path, &[], b"")).await.unwrap();
     assert_eq!(static_network.status, 200, "{}", static_network.text());
     assert!(static_network.body.len() > 100, "a static network archive");
     assert!(
@@ -201,14 +214,9 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     // A host boots, reads its token from the discovery Ignition the replica serves, and registers
     // with the controller: its Agent appears in the cluster.
     let (c, r, id) = (controller.clone(), image_server.clone(), uid.clone());
+    let ign_path = path_of(&infraenv["status"]["bootArtifacts"]["discoveryIgnitionURL"]);
     let (ignition, registered, resources_on_replica, agent_api_on_replica) = blocking(move || {
-        let ign = request(
-            &r,
-            "GET",
-            &format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"),
-            &[],
-            b"",
-        );
+        let ign = request(&r, "GET", &ign_path, &[], b"");
         let ignition: Value = serde_json::from_slice(&ign.body).unwrap();
         let token = bootstream::simulate::agent_token(&ignition).expect("the agent token");
         let body =

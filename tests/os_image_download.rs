@@ -92,7 +92,7 @@ fn url_images_are_downloaded_verified_and_kept() {
     let data_dir = kept.path().to_path_buf();
     drop(server);
     let again = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0", "--unsigned-image-urls", "--data-dir", data_dir.to_str().unwrap()])
         .args(&args[..2])
         .stdout(Stdio::piped())
         .spawn()

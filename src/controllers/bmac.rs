@@ -489,6 +489,18 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
     if w.bmh.spec.image.as_ref().is_some_and(|i| i.url == iso_url) {
         return Ok(Step::Continue);
     }
+    // The same image with a newer signed URL: a host that is not provisioned takes the new URL; a
+    // provisioned one keeps its image (a new URL there would deprovision and reboot it).
+    let not_provisioned = matches!(w.bmh.provisioning_state(), "ready" | "available");
+    if let Some(image) = w.bmh.spec.image.as_mut()
+        && crate::urlsign::without_token(&image.url) == crate::urlsign::without_token(iso_url)
+    {
+        if not_provisioned {
+            image.url = iso_url.to_string();
+            return Ok(Step::Stop);
+        }
+        return Ok(Step::Continue);
+    }
     if let Some(wait) = cooldown_left(infraenv, ctx.clock.now(), ctx.image_cooldown) {
         return Ok(Step::RequeueAfter(wait));
     }

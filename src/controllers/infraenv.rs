@@ -44,9 +44,14 @@ pub async fn desired_status<S: Store>(
         last_heartbeat_time: None,
         last_probe_time: None,
     };
-    match build(images, ie).await {
+    let token = images.status_token(ie, std::time::SystemTime::now());
+    match build(images, ie, token.as_ref().map(|(t, _)| t.as_str())).await {
         Ok(built) => {
-            if status.image_digest != built.digest || status.iso_download_url != built.urls.iso {
+            // A new token alone is not a new image: BareMetalHosts and PreprovisioningImages go by
+            // createdTime, and would otherwise reprovision at every refresh.
+            let same_url = crate::urlsign::without_token(&status.iso_download_url)
+                == crate::urlsign::without_token(&built.urls.iso);
+            if status.image_digest != built.digest || !same_url {
                 status.created_time = Some(now.clone());
                 status.image_digest = built.digest;
             }
@@ -71,7 +76,12 @@ pub async fn desired_status<S: Store>(
                 condition("True", REASON_INFRAENV_AVAILABLE, MESSAGE_IMAGE_AVAILABLE.to_string()),
                 now,
             );
-            (status, Action::Done)
+            // Signed URLs are signed again before they expire.
+            let action = match token {
+                Some((_, refresh_in)) => Action::RequeueAfter(refresh_in),
+                None => Action::Done,
+            };
+            (status, action)
         }
         Err(err) => {
             let (cond, action) = match &err {
@@ -112,7 +122,7 @@ struct Built {
 }
 
 /// Builds every artifact once (checking sizes and kernel arguments), without serving anything.
-async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, ImageError> {
+async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv, token: Option<&str>) -> Result<Built, ImageError> {
     let content = images.content(ie).await?;
     let base = images.selected_base(ie)?;
     let kind = images.image_type(ie);
@@ -120,7 +130,7 @@ async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv) -> Result<Built, Ima
     images.pxe_initrd(ie, &base, &content)?;
     images.ipxe_script(ie, &base, &content)?;
     Ok(Built {
-        urls: images.urls(ie, &base),
+        urls: images.urls_with_token(ie, &base, token),
         digest: Images::<S>::image_digest(&content, &base, kind),
         static_network: content.static_network.is_some(),
     })

@@ -164,10 +164,13 @@ async fn image_status<S: Store>(
     set_condition(&mut st.conditions, READY_CONDITION, &ready, &reason, &message, generation, &now);
     set_condition(&mut st.conditions, ERROR_CONDITION, error, &reason, &message, generation, &now);
     let new_url = st.image_url.clone();
-    let reboot = !previous_url.is_empty() && previous_url != new_url && {
-        let bmh = owning_bmh(ctx, ppi).await?;
-        bmh.is_some_and(|b| b.provisioning_state() != "provisioned")
-    };
+    // A refreshed token is the same image: no reboot for it.
+    let reboot = !previous_url.is_empty()
+        && crate::urlsign::without_token(&previous_url) != crate::urlsign::without_token(&new_url)
+        && {
+            let bmh = owning_bmh(ctx, ppi).await?;
+            bmh.is_some_and(|b| b.provisioning_state() != "provisioned")
+        };
     Ok((Action::Done, reboot))
 }
 

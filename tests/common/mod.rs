@@ -39,7 +39,23 @@ impl Server {
         Self::start_in(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
     }
 
+    /// Starts `bootstream serve` as a user would, with signed image URLs (the default). Tests of
+    /// anything but URL signing use [`Server::start`], which turns signing off so that they can name
+    /// `/byid/` paths.
+    pub fn start_signed(extra: &[&str]) -> Server {
+        Self::spawn(tempfile::tempdir().unwrap(), "127.0.0.1:0", extra)
+    }
+
+    /// [`Server::start_signed`] on an existing data directory (a restart).
+    pub fn spawn_signed_in(data_dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        Self::spawn(data_dir, "127.0.0.1:0", extra)
+    }
+
     pub fn start_in(data_dir: tempfile::TempDir, listen: &str, extra: &[&str]) -> Server {
+        Self::spawn(data_dir, listen, &[&["--unsigned-image-urls"], extra].concat())
+    }
+
+    fn spawn(data_dir: tempfile::TempDir, listen: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(BIN)
             .arg("serve")
             .arg("--data-dir")

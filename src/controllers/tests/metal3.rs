@@ -675,6 +675,46 @@ async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned<S: St
     assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None);
 }
 
+/// Signed URLs are signed again before they expire: a new token for the same image is not a new
+/// image. A BMH that is not provisioned takes the new URL; a provisioned one keeps its image (a new
+/// URL would deprovision it); a PPI takes it without rebooting anything.
+async fn a_refreshed_url_token_is_not_a_new_image<S: Store>(w: World<S>) {
+    let set_iso_url = async |url: &str| {
+        let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+        ie.status.as_mut().unwrap().iso_download_url = url.into();
+        w.store.update_status(&ie).await.unwrap();
+    };
+    let bmh_url = async || w.get_bmh("bmh-0").await.spec.image.map(|i| i.url);
+    let ctx = bmac_ctx(&w, false);
+    w.image_created("pool", SignedDuration::from_mins(5)).await;
+    w.bmh("bmh-0", 0, json!({})).await;
+    w.metal3_reports("bmh-0", "available", "OK").await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    assert_eq!(bmh_url().await.as_deref(), Some(ISO_URL));
+
+    let refreshed = ISO_URL.replace("/byapikey/token/", "/byapikey/token-2/");
+    set_iso_url(&refreshed).await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    assert_eq!(bmh_url().await, Some(refreshed.clone()), "a host that is not provisioned takes the new URL");
+
+    w.metal3_reports("bmh-0", "provisioned", "OK").await;
+    set_iso_url(&ISO_URL.replace("/byapikey/token/", "/byapikey/token-3/")).await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    assert_eq!(bmh_url().await, Some(refreshed.clone()), "a provisioned host keeps its image and URL");
+
+    // The PPI of a host that is not provisioned: a new token updates its URL and reboots nothing.
+    w.metal3_reports("bmh-0", "available", "OK").await;
+    ppi(&w, &["iso"], "x86_64").await;
+    ironic_image_made(&w).await;
+    let before = get_ppi(&w).await.status.unwrap().image_url;
+    let again = ISO_URL.replace("/byapikey/token/", "/byapikey/token-4/");
+    set_iso_url(&again).await;
+    run_ppi(&w).await;
+    assert_ne!(before, again);
+    assert_eq!(get_ppi(&w).await.status.unwrap().image_url, again);
+    assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None, "no reboot for a new token");
+}
+
 async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World<S>) {
     let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
     ie.spec.kernel_arguments = serde_json::from_value(json!([{"operation": "append", "value": "console=ttyS0"},
@@ -820,6 +860,7 @@ on_both_stores! {
     scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv,
     scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait,
     scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned,
+    a_refreshed_url_token_is_not_a_new_image,
     scenario_73_an_initrd_ppi_gets_kernel_and_parameters,
     scenario_75_a_ppi_for_another_architecture_is_refused,
     a_ppi_without_a_usable_infraenv_or_format_says_why,

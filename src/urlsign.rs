@@ -1,0 +1,327 @@
+//! Signed image URLs: an ES256 JWT per InfraEnv, with an expiry, in the `/byapikey/<token>/…` and
+//! `/bytoken/<token>/…` paths and the `api_key` / `image_token` query parameters (spec-controllers
+//! §3.8). A discovery image carries the InfraEnv's pull secret, so whoever holds its URL holds the
+//! secret: a signed URL names one InfraEnv, stops working after its expiry, and can be revoked for
+//! everyone by rotating the key.
+//!
+//! Rotation without downtime: the service signs with one key and verifies with it and any number of
+//! previous keys. Tokens name their key (`kid`, from the public key), so a previous key keeps the
+//! URLs it signed working until they expire (at most [`TOKEN_LIFETIME`]); after that it can be
+//! dropped from the configuration.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// How long a signed URL is valid (assisted-service's ISO token expiry).
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(4 * 3600);
+/// A URL in a status is signed again once less than this is left of it, so that what a reader
+/// copies from the status stays valid for at least this long.
+pub const REFRESH_BEFORE: Duration = Duration::from_secs(3600);
+
+/// Why a request's token is not accepted. `http_status` is 401 for every reason but a valid token
+/// for another InfraEnv (403).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TokenError {
+    #[error("this image needs a signed URL (api_key or image_token); unsigned URLs are turned off")]
+    Missing,
+    #[error("the image token is not a valid JWT: {0}")]
+    Malformed(String),
+    #[error("the image token was signed with a key this service does not know (rotated out?)")]
+    UnknownKey,
+    #[error("the image token's signature is not valid")]
+    BadSignature,
+    #[error("the image token expired at {0} (Unix time); get a new URL from the InfraEnv's status")]
+    Expired(u64),
+    #[error("the image token is for another InfraEnv")]
+    OtherInfraEnv,
+}
+
+impl TokenError {
+    pub fn http_status(&self) -> http::StatusCode {
+        match self {
+            TokenError::OtherInfraEnv => http::StatusCode::FORBIDDEN,
+            _ => http::StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+/// The claims of an image token: assisted-service's local-auth claim (`infra_env_id`), `sub` as its
+/// image-token flavor has, and the expiry.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Claims {
+    pub infra_env_id: String,
+    pub sub: String,
+    pub exp: u64,
+}
+
+/// A verification key, named by `kid`.
+struct VerifyingKey {
+    kid: String,
+    key: DecodingKey,
+}
+
+/// Signs and verifies image tokens.
+pub struct UrlSigner {
+    kid: String,
+    signing: EncodingKey,
+    verifying: Vec<VerifyingKey>,
+}
+
+impl std::fmt::Debug for UrlSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kids: Vec<&str> = self.verifying.iter().map(|k| k.kid.as_str()).collect();
+        f.debug_struct("UrlSigner").field("kid", &self.kid).field("verifies", &kids).finish()
+    }
+}
+
+/// A key file that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct KeyError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// The name of a public key in tokens: the first 8 bytes of the SHA-256 of its point, in hex.
+fn kid_of(public_point: &[u8]) -> String {
+    hex::encode(&Sha256::digest(public_point)[..8])
+}
+
+/// What a PEM key file holds, as keys.
+enum Loaded {
+    Private { pkcs8: Vec<u8>, point: Vec<u8> },
+    Public { point: Vec<u8> },
+}
+
+fn load_pem(path: &Path) -> Result<Loaded, KeyError> {
+    let err = |reason: String| KeyError { path: path.to_path_buf(), reason };
+    let text = std::fs::read(path).map_err(|e| err(format!("reading: {e}")))?;
+    let block = pem::parse(&text).map_err(|e| err(format!("not a PEM file: {e}")))?;
+    match block.tag() {
+        "PRIVATE KEY" => {
+            let rng = ring::rand::SystemRandom::new();
+            let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, block.contents(), &rng)
+                .map_err(|e| err(format!("not a PKCS#8 P-256 key ({e}); make one with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`")))?;
+            Ok(Loaded::Private { pkcs8: block.contents().to_vec(), point: pair.public_key().as_ref().to_vec() })
+        }
+        "PUBLIC KEY" => {
+            // SubjectPublicKeyInfo of a P-256 key: a fixed 26-byte prefix, then the 65-byte point.
+            const P256_SPKI_PREFIX: [u8; 26] = [
+                0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
+                0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+            ];
+            let der = block.contents();
+            match der.strip_prefix(&P256_SPKI_PREFIX[..]) {
+                Some(point) if point.len() == 65 && point[0] == 4 => Ok(Loaded::Public { point: point.to_vec() }),
+                _ => Err(err("not a P-256 public key".into())),
+            }
+        }
+        "EC PRIVATE KEY" => Err(err(
+            "an SEC1 key; convert it to PKCS#8 with `openssl pkcs8 -topk8 -nocrypt -in KEY -out KEY.p8`".into(),
+        )),
+        other => Err(err(format!("a PEM {other:?}, expected \"PRIVATE KEY\" (PKCS#8 P-256)"))),
+    }
+}
+
+impl UrlSigner {
+    /// Signs with the PKCS#8 P-256 private key in `current` (PEM); also verifies tokens signed with
+    /// the keys in `previous` (PEM private or public keys).
+    pub fn from_files(current: &Path, previous: &[PathBuf]) -> Result<UrlSigner, KeyError> {
+        let Loaded::Private { pkcs8, point } = load_pem(current)? else {
+            return Err(KeyError { path: current.to_path_buf(), reason: "a public key cannot sign".into() });
+        };
+        let mut verifying = Vec::new();
+        for path in previous {
+            let point = match load_pem(path)? {
+                Loaded::Private { point, .. } | Loaded::Public { point } => point,
+            };
+            verifying.push(VerifyingKey { kid: kid_of(&point), key: DecodingKey::from_ec_der(&point) });
+        }
+        Ok(Self::new(&pkcs8, &point, verifying))
+    }
+
+    /// The key in `dir/url-signing.pem`, made (mode 0600) on first start: the embedded default.
+    pub fn load_or_create(dir: &Path, previous: &[PathBuf]) -> Result<UrlSigner, KeyError> {
+        let path = dir.join("url-signing.pem");
+        if !path.exists() {
+            let rng = ring::rand::SystemRandom::new();
+            let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+                .map_err(|e| KeyError { path: path.clone(), reason: format!("generating a key: {e}") })?;
+            let text = pem::encode(&pem::Pem::new("PRIVATE KEY", pkcs8.as_ref().to_vec()));
+            crate::auth::write_private_file(&path, text.as_bytes())
+                .map_err(|e| KeyError { path: path.clone(), reason: format!("writing: {e}") })?;
+        }
+        Self::from_files(&path, previous)
+    }
+
+    fn new(pkcs8: &[u8], point: &[u8], mut verifying: Vec<VerifyingKey>) -> UrlSigner {
+        let kid = kid_of(point);
+        verifying.insert(0, VerifyingKey { kid: kid.clone(), key: DecodingKey::from_ec_der(point) });
+        UrlSigner { kid, signing: EncodingKey::from_ec_der(pkcs8), verifying }
+    }
+
+    /// A token for `infra_env_id`, valid until `now` + [`TOKEN_LIFETIME`].
+    pub fn sign(&self, infra_env_id: &str, now: SystemTime) -> String {
+        let exp = unix(now) + TOKEN_LIFETIME.as_secs();
+        let claims = Claims { infra_env_id: infra_env_id.to_string(), sub: infra_env_id.to_string(), exp };
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, &claims, &self.signing).expect("ES256 signing with a checked key")
+    }
+
+    /// The claims of `token` if one of our keys signed it and it has not expired at `now`.
+    pub fn verify(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
+        if header.alg != Algorithm::ES256 {
+            return Err(TokenError::Malformed(format!("algorithm {:?}, expected ES256", header.alg)));
+        }
+        let kid = header.kid.ok_or_else(|| TokenError::Malformed("no kid".into()))?;
+        let key = self.verifying.iter().find(|k| k.kid == kid).ok_or(TokenError::UnknownKey)?;
+        // Expiry is checked below against `now`, so that tests and callers agree on the clock.
+        let mut validation = Validation::new(Algorithm::ES256);
+        validation.validate_exp = false;
+        validation.required_spec_claims.clear();
+        let data = jsonwebtoken::decode::<Claims>(token, &key.key, &validation).map_err(|e| match e.kind() {
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => TokenError::BadSignature,
+            _ => TokenError::Malformed(e.to_string()),
+        })?;
+        let claims = data.claims;
+        if claims.exp <= unix(now) {
+            return Err(TokenError::Expired(claims.exp));
+        }
+        if claims.infra_env_id.is_empty() || claims.sub != claims.infra_env_id {
+            return Err(TokenError::Malformed("infra_env_id and sub must name the same InfraEnv".into()));
+        }
+        Ok(claims)
+    }
+
+    /// Verifies `token` and that it is for `infra_env_id`.
+    pub fn verify_for(&self, token: &str, infra_env_id: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let claims = self.verify(token, now)?;
+        if claims.infra_env_id != infra_env_id {
+            return Err(TokenError::OtherInfraEnv);
+        }
+        Ok(claims)
+    }
+}
+
+impl Claims {
+    pub fn expires_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(self.exp)
+    }
+}
+
+/// The token of a signed ISO URL (`…/byapikey/<token>/…`) or of an `api_key=` query parameter.
+pub fn token_of_url(url: &str) -> Option<&str> {
+    if let Some((_, rest)) = url.split_once("/byapikey/") {
+        return rest.split('/').next().filter(|t| !t.is_empty());
+    }
+    let query = url.split_once('?')?.1;
+    query.split('&').find_map(|kv| kv.strip_prefix("api_key=")).filter(|t| !t.is_empty())
+}
+
+/// `url` without its token, for telling whether two URLs name the same image: a token refresh
+/// must not look like a new image to a BareMetalHost (that would reprovision it).
+pub fn without_token(url: &str) -> String {
+    match token_of_url(url) {
+        Some(t) => url.replacen(t, "", 1),
+        None => url.to_string(),
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer(dir: &Path) -> UrlSigner {
+        UrlSigner::load_or_create(dir, &[]).unwrap()
+    }
+
+    #[test]
+    fn a_token_names_one_infraenv_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let now = SystemTime::now();
+        let t = s.sign("ie-a", now);
+        assert_eq!(s.verify_for(&t, "ie-a", now).unwrap().infra_env_id, "ie-a");
+        assert_eq!(s.verify_for(&t, "ie-b", now), Err(TokenError::OtherInfraEnv));
+        let later = now + TOKEN_LIFETIME + Duration::from_secs(1);
+        assert!(matches!(s.verify(&t, later), Err(TokenError::Expired(_))));
+        assert!(s.verify(&t, now + TOKEN_LIFETIME - Duration::from_secs(2)).is_ok());
+        // The same key file again: tokens survive a restart.
+        assert!(signer(dir.path()).verify(&t, now).is_ok());
+    }
+
+    #[test]
+    fn tampered_and_foreign_tokens_are_refused() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (sa, sb) = (signer(a.path()), signer(b.path()));
+        let now = SystemTime::now();
+        let t = sa.sign("ie-a", now);
+        assert_eq!(sb.verify(&t, now), Err(TokenError::UnknownKey));
+        // Another payload under the same signature.
+        let parts: Vec<&str> = t.split('.').collect();
+        let other = sa.sign("ie-b", now);
+        let forged = format!("{}.{}.{}", parts[0], other.split('.').nth(1).unwrap(), parts[2]);
+        assert_eq!(sa.verify(&forged, now), Err(TokenError::BadSignature));
+        // One changed signature byte.
+        let mut sig = parts[2].as_bytes().to_vec();
+        sig[10] = if sig[10] == b'A' { b'B' } else { b'A' };
+        let flipped = format!("{}.{}.{}", parts[0], parts[1], String::from_utf8(sig).unwrap());
+        assert_eq!(sa.verify(&flipped, now), Err(TokenError::BadSignature));
+        for junk in ["", "abc", "a.b.c", "...."] {
+            assert!(matches!(sa.verify(junk, now), Err(TokenError::Malformed(_))), "{junk:?}");
+        }
+        // alg none is not ours.
+        let none = format!(
+            "{}.{}.",
+            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, br#"{"alg":"none","typ":"JWT"}"#),
+            parts[1]
+        );
+        assert!(matches!(sa.verify(&none, now), Err(TokenError::Malformed(_))));
+    }
+
+    #[test]
+    fn rotation_keeps_the_previous_key_valid_until_it_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let old_dir = dir.path().join("old");
+        let new_dir = dir.path().join("new");
+        std::fs::create_dir_all(&old_dir).unwrap();
+        std::fs::create_dir_all(&new_dir).unwrap();
+        let old = signer(&old_dir);
+        let now = SystemTime::now();
+        let old_token = old.sign("ie-a", now);
+        // New key, old one kept for verification.
+        let rotated = UrlSigner::load_or_create(&new_dir, &[old_dir.join("url-signing.pem")]).unwrap();
+        assert!(rotated.verify(&old_token, now).is_ok());
+        let new_token = rotated.sign("ie-a", now);
+        assert_ne!(new_token.split('.').next(), old_token.split('.').next(), "a new kid");
+        assert!(rotated.verify(&new_token, now).is_ok());
+        // The grace period over: the old key is dropped, its tokens stop working.
+        let after = UrlSigner::load_or_create(&new_dir, &[]).unwrap();
+        assert_eq!(after.verify(&old_token, now), Err(TokenError::UnknownKey));
+        assert!(after.verify(&new_token, now).is_ok());
+    }
+
+    #[test]
+    fn bad_key_files_say_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "hello").unwrap();
+        let e = UrlSigner::from_files(&junk, &[]).unwrap_err();
+        assert!(e.to_string().contains("not a PEM file"), "{e}");
+        let rsa = dir.path().join("sec1.pem");
+        std::fs::write(&rsa, "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n").unwrap();
+        let e = UrlSigner::from_files(&rsa, &[]).unwrap_err();
+        assert!(e.to_string().contains("PKCS#8"), "{e}");
+    }
+}
