@@ -290,10 +290,16 @@ async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64, stage_seconds:
     BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line)?;
     let addr = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
     let server = format!("http://{addr}");
-    let client = simulate::client();
-    while client.get(format!("{server}/ready")).send().await.map(|r| !r.status().is_success()).unwrap_or(true) {
+    let probe = simulate::client();
+    while probe.get(format!("{server}/ready")).send().await.map(|r| !r.status().is_success()).unwrap_or(true) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The resource API client sends the token the server made in its data directory (the simulated
+    // hosts use their own client and the agent token).
+    let token = std::fs::read_to_string(dir.path().join("api-token"))?.trim().to_string();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    let client = reqwest::Client::builder().default_headers(headers).pool_max_idle_per_host(64).build()?;
     let ps = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": NS},
                     "stringData": {".dockerconfigjson": "{\"auths\":{\"x\":{\"auth\":\"dTpw\"}}}"}});
     put(&client, format!("{server}/api/v1/namespaces/{NS}/secrets/pull-secret"), ps).await?;
@@ -301,7 +307,7 @@ async fn run(hosts: usize, per_cluster: usize, boot_seconds: f64, stage_seconds:
                     "metadata": {"name": "pool", "namespace": NS}, "spec": {"pullSecretRef": {"name": "pull-secret"}}});
     put(&client, format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{NS}/infraenvs/pool"), ie)
         .await?;
-    let target = Target::discover(&client, &server, &format!("{NS}/pool")).await?;
+    let target = Target::discover(&client, &server, &format!("{NS}/pool"), Some(&token)).await?;
 
     // One sample of the server's metrics per second, for the timeline.
     let samples = Arc::new(std::sync::Mutex::new(Vec::<ServerSample>::new()));

@@ -132,11 +132,19 @@ struct Conn {
     addr: String,
     stream: Option<TcpStream>,
     buf: Vec<u8>,
+    /// `Authorization` header line for the resource API, if any.
+    auth: String,
 }
 
 impl Conn {
     fn new(addr: &str) -> Conn {
-        Conn { addr: addr.to_string(), stream: None, buf: Vec::new() }
+        Conn { addr: addr.to_string(), stream: None, buf: Vec::new(), auth: String::new() }
+    }
+
+    /// A connection that sends the server's API token (from its data directory).
+    fn with_token_of(addr: &str, data_dir: &Path) -> Result<Conn> {
+        let token = std::fs::read_to_string(data_dir.join("api-token")).context("the server's API token")?;
+        Ok(Conn { auth: format!("Authorization: Bearer {}\r\n", token.trim()), ..Conn::new(addr) })
     }
 
     async fn request(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>)> {
@@ -158,8 +166,9 @@ impl Conn {
         let s = self.stream.as_mut().unwrap();
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             self.addr,
+            self.auth,
             body.len()
         );
         s.write_all(head.as_bytes()).await?;
@@ -465,7 +474,7 @@ async fn main() -> Result<()> {
     let bootstream = start_bootstream(&data, &[(VERSION.to_string(), base.clone())])?;
     let addr = bootstream.addr.clone();
     wait_ready(&addr, Duration::from_millis(20), Duration::from_secs(120)).await?;
-    let mut api = Conn::new(&addr);
+    let mut api = Conn::with_token_of(&addr, &data)?;
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
                         "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}});
     create(&mut api, &format!("/api/v1/namespaces/{NS}/secrets"), &secret).await?;
@@ -485,7 +494,6 @@ async fn main() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let uid = status["metadata"]["uid"].as_str().context("uid")?.to_string();
     let iso_path = path_of(status["status"]["isoDownloadURL"].as_str().unwrap());
     let initrd_path = path_of(status["status"]["bootArtifacts"]["initrd"].as_str().context("initrd URL")?);
     let minimal_path = iso_path.replace("/full.iso", "/minimal.iso");
@@ -510,9 +518,11 @@ async fn main() -> Result<()> {
     }
 
     // What coreos-installer costs to make a copy with the same Ignition (per InfraEnv).
-    let ign =
-        download(&addr, &format!("/api/assisted-install/v2/infra-envs/{uid}/downloads/files?file_name=discovery.ign"))
-            .await?;
+    let ign = download(
+        &addr,
+        &path_of(status["status"]["bootArtifacts"]["discoveryIgnitionURL"].as_str().context("Ignition URL")?),
+    )
+    .await?;
     let ign_path = work.join("discovery.ign");
     std::fs::write(&ign_path, &ign)?;
     let copy = work.join("coreos-installer-copy.iso");
@@ -677,7 +687,8 @@ async fn time_to_first_byte(
         let creating = Instant::now();
         let ie = create(api, IE_PATH, &infraenv(&format!("new-{k}"), &format!("new-{k}"))).await?;
         let id = ie["metadata"]["uid"].as_str().context("uid")?;
-        let path = format!("/images/{id}?arch=x86_64&type=full-iso&version={VERSION}");
+        // The ISO URL of the created InfraEnv's status (signed): the create answers with it.
+        let path = path_of(ie["status"]["isoDownloadURL"].as_str().with_context(|| format!("no ISO URL: {ie}"))?);
         let ms = first_byte(addr, &path).await?.as_secs_f64() * 1e3;
         let total = creating.elapsed().as_secs_f64() * 1e3;
         if total > 4.0 {

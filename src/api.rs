@@ -31,6 +31,9 @@ pub struct App<S: Store> {
     /// The agent API and the host records, where this process keeps them.
     pub agent_api: Option<Arc<crate::agentapi::AgentApi<S>>>,
     pub backend: Option<Arc<crate::backend::Backend>>,
+    /// The bearer token the resource API and the cluster-log downloads require; None: no such check
+    /// (the resources live in a cluster, whose RBAC applies).
+    pub api_token: Option<Arc<str>>,
 }
 
 /// The answer of an image server replica to what only the controller serves.
@@ -168,6 +171,9 @@ impl<S: Store> App<S> {
         if let ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] = segs.as_slice()
             && (req.method() == Method::GET || req.method() == Method::HEAD)
         {
+            if let Some(refused) = self.api_refusal(&req) {
+                return refused;
+            }
             return self.download_logs(&req, cluster_id).await;
         }
         let image_route =
@@ -304,8 +310,37 @@ impl<S: Store> App<S> {
                 }
                 self.infraenv_file(&req, id).await
             }
-            _ => self.resource_api(&req, &segs).await,
+            _ => {
+                let resource_path = matches!(segs.as_slice(), ["apis", ..] | ["api", "v1", ..]);
+                if resource_path && let Some(refused) = self.api_refusal(&req) {
+                    return refused;
+                }
+                self.resource_api(&req, &segs).await
+            }
         }
+    }
+
+    /// The resource API holds every tenant's pull secrets and the fleet's state: without the API's
+    /// bearer token, this 401 is the answer.
+    fn api_refusal(&self, req: &Request<Bytes>) -> Option<Response<Body>> {
+        let expected = self.api_token.as_ref()?;
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let message = match presented {
+            Some(t) if crate::auth::same_token(t, expected) => return None,
+            Some(_) => "the bearer token is not this server's API token",
+            None => {
+                "this API needs the server's token: `Authorization: Bearer <token>`, the token being in \
+                 DATA_DIR/api-token (the bootstream CLI reads ./bootstream-data/api-token, --token or $BOOTSTREAM_TOKEN)"
+            }
+        };
+        let mut r = status_error(StatusCode::UNAUTHORIZED, "Unauthorized", message);
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        Some(r)
     }
 
     /// Where image URLs are signed, a request for InfraEnv `id`'s image or files must carry a token

@@ -86,6 +86,50 @@ impl AgentAuth {
     }
 }
 
+/// The bearer token of the embedded REST API (`Authorization: Bearer <token>`), kept in `path`
+/// (`DATA_DIR/api-token` by default), made on first start: 32 random bytes, base64url. Whoever can
+/// read the data directory can use the API, as with a kubeconfig.
+pub fn load_or_create_api_token(path: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let token = text.trim().to_string();
+            if token.len() < 16 {
+                return Err(std::io::Error::other(format!(
+                    "{} holds a token of {} characters; at least 16 are needed",
+                    path.display(),
+                    token.len()
+                )));
+            }
+            Ok(token)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut raw = [0u8; 32];
+            raw[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+            raw[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+            let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
+            write_private_file(path, format!("{token}\n").as_bytes())?;
+            Ok(token)
+        }
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("reading the API token {}: {e}", path.display()))),
+    }
+}
+
+/// Whether `presented` is `expected`, in time that does not depend on where they differ.
+pub fn same_token(presented: &str, expected: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), expected.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The API token a client sends: `explicit` (`--token`, `$BOOTSTREAM_TOKEN`), else the first line of
+/// `file` when it exists (by default the server's `./bootstream-data/api-token`, so that `apply` next
+/// to a `serve` with default settings needs nothing).
+pub fn client_token(explicit: Option<&str>, file: &Path) -> Option<String> {
+    if let Some(t) = explicit.map(str::trim).filter(|t| !t.is_empty()) {
+        return Some(t.to_string());
+    }
+    std::fs::read_to_string(file).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty())
+}
+
 /// Writes `bytes` to `path` readable by its owner only, all at once: through a temporary file that
 /// is synced and renamed into place, so a crash never leaves a partial key behind.
 pub fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -114,6 +158,26 @@ impl Mode0600 for std::fs::OpenOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_tokens_are_made_once_and_compared_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api-token");
+        let t = load_or_create_api_token(&path).unwrap();
+        assert_eq!(t.len(), 43);
+        assert_eq!(load_or_create_api_token(&path).unwrap(), t);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(same_token(&t, &t));
+        assert!(!same_token(&t[1..], &t));
+        assert!(!same_token(&format!("{}x", &t[..42]), &t));
+        assert!(!same_token("", &t));
+        assert_eq!(client_token(None, &path), Some(t.clone()));
+        assert_eq!(client_token(Some("explicit"), &path).as_deref(), Some("explicit"));
+        assert_eq!(client_token(None, &dir.path().join("missing")), None);
+        std::fs::write(&path, "short").unwrap();
+        assert!(load_or_create_api_token(&path).unwrap_err().to_string().contains("at least 16"));
+    }
 
     #[test]
     fn tokens_are_per_infraenv_and_survive_reloading_the_key() {

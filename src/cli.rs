@@ -25,6 +25,12 @@ const DEFAULT_AGENT_IMAGE: &str = "quay.io/edge-infrastructure/assisted-installe
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// API token for apply, get, patch and delete. Default: the contents of --token-file.
+    #[arg(long, global = true, env = "BOOTSTREAM_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// File with the API token, as `serve` makes it in its data directory.
+    #[arg(long, global = true, env = "BOOTSTREAM_TOKEN_FILE", default_value = "./bootstream-data/api-token")]
+    token_file: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]
@@ -178,6 +184,10 @@ struct ServeArgs {
     /// included.
     #[arg(long, env = "BOOTSTREAM_UNSIGNED_IMAGE_URLS")]
     unsigned_image_urls: bool,
+    /// File with the bearer token of the embedded resource API (`/apis/...`, `/api/v1/...`).
+    /// Default: DATA_DIR/api-token, made on first start.
+    #[arg(long, env = "BOOTSTREAM_API_TOKEN_FILE", value_name = "PATH")]
+    api_token_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -233,7 +243,8 @@ pub fn main() -> ExitCode {
         }
         other => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-            rt.block_on(client_command(other))
+            let token = crate::auth::client_token(cli.token.as_deref(), &cli.token_file);
+            rt.block_on(client_command(other, token))
         }
     };
     match result {
@@ -385,6 +396,15 @@ async fn hub<S: crate::store::Store>(
             image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
         }),
     ));
+    // The embedded resource API takes a bearer token; on Kubernetes the cluster's RBAC guards the
+    // resources, and the controller's cluster-log downloads are not yet guarded (issue 7).
+    let api_token = match &resources {
+        Some(_) => {
+            let path = args.api_token_file.clone().unwrap_or_else(|| svc.data_dir.join("api-token"));
+            Some(Arc::from(crate::auth::load_or_create_api_token(&path).context("API token")?))
+        }
+        None => None,
+    };
     Ok(Arc::new(crate::api::App {
         images: svc.images.clone(),
         resources,
@@ -392,6 +412,7 @@ async fn hub<S: crate::store::Store>(
         metrics,
         agent_api: Some(agent_api),
         backend: Some(backend),
+        api_token,
     }))
 }
 
@@ -478,6 +499,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         metrics: crate::metrics::Metrics::new(Default::default()),
         agent_api: None,
         backend: None,
+        api_token: None,
     });
     run(svc, app, shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)
@@ -574,8 +596,15 @@ fn ensure_sample_image(data_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
-    let client = reqwest::Client::new();
+async fn client_command(cmd: Command, token: Option<String>) -> anyhow::Result<ExitCode> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = &token {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| anyhow::anyhow!("the API token has characters a header cannot carry"))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    let client = reqwest::Client::builder().default_headers(headers).build()?;
     match cmd {
         Command::Apply { server, files } => apply(&client, &server, &files).await,
         Command::Get { server, kind, name, namespace, all_namespaces, output } => {
@@ -616,7 +645,7 @@ async fn client_command(cmd: Command) -> anyhow::Result<ExitCode> {
             println!("{} \"{name}\" patched", display_kind(kind));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Simulate(args) => crate::simulate::run(args).await,
+        Command::Simulate(args) => crate::simulate::run(args, token).await,
         Command::Serve(_) | Command::Controller(_) => unreachable!("servers run on their own runtime"),
         Command::Crds { .. } => unreachable!("crds runs before any runtime starts"),
     }

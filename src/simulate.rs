@@ -156,21 +156,35 @@ pub struct Target {
 }
 
 impl Target {
-    /// Finds the InfraEnv and reads the agent token from its discovery Ignition, as a booted host would.
-    pub async fn discover(client: &reqwest::Client, server: &str, infraenv: &str) -> anyhow::Result<Target> {
+    /// Finds the InfraEnv (through the resource API, with `api_token`) and reads the agent token from
+    /// its discovery Ignition (at the signed URL of its status), as a booted host would.
+    pub async fn discover(
+        client: &reqwest::Client,
+        server: &str,
+        infraenv: &str,
+        api_token: Option<&str>,
+    ) -> anyhow::Result<Target> {
         let server = server.trim_end_matches('/').to_string();
         let (ns, name) = infraenv.split_once('/').context("--infraenv must be NAMESPACE/NAME")?;
-        let ie: Value = client
-            .get(format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"))
-            .send()
-            .await?
-            .error_for_status()
-            .with_context(|| format!("InfraEnv {infraenv}"))?
-            .json()
-            .await?;
+        let mut get =
+            client.get(format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"));
+        if let Some(t) = api_token {
+            get = get.bearer_auth(t);
+        }
+        let ie: Value =
+            get.send().await?.error_for_status().with_context(|| format!("InfraEnv {infraenv}"))?.json().await?;
         let id = ie["metadata"]["uid"].as_str().context("InfraEnv without uid")?.to_string();
+        // The status URL's path and query (signed when the server signs image URLs), on `server`.
+        let ign_path = ie["status"]["bootArtifacts"]["discoveryIgnitionURL"]
+            .as_str()
+            .and_then(|u| u.split_once("://"))
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(_, path)| format!("/{path}"))
+            .unwrap_or_else(|| {
+                format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign")
+            });
         let ign: Value = client
-            .get(format!("{server}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"))
+            .get(format!("{server}{ign_path}"))
             .send()
             .await?
             .error_for_status()
@@ -525,9 +539,9 @@ pub fn start_fleet(
         .collect()
 }
 
-pub async fn run(args: SimulateArgs) -> anyhow::Result<std::process::ExitCode> {
+pub async fn run(args: SimulateArgs, api_token: Option<String>) -> anyhow::Result<std::process::ExitCode> {
     let client = client();
-    let target = Target::discover(&client, &args.server, &args.infraenv).await?;
+    let target = Target::discover(&client, &args.server, &args.infraenv, api_token.as_deref()).await?;
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let timing = Timing {

@@ -96,6 +96,7 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     // The machine boots it and its agent registers: the Agent takes the BMH's settings.
     let _fleet = Fleet(
         Command::new(BIN)
+            .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
             .args(["simulate", "--server", &s.url, "--infraenv", &format!("{NS}/pool"), "--hosts", "1"])
             .args(["--time-scale", "0.02", "--seed", "bmh"])
             .stdout(Stdio::null())

@@ -174,7 +174,7 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
         let doc = secret(name);
         format!(
             "PUT /api/v1/namespaces/n/secrets/{name} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{doc}",
+             Authorization: Bearer {TEST_API_TOKEN}\r\nContent-Length: {}\r\n\r\n{doc}",
             doc.len()
         )
     };
@@ -187,7 +187,7 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
     s.write_all(&first.as_bytes()[split..]).unwrap();
     // Then two requests with bodies and a GET in one write (pipelined).
     let rest = format!(
-        "{}{}GET /api/v1/namespaces/n/secrets/s3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "{}{}GET /api/v1/namespaces/n/secrets/s3 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEST_API_TOKEN}\r\nConnection: close\r\n\r\n",
         put("s2"),
         put("s3")
     );

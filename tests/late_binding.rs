@@ -31,6 +31,7 @@ impl Drop for Fleet {
 
 fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> Fleet {
     let child = Command::new(BIN)
+        .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
         .args(["simulate", "--server", server, "--infraenv", infraenv, "--hosts", &hosts.to_string()])
         .args(["--time-scale", "0.02", "--reboot-check-seconds", "3"])
         .args(if extra.contains(&"--seed") { vec![] } else { vec!["--seed", infraenv] })
@@ -504,6 +505,7 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
             &bootstream::simulate::client(),
             &s.url,
             &format!("{NS}/pool"),
+            Some(TEST_API_TOKEN),
         ))
         .unwrap();
     let upload = |cluster: &str, token: &str, content_type: &str, body: &[u8]| {

@@ -15,6 +15,15 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
 
+/// The resource API token of every test server (written to its data directory before it starts);
+/// `cli` and `Server::get`/`request` on the resource API send it.
+pub const TEST_API_TOKEN: &str = "bootstream-test-api-token-3f6c1e0a9b";
+
+/// Whether `path` is on the resource API (bearer token), not on the image or agent routes.
+pub fn is_resource_api(path: &str) -> bool {
+    path.starts_with("/apis/") || path.starts_with("/api/v1/") || path.starts_with("/api/assisted-install/v2/clusters/")
+}
+
 /// Repository root (tests run with the package root as working directory).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -56,6 +65,10 @@ impl Server {
     }
 
     fn spawn(data_dir: tempfile::TempDir, listen: &str, extra: &[&str]) -> Server {
+        let token = data_dir.path().join("api-token");
+        if !token.exists() {
+            std::fs::write(&token, TEST_API_TOKEN).unwrap();
+        }
         let mut child = Command::new(BIN)
             .arg("serve")
             .arg("--data-dir")
@@ -143,11 +156,17 @@ impl Server {
     }
 
     pub fn get(&self, path: &str) -> Response {
-        request(&self.addr, "GET", path, &[], b"")
+        self.request("GET", path, &[])
     }
 
+    /// A request; on the resource API with the test token.
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-        request(&self.addr, method, path, headers, b"")
+        let bearer = format!("Bearer {TEST_API_TOKEN}");
+        let mut headers = headers.to_vec();
+        if is_resource_api(path) {
+            headers.push(("Authorization", &bearer));
+        }
+        request(&self.addr, method, path, &headers, b"")
     }
 
     /// Path and query of an absolute URL the server handed out (status URLs are built on the base URL).
@@ -172,6 +191,7 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 pub fn cli(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     let mut child = Command::new(BIN)
         .args(args)
+        .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
