@@ -34,6 +34,46 @@ pub struct App<S: Store> {
     /// The bearer token the resource API and the cluster-log downloads require; None: no such check
     /// (the resources live in a cluster, whose RBAC applies).
     pub api_token: Option<Arc<str>>,
+    /// Image downloads in flight at most; past it, 503 with `Retry-After`.
+    pub downloads: DownloadLimit,
+}
+
+/// How many image downloads may be in flight at once. Each holds kernel socket buffers (about 2 MB on
+/// a busy link) and a file's page cache: past a limit the machine is better off telling clients to
+/// come back (BMCs and iPXE retry) than slowing every download down.
+#[derive(Clone)]
+pub struct DownloadLimit {
+    permits: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl DownloadLimit {
+    /// Seconds a refused client is asked to wait.
+    pub const RETRY_AFTER_SECONDS: u32 = 10;
+
+    pub fn new(max: usize) -> DownloadLimit {
+        DownloadLimit { permits: Arc::new(tokio::sync::Semaphore::new(max)), max }
+    }
+
+    /// Downloads in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.max - self.permits.available_permits()
+    }
+}
+
+impl Default for DownloadLimit {
+    fn default() -> Self {
+        DownloadLimit::new(4096)
+    }
+}
+
+/// Held by a download's response until its last byte is written or the client goes away.
+#[derive(Clone)]
+struct DownloadPermit(#[allow(dead_code)] Arc<tokio::sync::OwnedSemaphorePermit>);
+
+/// Whether `route` (a route label) serves image bytes: what the download limit counts.
+fn is_download_route(route: &str) -> bool {
+    route.starts_with("/images/") || route.starts_with("/by") || route.starts_with("/boot-artifacts/")
 }
 
 /// The answer of an image server replica to what only the controller serves.
@@ -48,8 +88,35 @@ impl<S: Store> Handler for App<S> {
     async fn handle(self: Arc<Self>, req: Request<Bytes>) -> Response<Body> {
         let route = route_label(req.uri().path());
         self.metrics.started(route);
+        // Only GETs send bodies worth limiting; HEAD and validators stay cheap.
+        let permit = if req.method() == Method::GET && is_download_route(route) {
+            match self.downloads.permits.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let mut r = text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "{} image downloads are in progress, the most this server takes; retry in {} s",
+                            self.downloads.max,
+                            DownloadLimit::RETRY_AFTER_SECONDS
+                        ),
+                    );
+                    r.headers_mut().insert(header::RETRY_AFTER, DownloadLimit::RETRY_AFTER_SECONDS.into());
+                    r.extensions_mut().insert(RouteLabel(route));
+                    return r;
+                }
+            }
+        } else {
+            None
+        };
         let mut resp = self.route(req).await;
         resp.extensions_mut().insert(RouteLabel(route));
+        // The permit goes with a response that streams an image, and is released when it is written.
+        if let Some(p) = permit
+            && matches!(resp.body(), Body::Plan(_))
+        {
+            resp.extensions_mut().insert(DownloadPermit(Arc::new(p)));
+        }
         resp
     }
 
@@ -795,7 +862,15 @@ impl<S: Store> App<S> {
         // InfraEnvs reference (secrets, NMStateConfigs) reach them through the controller's queue, which
         // folds a burst of changes into one reconcile per InfraEnv.
         if kind == Kind::InfraEnv {
-            let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await;
+            // The controller, woken by the same write, may write the InfraEnv first (its finalizer,
+            // or the status): then this reconcile's status write conflicts and asks to run again at
+            // once. Without retrying, the answer (and a `get` right after) could lack the status.
+            for _ in 0..5 {
+                match infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await {
+                    Ok(infraenv::Action::RequeueAfter(d)) if d.is_zero() => continue,
+                    _ => break,
+                }
+            }
         }
         let current = store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))

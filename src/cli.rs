@@ -188,6 +188,10 @@ struct ServeArgs {
     /// Default: DATA_DIR/api-token, made on first start.
     #[arg(long, env = "BOOTSTREAM_API_TOKEN_FILE", value_name = "PATH")]
     api_token_file: Option<PathBuf>,
+    /// Image downloads (GETs of ISOs, initrds, kernels, rootfs) in flight at most; past it, 503 with
+    /// Retry-After. Each holds kernel socket buffers, about 2 MB on a busy link.
+    #[arg(long, env = "BOOTSTREAM_MAX_DOWNLOADS", default_value_t = 4096)]
+    max_downloads: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -413,6 +417,7 @@ async fn hub<S: crate::store::Store>(
         agent_api: Some(agent_api),
         backend: Some(backend),
         api_token,
+        downloads: crate::api::DownloadLimit::new(args.max_downloads),
     }))
 }
 
@@ -500,6 +505,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         agent_api: None,
         backend: None,
         api_token: None,
+        downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });
     run(svc, app, shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,66 @@
+//! Limits (issue 7): past the most concurrent downloads a client gets 503 with Retry-After, and a
+//! client that goes away mid-download gives its place back.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const INFRAENV: &str = "apiVersion: v1\nkind: Secret\nmetadata: {name: ps, namespace: t}\n\
+    stringData: {.dockerconfigjson: '{\"auths\":{\"quay.io\":{\"auth\":\"dTpw\"}}}'}\n---\n\
+    apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: pool, namespace: t}\n\
+    spec: {pullSecretRef: {name: ps}}\n";
+
+/// Sends a GET and reads only the status line: the download stays in flight while nothing is read
+/// (the image is far larger than what the sockets buffer).
+fn start_download(addr: &str, path: &str) -> (TcpStream, u16) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    let status = std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap();
+    (s, status)
+}
+
+#[test]
+fn past_the_download_limit_clients_are_told_to_retry_and_places_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let iso = dir.path().join("base.iso");
+    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
+    let image = format!("4.20:x86_64:{}", iso.display());
+    let server = Server::start(&["--max-downloads", "2", "--os-image", &image]);
+    server.apply_ok(INFRAENV);
+    let ie = server.wait_image_created("t", "pool", "True");
+    let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
+    let rootfs_path = server.path_of(ie["status"]["bootArtifacts"]["rootfs"].as_str().unwrap());
+
+    let (first, status) = start_download(&server.addr, &iso_path);
+    assert_eq!(status, 200);
+    let (_second, status) = start_download(&server.addr, &rootfs_path);
+    assert_eq!(status, 200, "kernel and rootfs downloads count too");
+
+    let refused = server.get(&iso_path);
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.headers.get("retry-after").map(String::as_str), Some("10"));
+    assert!(refused.text().contains("2 image downloads are in progress"), "{}", refused.text());
+    // What does not stream an image is not limited.
+    assert_eq!(server.request("HEAD", &iso_path, &[]).status, 200);
+    assert_eq!(server.get("/ready").status, 200);
+    assert_eq!(server.get("/apis/agent-install.openshift.io/v1beta1/namespaces/t/infraenvs/pool").status, 200);
+
+    // The first client goes away mid-download: its place comes back.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (_third, status) = loop {
+        let (s, status) = start_download(&server.addr, &iso_path);
+        if status == 200 {
+            break (s, status);
+        }
+        assert!(Instant::now() < deadline, "the place of a client that left never came back");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, 200);
+}
