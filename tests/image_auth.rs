@@ -246,3 +246,77 @@ fn openssl_keys_sign_and_public_keys_verify() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("a public key cannot sign"), "{out:?}");
 }
+
+/// The pull secret never reaches the server's log (at debug level) or its metrics, through a
+/// lifecycle with downloads, refusals, a bad pull secret and a deletion.
+#[test]
+fn the_pull_secret_never_appears_in_logs_or_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let data = dir.path().join("data");
+    let mut child = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()])
+        .env("RUST_LOG", "debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let addr = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
+    let url = format!("http://{addr}");
+    let token_file = data.join("api-token");
+    let cli = |args: &[&str], stdin: &str| {
+        let mut c = std::process::Command::new(BIN);
+        c.args(args)
+            .args(["--server", &url, "--token-file", token_file.to_str().unwrap()])
+            .env_remove("BOOTSTREAM_TOKEN");
+        let mut child = c
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    assert!(cli(&["apply", "-f", "-"], &infraenv("a")).status.success());
+    // A pull secret that is not valid JSON: its error must not quote it.
+    let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: ps-bad, namespace: tenants}\n\
+               stringData: {.dockerconfigjson: 'not json dXNlcjpwYXNzd29yZAo='}\n---\n\
+               apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\n\
+               metadata: {name: bad, namespace: tenants}\nspec: {pullSecretRef: {name: ps-bad}}\n";
+    assert!(cli(&["apply", "-f", "-"], bad).status.success());
+    let mut ie = serde_json::Value::Null;
+    for _ in 0..100 {
+        let out = cli(&["get", "infraenv", "a", "-n", "tenants", "-o", "json"], "");
+        ie = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if ie["status"]["isoDownloadURL"].as_str().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let iso = ie["status"]["isoDownloadURL"].as_str().expect("an ISO URL").to_string();
+    let path = format!("/{}", iso.split("://").nth(1).unwrap().split_once('/').unwrap().1);
+    assert_eq!(request(&addr, "GET", &path, &[], b"").status, 200);
+    let ign = ie["status"]["bootArtifacts"]["discoveryIgnitionURL"].as_str().unwrap();
+    let ign_path = format!("/{}", ign.split("://").nth(1).unwrap().split_once('/').unwrap().1);
+    let ign = request(&addr, "GET", &ign_path, &[], b"");
+    assert!(String::from_utf8_lossy(&ign.body).contains("ignition"), "the Ignition was served");
+    let id = ie["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(request(&addr, "GET", &format!("/byid/{id}/4.20/x86_64/full.iso"), &[], b"").status, 401);
+    let metrics = request(&addr, "GET", "/metrics", &[], b"");
+    assert!(cli(&["delete", "infraenv", "a", "-n", "tenants"], "").status.success());
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("DEBUG"), "the log was written at debug level: {} bytes", log.len());
+    // The secret as stored (base64 auth), decoded, and as it sits in the Ignition (JSON-escaped).
+    for needle in [PULL_SECRET_AUTH, "user:password", "dXNlcjpwYXNzd29yZAo"] {
+        assert!(!log.contains(needle), "the server log holds {needle:?}");
+        assert!(!String::from_utf8_lossy(&metrics.body).contains(needle), "the metrics hold {needle:?}");
+    }
+}
