@@ -54,17 +54,6 @@ impl DownloadLimit {
     pub fn new(max: usize) -> DownloadLimit {
         DownloadLimit { permits: Arc::new(tokio::sync::Semaphore::new(max)), max }
     }
-
-    /// Downloads in flight now.
-    pub fn in_flight(&self) -> usize {
-        self.max - self.permits.available_permits()
-    }
-}
-
-impl Default for DownloadLimit {
-    fn default() -> Self {
-        DownloadLimit::new(4096)
-    }
 }
 
 /// Held by a download's response until its last byte is written or the client goes away.

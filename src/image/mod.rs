@@ -842,8 +842,8 @@ impl<S: Store> Images<S> {
         format!("{}/boot-artifacts/{}/{}/rootfs.img", self.config.base_url, enc(&base.version), enc(&base.arch))
     }
 
-    /// The URLs of an InfraEnv's artifacts over `base` (spec-controllers §3.8, `byid` form).
-    /// The URLs of `ie`'s artifacts, signed with a new token when URLs are signed.
+    /// The URLs of `ie`'s artifacts over `base` (spec-controllers §3.8), signed with a new token when
+    /// URLs are signed.
     pub fn urls(&self, ie: &InfraEnv, base: &BaseImage) -> ArtifactUrls {
         let id = ie.metadata.uid.as_deref().unwrap_or_default();
         let token = self.config.url_signer.as_ref().map(|s| s.sign(id, SystemTime::now()));
