@@ -179,6 +179,23 @@ fn route_label(path: &str) -> &'static str {
     }
 }
 
+/// What the plain-HTTP listener beside HTTPS serves: what iPXE fetches (its script, the kernel, the
+/// PXE initrd) and the rootfs the booted initramfs fetches, as assisted-image-service's HTTP port
+/// serves only `/pxe-initrd` (spec-images §7.1); plus health checks. ISOs, Ignition, the agent API
+/// and the resource API carry secrets or take writes and are served over HTTPS only.
+pub fn served_over_plain_http(uri: &http::Uri) -> bool {
+    match route_label(uri.path()) {
+        "/health" | "/live" | "/ready" => true,
+        "/images/:imageID/pxe-initrd" | "/boot-artifacts/kernel" | "/boot-artifacts/rootfs" => true,
+        "/v2/infra-envs/:id/downloads/files" => query_map(uri).get("file_name").is_some_and(|f| f == "ipxe-script"),
+        _ => false,
+    }
+}
+
+/// The plain-HTTP listener's answer to anything else.
+pub const PLAIN_HTTP_REFUSAL: &str =
+    "404 page not found: this port serves only iPXE scripts, kernels, PXE initrds and rootfs images; use HTTPS";
+
 pub fn query_map(uri: &http::Uri) -> HashMap<String, String> {
     uri.query()
         .map(|q| {
@@ -579,7 +596,7 @@ impl<S: Store> App<S> {
                     };
                     Ok(format!(
                         "#!ipxe\nchain {}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=ipxe-script{api_key}&mac=${{net0/mac}}\n",
-                        self.images.config.base_url
+                        self.images.config.ipxe_base_url()
                     ))
                 } else {
                     match self.images.selected_base(&ie) {

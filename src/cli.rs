@@ -31,6 +31,9 @@ struct Cli {
     /// File with the API token, as `serve` makes it in its data directory.
     #[arg(long, global = true, env = "BOOTSTREAM_TOKEN_FILE", default_value = "./bootstream-data/api-token")]
     token_file: PathBuf,
+    /// PEM CA bundle to trust, besides the system's, for an https --server (`serve --tls-cert`).
+    #[arg(long, global = true, env = "BOOTSTREAM_CA_FILE", value_name = "PATH")]
+    certificate_authority: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -121,9 +124,29 @@ struct ServeArgs {
     #[arg(long, env = "BOOTSTREAM_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// URL hosts and BMCs use to reach this server; every URL in a status or iPXE script is built on it.
-    /// Defaults to http://LISTEN-ADDRESS.
+    /// Defaults to http://LISTEN-ADDRESS, or https:// with --tls-cert.
     #[arg(long, env = "BOOTSTREAM_BASE_URL")]
     base_url: Option<String>,
+    /// PEM certificate chain (leaf first) of the HTTPS listener: with --tls-key, --listen serves HTTPS
+    /// only. Reloaded when the file changes.
+    #[arg(long, env = "BOOTSTREAM_TLS_CERT", value_name = "PATH", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (PKCS#8, RSA or EC).
+    #[arg(long, env = "BOOTSTREAM_TLS_KEY", value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Beside HTTPS, a plain-HTTP listener for what iPXE fetches (iPXE usually cannot do TLS): iPXE
+    /// scripts, kernels, PXE initrds and rootfs images, whose status URLs then use it. Nothing else
+    /// is served there. A PXE initrd holds its InfraEnv's pull secret: only on a trusted network.
+    #[arg(long, env = "BOOTSTREAM_HTTP_LISTEN", value_name = "ADDRESS", requires = "tls_cert")]
+    http_listen: Option<SocketAddr>,
+    /// URL iPXE uses to reach --http-listen. Defaults to the base URL's host with scheme http and
+    /// the port of --http-listen.
+    #[arg(long, env = "BOOTSTREAM_HTTP_BASE_URL", requires = "http_listen")]
+    http_base_url: Option<String>,
+    /// PEM CA bundle that verifies this server's HTTPS certificate, written into discovery images
+    /// for the agent (`--cacert`). Needed when that certificate is not signed by a public CA.
+    #[arg(long, env = "BOOTSTREAM_SERVICE_CA_CERT", value_name = "PATH")]
+    service_ca_cert: Option<PathBuf>,
     /// Base live ISO: VERSION:ARCH:PATH, or VERSION:ARCH:URL:SHA256 to download it (repeatable).
     #[arg(long = "os-image", value_name = "VERSION:ARCH:PATH_OR_URL[:SHA256]")]
     os_images: Vec<OsImageSpec>,
@@ -248,7 +271,7 @@ pub fn main() -> ExitCode {
         other => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
             let token = crate::auth::client_token(cli.token.as_deref(), &cli.token_file);
-            rt.block_on(client_command(other, token))
+            rt.block_on(client_command(other, token, cli.certificate_authority.as_deref()))
         }
     };
     match result {
@@ -269,6 +292,10 @@ struct ImageService<S: crate::store::Store> {
     data_dir: PathBuf,
     base_url: String,
     listener: tokio::net::TcpListener,
+    /// The HTTPS configuration of `listener`; None: plain HTTP.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// The plain-HTTP listener for iPXE beside HTTPS, and its base URL.
+    plain_http: Option<(tokio::net::TcpListener, String)>,
 }
 
 async fn image_service<S: crate::store::Store>(
@@ -320,12 +347,51 @@ async fn image_service<S: crate::store::Store>(
     let digests = Arc::new(DigestCache::open(data_dir.join("image-digests.json")));
     tokio::spawn(crate::catalog::load_all(catalog.clone(), data_dir.join("os-images"), digests));
 
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let cert = crate::http::tls::ReloadingCert::load(cert, key)?;
+            let config = cert.server_config();
+            cert.watch();
+            Some(config)
+        }
+        _ => None,
+    };
+    let service_ca_cert_pem = match &args.service_ca_cert {
+        Some(path) => {
+            let pem = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --service-ca-cert {}", path.display()))?;
+            anyhow::ensure!(
+                pem.contains("-----BEGIN CERTIFICATE-----"),
+                "--service-ca-cert {}: no PEM certificate in it",
+                path.display()
+            );
+            Some(pem)
+        }
+        None => None,
+    };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let base_url = args.base_url.clone().unwrap_or_else(|| format!("http://{addr}"));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let base_url = args.base_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
     let base_url = base_url.trim_end_matches('/').to_string();
+    let plain_http = match args.http_listen {
+        Some(http_addr) => {
+            let l = tokio::net::TcpListener::bind(http_addr)
+                .await
+                .with_context(|| format!("listening on {http_addr} (--http-listen)"))?;
+            let port = l.local_addr()?.port();
+            let url = match &args.http_base_url {
+                Some(u) => u.trim_end_matches('/').to_string(),
+                None => plain_http_base_url(&base_url, port)?,
+            };
+            Some((l, url))
+        }
+        None => None,
+    };
     let mut config = crate::image::ServiceConfig::new(&base_url, data_dir.clone());
+    config.plain_http_base_url = plain_http.as_ref().map(|(_, url)| url.clone());
+    config.service_ca_cert_pem = service_ca_cert_pem;
     config.agent_image = args.agent_image.clone();
     config.default_image_type = match args.iso_image_type {
         IsoImageType::FullIso => crate::resources::ImageType::FullIso,
@@ -341,7 +407,15 @@ async fn image_service<S: crate::store::Store>(
     config.url_signer = url_signer;
     let images = crate::image::Images::new(store, catalog.clone(), Arc::new(config));
     tokio::spawn(images.clone().prepare_static_networks());
-    Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener })
+    Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener, tls, plain_http })
+}
+
+/// The plain-HTTP listener's URL for iPXE: the base URL's host, scheme http, the listener's port.
+fn plain_http_base_url(base_url: &str, port: u16) -> anyhow::Result<String> {
+    let uri: http::Uri = base_url.parse().map_err(|e| anyhow::anyhow!("--base-url {base_url:?}: {e}"))?;
+    let host = uri.host().ok_or_else(|| anyhow::anyhow!("--base-url {base_url:?} has no host"))?;
+    let path = uri.path().trim_end_matches('/');
+    Ok(format!("http://{host}:{port}{path}"))
 }
 
 /// The host records, the agent API over them, and every controller: what `serve` runs embedded and
@@ -428,11 +502,31 @@ async fn run<S: crate::store::Store>(
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let addr = svc.listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    // Scripts and tests read this line to learn the address (useful with --listen ...:0).
-    println!("bootstream listening on http://{addr} (base URL {}, data dir {})", svc.base_url, svc.data_dir.display());
+    let scheme = if svc.tls.is_some() { "https" } else { "http" };
+    // Scripts and tests read these lines to learn the addresses (useful with --listen ...:0).
+    println!(
+        "bootstream listening on {scheme}://{addr} (base URL {}, data dir {})",
+        svc.base_url,
+        svc.data_dir.display()
+    );
+    let stop = futures_util::FutureExt::shared(Box::pin(stop));
+    let plain = svc.plain_http.map(|(listener, url)| {
+        let http_addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        println!("bootstream listening on http://{http_addr} for iPXE (base URL {url})");
+        let gate = Arc::new(crate::http::Restricted {
+            inner: app.clone(),
+            allow: crate::api::served_over_plain_http,
+            refusal: crate::api::PLAIN_HTTP_REFUSAL,
+        });
+        tokio::spawn(crate::http::server::serve(listener, gate, Default::default(), stop.clone()))
+    });
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    crate::http::server::serve(svc.listener, app, Default::default(), stop).await;
+    let config = crate::http::server::ServerConfig { tls: svc.tls, ..Default::default() };
+    crate::http::server::serve(svc.listener, app, config, stop).await;
+    if let Some(plain) = plain {
+        let _ = plain.await;
+    }
     tracing::info!("shutting down");
 }
 
@@ -602,7 +696,7 @@ fn ensure_sample_image(data_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-async fn client_command(cmd: Command, token: Option<String>) -> anyhow::Result<ExitCode> {
+async fn client_command(cmd: Command, token: Option<String>, ca_file: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(token) = &token {
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
@@ -610,7 +704,16 @@ async fn client_command(cmd: Command, token: Option<String>) -> anyhow::Result<E
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    let client = reqwest::Client::builder().default_headers(headers).build()?;
+    let mut builder = reqwest::Client::builder().default_headers(headers);
+    if let Some(path) = ca_file {
+        use anyhow::Context;
+        let pem = std::fs::read(path).with_context(|| format!("reading --certificate-authority {}", path.display()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("--certificate-authority {}: not a PEM bundle", path.display()))?;
+        anyhow::ensure!(!certs.is_empty(), "--certificate-authority {}: no certificate in it", path.display());
+        builder = builder.tls_certs_merge(certs);
+    }
+    let client = builder.build()?;
     match cmd {
         Command::Apply { server, files } => apply(&client, &server, &files).await,
         Command::Get { server, kind, name, namespace, all_namespaces, output } => {
@@ -687,7 +790,18 @@ fn object_url(server: &str, kind: Kind, namespace: &str, name: &str) -> String {
 
 /// Sends a request and returns its JSON body, or the server's error message.
 async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-    let resp = req.send().await.map_err(|e| anyhow::anyhow!("cannot reach the bootstream server: {e}"))?;
+    let resp = req.send().await.map_err(|e| {
+        // reqwest's message alone ("error sending request") hides why: a refused connection, an
+        // untrusted certificate.
+        let mut why = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            why.push_str(": ");
+            why.push_str(&s.to_string());
+            source = s.source();
+        }
+        anyhow::anyhow!("cannot reach the bootstream server: {why}")
+    })?;
     let status = resp.status();
     let body = resp.bytes().await?;
     let value: Value =

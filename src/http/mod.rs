@@ -7,6 +7,7 @@
 pub mod range;
 pub mod respond;
 pub mod server;
+pub mod tls;
 
 use bytes::Bytes;
 
@@ -108,4 +109,29 @@ pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Re
         .header(http::header::CONTENT_LENGTH, body.len())
         .body(Body::Bytes(Bytes::from(body)))
         .expect("valid response")
+}
+
+/// The application as a listener with a narrower purpose sees it: requests `allow` admits go to
+/// `inner`, others get 404 with `refusal`. The plain-HTTP listener beside HTTPS is one: it serves
+/// only what iPXE, which usually cannot do TLS, fetches.
+pub struct Restricted<H> {
+    pub inner: std::sync::Arc<H>,
+    pub allow: fn(&http::Uri) -> bool,
+    pub refusal: &'static str,
+}
+
+impl<H: Handler> Handler for Restricted<H> {
+    async fn handle(self: std::sync::Arc<Self>, req: http::Request<Bytes>) -> http::Response<Body> {
+        if (self.allow)(req.uri()) {
+            self.inner.clone().handle(req).await
+        } else {
+            let mut resp = text(http::StatusCode::NOT_FOUND, self.refusal);
+            resp.extensions_mut().insert(RouteLabel("other"));
+            resp
+        }
+    }
+
+    fn completed(&self, completion: Completion) {
+        self.inner.completed(completion)
+    }
 }

@@ -9,6 +9,10 @@
 //! a chunked or large body, an upload the handler streams, `Expect`, `Upgrade` or anything our parser
 //! does not take — hands the connection, with the bytes already read, to hyper for the rest of its
 //! life. Both paths call the same [`Handler`].
+//!
+//! The same code serves HTTPS (`ServerConfig::tls`): there the image spans are read from the page
+//! cache into one buffer per download and encrypted, as nginx does without kTLS, since `sendfile(2)`
+//! cannot encrypt.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -20,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::BodyExt;
-use tokio::io::{AsyncRead, AsyncWriteExt, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -39,6 +43,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Largest request body accepted (API documents).
     pub max_body_bytes: usize,
+    /// Serve HTTPS with this configuration; None serves plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +55,7 @@ impl Default for ServerConfig {
             write_timeout: Duration::from_secs(60),
             max_connections: 16_384,
             max_body_bytes: 8 << 20,
+            tls: None,
         }
     }
 }
@@ -62,6 +69,38 @@ const MAX_HEADERS: usize = 64;
 const SENDFILE_CHUNK: usize = 2 << 20;
 /// In-memory parts are written in pieces of at most this size, each under the write timeout.
 const WRITE_CHUNK: usize = 256 * 1024;
+/// Over TLS, base-image spans are read and encrypted in pieces of this size: the buffer each TLS
+/// download holds while it runs.
+const TLS_FILE_CHUNK: usize = 128 * 1024;
+
+/// A connection the server speaks HTTP/1.1 over: plain TCP, whose image spans go out with
+/// `sendfile(2)`, or TLS, which must read them to encrypt them.
+pub trait Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The socket itself, when file bytes can go from the page cache to it directly.
+    fn sendfile_socket(&self) -> Option<&TcpStream>;
+    /// Waits until the peer sent something, holding no buffer meanwhile (an idle keep-alive
+    /// connection costs nothing but its socket). Returns at once where bytes may already be waiting
+    /// in a layer above the socket (TLS).
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+impl Connection for TcpStream {
+    fn sendfile_socket(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        TcpStream::readable(self)
+    }
+}
+
+impl Connection for tokio_rustls::server::TlsStream<TcpStream> {
+    fn sendfile_socket(&self) -> Option<&TcpStream> {
+        None
+    }
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
 
 /// Accepts connections until `shutdown` resolves.
 pub async fn serve<H: Handler>(
@@ -94,7 +133,20 @@ pub async fn serve<H: Handler>(
         let config = config.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = serve_connection(stream, handler, &config).await {
+            let result = match &config.tls {
+                None => serve_connection(stream, handler, &config).await,
+                Some(tls) => {
+                    // The handshake gets the header timeout too: a client that opens a connection
+                    // and never finishes it must not hold it.
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls.clone());
+                    match tokio::time::timeout(config.header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(tls_stream)) => serve_connection(tls_stream, handler, &config).await,
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake did not finish in time")),
+                    }
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!("connection ended: {e}");
             }
         });
@@ -102,8 +154,14 @@ pub async fn serve<H: Handler>(
 }
 
 /// Serves one connection on the fast path until it closes or needs hyper.
-async fn serve_connection<H: Handler>(mut stream: TcpStream, handler: Arc<H>, config: &ServerConfig) -> io::Result<()> {
-    let _ = stream.set_nodelay(true);
+async fn serve_connection<S: Connection, H: Handler>(
+    mut stream: S,
+    handler: Arc<H>,
+    config: &ServerConfig,
+) -> io::Result<()> {
+    if let Some(sock) = stream.sendfile_socket() {
+        let _ = sock.set_nodelay(true);
+    }
     let mut buf = BytesMut::new();
     let mut first = true;
     loop {
@@ -186,8 +244,8 @@ enum HeadRead {
     Invalid,
 }
 
-async fn read_head(
-    stream: &mut TcpStream,
+async fn read_head<S: Connection>(
+    stream: &mut S,
     buf: &mut BytesMut,
     config: &ServerConfig,
     first: bool,
@@ -235,8 +293,8 @@ enum BodyRead {
 }
 
 /// Reads until `buf` holds `total` bytes (the head and its body), within the header timeout.
-async fn read_body(
-    stream: &mut TcpStream,
+async fn read_body<S: Connection>(
+    stream: &mut S,
     buf: &mut BytesMut,
     total: usize,
     config: &ServerConfig,
@@ -314,8 +372,24 @@ struct WriteError {
 }
 
 /// Writes a response; returns the body bytes written.
-async fn write_response(
-    stream: &mut TcpStream,
+async fn write_response<S: Connection>(
+    stream: &mut S,
+    resp: Response<Body>,
+    head_only: bool,
+    keep_alive: bool,
+    config: &ServerConfig,
+) -> Result<u64, WriteError> {
+    let written = write_response_unflushed(stream, resp, head_only, keep_alive, config).await?;
+    // TLS keeps the last records of a response until flushed; plain TCP has nothing to flush.
+    match tokio::time::timeout(config.write_timeout, stream.flush()).await {
+        Ok(Ok(())) => Ok(written),
+        Ok(Err(error)) => Err(WriteError { error, written }),
+        Err(_) => Err(WriteError { error: io::Error::new(io::ErrorKind::TimedOut, "client stopped reading"), written }),
+    }
+}
+
+async fn write_response_unflushed<S: Connection>(
+    stream: &mut S,
     resp: Response<Body>,
     head_only: bool,
     keep_alive: bool,
@@ -403,12 +477,15 @@ async fn write_response(
             }
         }
         Body::Plan(plan) => {
+            let mut file_buf = Vec::new();
             for seg in plan.segments() {
                 match seg {
                     Segment::File { file, offset, len } => {
-                        send_file(stream, file, *offset, *len, config, &mut written)
-                            .await
-                            .map_err(|e| fail(e, written))?;
+                        let sent = match stream.sendfile_socket() {
+                            Some(sock) => send_file(sock, file, *offset, *len, config, &mut written).await,
+                            None => copy_file(stream, file, *offset, *len, config, &mut file_buf, &mut written).await,
+                        };
+                        sent.map_err(|e| fail(e, written))?;
                     }
                     Segment::Part { .. } => {
                         let bytes = seg.part_bytes().expect("part segment");
@@ -433,7 +510,7 @@ async fn write_response(
     Ok(written)
 }
 
-async fn write_all_timed(stream: &mut TcpStream, data: &[u8], config: &ServerConfig) -> io::Result<()> {
+async fn write_all_timed<S: Connection>(stream: &mut S, data: &[u8], config: &ServerConfig) -> io::Result<()> {
     match tokio::time::timeout(config.write_timeout, stream.write_all(data)).await {
         Ok(r) => r,
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")),
@@ -491,9 +568,48 @@ async fn send_file(
     Ok(())
 }
 
+/// Copies `len` bytes of `file` at `offset` to a stream that must see them (TLS encrypts them): read
+/// on the blocking pool, where a page-cache miss may wait for the disk, in [`TLS_FILE_CHUNK`] pieces
+/// through one buffer. As with `sendfile`, a short file aborts the response.
+async fn copy_file<S: Connection>(
+    stream: &mut S,
+    file: &Arc<BaseFile>,
+    mut offset: u64,
+    len: u64,
+    config: &ServerConfig,
+    buf: &mut Vec<u8>,
+    written: &mut u64,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let end = offset + len;
+    while offset < end {
+        let want = ((end - offset) as usize).min(TLS_FILE_CHUNK);
+        let mut chunk = std::mem::take(buf);
+        chunk.resize(want, 0);
+        let f = file.clone();
+        let (chunk, read) = tokio::task::spawn_blocking(move || {
+            let r = f.file.read_exact_at(&mut chunk, offset);
+            (chunk, r)
+        })
+        .await
+        .map_err(io::Error::other)?;
+        if let Err(e) = read {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("{} at byte {offset}: {e} (base image changed on disk?)", file.path.display()),
+            ));
+        }
+        write_all_timed(stream, &chunk, config).await?;
+        offset += want as u64;
+        *written += want as u64;
+        *buf = chunk;
+    }
+    Ok(())
+}
+
 /// Serves the rest of a connection with hyper, replaying the bytes already read.
-async fn hand_to_hyper<H: Handler>(
-    stream: TcpStream,
+async fn hand_to_hyper<S: Connection, H: Handler>(
+    stream: S,
     prefix: Bytes,
     handler: Arc<H>,
     config: &ServerConfig,
@@ -598,12 +714,12 @@ fn plan_body(plan: crate::plan::Plan) -> HyperBody {
 }
 
 /// A stream that first yields bytes already read from it.
-struct Rewind {
+struct Rewind<S> {
     prefix: Bytes,
-    inner: TcpStream,
+    inner: S,
 }
 
-impl AsyncRead for Rewind {
+impl<S: Connection> AsyncRead for Rewind<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if !self.prefix.is_empty() {
             let n = self.prefix.len().min(buf.remaining());
@@ -614,7 +730,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl tokio::io::AsyncWrite for Rewind {
+impl<S: Connection> AsyncWrite for Rewind<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }

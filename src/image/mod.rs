@@ -53,6 +53,12 @@ pub struct ServiceConfig {
     /// Signs image URLs and checks the tokens of image requests; None serves unsigned `/byid/` URLs
     /// (assisted-service's AUTH_TYPE=none).
     pub url_signer: Option<Arc<crate::urlsign::UrlSigner>>,
+    /// Where iPXE reaches bootstream when `base_url` is HTTPS and a plain-HTTP listener serves what
+    /// iPXE fetches ("insecure iPXE URLs", spec-controllers §3.8): the iPXE script, kernel, rootfs
+    /// and PXE initrd URLs are built on it. No trailing slash.
+    pub plain_http_base_url: Option<String>,
+    /// The CA of bootstream's HTTPS certificate, given to the discovery agent (`--cacert`).
+    pub service_ca_cert_pem: Option<String>,
 }
 
 impl ServiceConfig {
@@ -65,7 +71,14 @@ impl ServiceConfig {
             ironic: IronicDefaults::default(),
             agent_auth: None,
             url_signer: None,
+            plain_http_base_url: None,
+            service_ca_cert_pem: None,
         }
+    }
+
+    /// The base of the URLs iPXE fetches: the plain-HTTP listener's when there is one.
+    pub fn ipxe_base_url(&self) -> &str {
+        self.plain_http_base_url.as_deref().unwrap_or(&self.base_url)
     }
 }
 
@@ -518,7 +531,7 @@ impl<S: Store> Images<S> {
             agent_image: self.config.agent_image.clone(),
             agent_token: self.config.agent_auth.as_ref().map(|a| a.token(uid)),
             insecure_skip_verify: false,
-            ca_cert_pem: None,
+            ca_cert_pem: self.config.service_ca_cert_pem.clone(),
         };
         let ignition = crate::ignition::render_discovery_ignition(&input)
             .map_err(|e| ImageError::Invalid(format!("discovery ignition: {e}")))?;
@@ -873,9 +886,11 @@ impl<S: Store> Images<S> {
     /// initrd and the downloads) when there is one; kernel and rootfs are never signed.
     pub fn urls_with_token(&self, ie: &InfraEnv, base: &BaseImage, token: Option<&str>) -> ArtifactUrls {
         let b = &self.config.base_url;
+        let ipxe = self.config.ipxe_base_url();
         let id = ie.metadata.uid.as_deref().unwrap_or_default();
         let q = format!("arch={}&version={}", enc(&base.arch), enc(&base.version));
         let files = format!("{b}/api/assisted-install/v2/infra-envs/{id}/downloads/files");
+        let ipxe_files = format!("{ipxe}/api/assisted-install/v2/infra-envs/{id}/downloads/files");
         let api_key = token.map(|t| format!("&api_key={}", enc(t))).unwrap_or_default();
         let ipxe_type = if ie.spec.ipxe_script_type == Some(IpxeScriptType::BootOrderControl) {
             "&ipxe_script_type=boot-order-control"
@@ -892,10 +907,10 @@ impl<S: Store> Images<S> {
         };
         ArtifactUrls {
             iso: format!("{b}/{iso_path}/{}/{}/{iso_file}", enc(&base.version), enc(&base.arch)),
-            kernel: format!("{b}/boot-artifacts/kernel?{q}"),
-            rootfs: format!("{b}/boot-artifacts/rootfs?{q}"),
-            initrd: format!("{b}/images/{id}/pxe-initrd?{q}{api_key}"),
-            ipxe_script: format!("{files}?file_name=ipxe-script{ipxe_type}{api_key}"),
+            kernel: format!("{ipxe}/boot-artifacts/kernel?{q}"),
+            rootfs: format!("{ipxe}/boot-artifacts/rootfs?{q}"),
+            initrd: format!("{ipxe}/images/{id}/pxe-initrd?{q}{api_key}"),
+            ipxe_script: format!("{ipxe_files}?file_name=ipxe-script{ipxe_type}{api_key}"),
             discovery_ignition: format!("{files}?file_name=discovery.ign{api_key}"),
             static_network_config: format!("{files}?file_name=static-network-config{api_key}"),
         }
