@@ -64,3 +64,33 @@ fn past_the_download_limit_clients_are_told_to_retry_and_places_come_back() {
     };
     assert_eq!(status, 200);
 }
+
+/// A download served by hyper (the path for requests with `Expect`, a chunked body or an upgrade)
+/// holds its place until its body is written, not just until its head is.
+#[test]
+fn a_download_through_hyper_keeps_its_place_until_its_body_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let iso = dir.path().join("base.iso");
+    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
+    let image = format!("4.20:x86_64:{}", iso.display());
+    let server = Server::start(&["--max-downloads", "1", "--os-image", &image]);
+    server.apply_ok(INFRAENV);
+    let ie = server.wait_image_created("t", "pool", "True");
+    let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
+
+    // `Expect` sends the request to hyper; nothing is read past the status line.
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    write!(s, "GET {iso_path} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.get(&iso_path).status, 503, "the hyper download gave its place back before its body was written");
+
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.get(&iso_path).status != 200 {
+        assert!(Instant::now() < deadline, "the place never came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

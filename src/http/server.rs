@@ -666,7 +666,10 @@ async fn hyper_request<H: Handler>(
         complete: true,
         elapsed: started.elapsed(),
     });
-    let (parts, body) = resp.into_parts();
+    let (mut parts, body) = resp.into_parts();
+    // hyper drops the response head once it is written; what the handler attached to the response
+    // (a download's place in the limit) must live until the body is written, so it goes with the body.
+    let held = std::mem::take(&mut parts.extensions);
     let body: HyperBody = match body {
         Body::Empty => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
         Body::Bytes(b) => http_body_util::Full::new(b).map_err(|never| match never {}).boxed(),
@@ -678,7 +681,32 @@ async fn hyper_request<H: Handler>(
         Body::Plan(plan) if method != Method::HEAD => plan_body(plan),
         Body::Plan(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
     };
-    Response::from_parts(parts, body)
+    Response::from_parts(parts, HoldingBody { inner: body, _held: held }.boxed())
+}
+
+/// A body that keeps response extensions alive until hyper drops it, after its last byte or when the
+/// client leaves.
+struct HoldingBody {
+    inner: HyperBody,
+    _held: http::Extensions,
+}
+
+impl http_body::Body for HoldingBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, io::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// A plan as a hyper body for connections hyper serves: file spans are read in 256 KiB pieces on the
