@@ -244,7 +244,7 @@ impl<S: Store> App<S> {
         if let ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] = segs.as_slice()
             && (req.method() == Method::GET || req.method() == Method::HEAD)
         {
-            if let Some(refused) = self.api_refusal(&req) {
+            if let Some(refused) = self.logs_refusal(&req, cluster_id) {
                 return refused;
             }
             return self.download_logs(&req, cluster_id).await;
@@ -391,6 +391,24 @@ impl<S: Store> App<S> {
                 self.resource_api(&req, &segs).await
             }
         }
+    }
+
+    /// A cluster's host logs are for whoever holds the Agent's logsURL (its `api_key` names the
+    /// cluster) or the API token; where neither is configured (unsigned URLs on Kubernetes), anyone.
+    fn logs_refusal(&self, req: &Request<Bytes>, cluster_id: &str) -> Option<Response<Body>> {
+        let signer = self.images.config.url_signer.as_ref();
+        if let (Some(signer), Some(token)) = (signer, query_map(req.uri()).get("api_key")) {
+            return match signer.verify_cluster(token, cluster_id, std::time::SystemTime::now()) {
+                Ok(_) => None,
+                Err(e) => Some(text(e.http_status(), e.to_string())),
+            };
+        }
+        if self.api_token.is_some() {
+            return self.api_refusal(req);
+        }
+        signer.map(|_| {
+            text(StatusCode::UNAUTHORIZED, "host logs need the signed URL in the Agent's status.debugInfo.logsURL")
+        })
     }
 
     /// The resource API holds every tenant's pull secrets and the fleet's state: without the API's

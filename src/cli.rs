@@ -454,6 +454,7 @@ async fn hub<S: crate::store::Store>(
             agent_image: args.agent_image.clone(),
             metal3: true,
             own_writes: Default::default(),
+            url_signer: svc.images.config.url_signer.clone(),
         },
         clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
     });
@@ -467,6 +468,7 @@ async fn hub<S: crate::store::Store>(
             converged: args.converged_flow,
             pause_provisioned: !args.no_pause_provisioned_bmhs,
             image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
+            url_signer: svc.images.config.url_signer.clone(),
         }),
         Arc::new(crate::controllers::ppi::PpiContext {
             store,

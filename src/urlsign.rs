@@ -4,6 +4,11 @@
 //! secret: a signed URL names one InfraEnv, stops working after its expiry, and can be revoked for
 //! everyone by rotating the key.
 //!
+//! Two kinds of URL are handed to machines rather than people, and do not expire, as assisted-service's
+//! local-auth URLs never do: the ISO URL a BareMetalHost boots from (metal3 and the BMC may fetch it
+//! again days later, and a new URL would reprovision the host), and an Agent's logsURL (set once).
+//! Both still name one InfraEnv or one cluster and die with a key rotation.
+//!
 //! Rotation without downtime: the service signs with one key and verifies with it and any number of
 //! previous keys. Tokens name their key (`kid`, from the public key), so a previous key keeps the
 //! URLs it signed working until they expire (at most [`TOKEN_LIFETIME`]); after that it can be
@@ -39,24 +44,30 @@ pub enum TokenError {
     Expired(u64),
     #[error("the image token is for another InfraEnv")]
     OtherInfraEnv,
+    #[error("the token is for another cluster")]
+    OtherCluster,
 }
 
 impl TokenError {
     pub fn http_status(&self) -> http::StatusCode {
         match self {
-            TokenError::OtherInfraEnv => http::StatusCode::FORBIDDEN,
+            TokenError::OtherInfraEnv | TokenError::OtherCluster => http::StatusCode::FORBIDDEN,
             _ => http::StatusCode::UNAUTHORIZED,
         }
     }
 }
 
-/// The claims of an image token: assisted-service's local-auth claim (`infra_env_id`), `sub` as its
-/// image-token flavor has, and the expiry.
+/// The claims of a token: assisted-service's local-auth claim (`infra_env_id`, or `cluster_id` for a
+/// cluster's logs), `sub` naming the same, as its image-token flavor has, and the expiry if any.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Claims {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub infra_env_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_id: String,
     pub sub: String,
-    pub exp: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exp: Option<u64>,
 }
 
 /// A verification key, named by `kid`.
@@ -174,11 +185,39 @@ impl UrlSigner {
 
     /// A token for `infra_env_id`, valid until `now` + [`TOKEN_LIFETIME`].
     pub fn sign(&self, infra_env_id: &str, now: SystemTime) -> String {
-        let exp = unix(now) + TOKEN_LIFETIME.as_secs();
-        let claims = Claims { infra_env_id: infra_env_id.to_string(), sub: infra_env_id.to_string(), exp };
+        let exp = Some(unix(now) + TOKEN_LIFETIME.as_secs());
+        self.encode(&Claims {
+            infra_env_id: infra_env_id.into(),
+            cluster_id: String::new(),
+            sub: infra_env_id.into(),
+            exp,
+        })
+    }
+
+    /// A token for `infra_env_id` that does not expire: for the URL a BareMetalHost boots from.
+    pub fn sign_lasting(&self, infra_env_id: &str) -> String {
+        self.encode(&Claims {
+            infra_env_id: infra_env_id.into(),
+            cluster_id: String::new(),
+            sub: infra_env_id.into(),
+            exp: None,
+        })
+    }
+
+    /// A token for cluster `cluster_id` that does not expire: for the Agents' logsURL.
+    pub fn sign_cluster(&self, cluster_id: &str) -> String {
+        self.encode(&Claims {
+            infra_env_id: String::new(),
+            cluster_id: cluster_id.into(),
+            sub: cluster_id.into(),
+            exp: None,
+        })
+    }
+
+    fn encode(&self, claims: &Claims) -> String {
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(self.kid.clone());
-        jsonwebtoken::encode(&header, &claims, &self.signing).expect("ES256 signing with a checked key")
+        jsonwebtoken::encode(&header, claims, &self.signing).expect("ES256 signing with a checked key")
     }
 
     /// The claims of `token` if one of our keys signed it and it has not expired at `now`.
@@ -196,8 +235,10 @@ impl UrlSigner {
                 claims
             }
         };
-        if claims.exp <= unix(now) {
-            return Err(TokenError::Expired(claims.exp));
+        if let Some(exp) = claims.exp
+            && exp <= unix(now)
+        {
+            return Err(TokenError::Expired(exp));
         }
         Ok(claims)
     }
@@ -219,8 +260,13 @@ impl UrlSigner {
             _ => TokenError::Malformed(e.to_string()),
         })?;
         let claims = data.claims;
-        if claims.infra_env_id.is_empty() || claims.sub != claims.infra_env_id {
-            return Err(TokenError::Malformed("infra_env_id and sub must name the same InfraEnv".into()));
+        let named = match (claims.infra_env_id.is_empty(), claims.cluster_id.is_empty()) {
+            (false, true) => &claims.infra_env_id,
+            (true, false) => &claims.cluster_id,
+            _ => return Err(TokenError::Malformed("the token must name one InfraEnv or one cluster".into())),
+        };
+        if claims.sub != *named {
+            return Err(TokenError::Malformed("sub must name the token's InfraEnv or cluster".into()));
         }
         Ok(claims)
     }
@@ -233,11 +279,21 @@ impl UrlSigner {
         }
         Ok(claims)
     }
+
+    /// Verifies `token` and that it is for cluster `cluster_id`.
+    pub fn verify_cluster(&self, token: &str, cluster_id: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let claims = self.verify(token, now)?;
+        if claims.cluster_id != cluster_id {
+            return Err(TokenError::OtherCluster);
+        }
+        Ok(claims)
+    }
 }
 
 impl Claims {
-    pub fn expires_at(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(self.exp)
+    /// When the token expires; None for one that does not.
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        self.exp.map(|exp| UNIX_EPOCH + Duration::from_secs(exp))
     }
 }
 
@@ -269,6 +325,25 @@ mod tests {
 
     fn signer(dir: &Path) -> UrlSigner {
         UrlSigner::load_or_create(dir, &[]).unwrap()
+    }
+
+    #[test]
+    fn lasting_and_cluster_tokens_do_not_expire_and_name_only_what_they_were_made_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let years = SystemTime::now() + Duration::from_secs(3 * 365 * 24 * 3600);
+        let host = s.sign_lasting("ie-a");
+        assert_eq!(s.verify_for(&host, "ie-a", years).unwrap().exp, None);
+        assert_eq!(s.verify_for(&host, "ie-b", years), Err(TokenError::OtherInfraEnv));
+        assert_eq!(s.verify_cluster(&host, "ie-a", years), Err(TokenError::OtherCluster));
+        let logs = s.sign_cluster("c-1");
+        assert_eq!(s.verify_cluster(&logs, "c-1", years).unwrap().cluster_id, "c-1");
+        assert_eq!(s.verify_cluster(&logs, "c-2", years), Err(TokenError::OtherCluster));
+        // A cluster's token opens no InfraEnv's image, even one with the cluster's id.
+        assert_eq!(s.verify_for(&logs, "c-1", years), Err(TokenError::OtherInfraEnv));
+        // A key rotated out takes them with it.
+        let other = tempfile::tempdir().unwrap();
+        assert_eq!(signer(other.path()).verify_cluster(&logs, "c-1", years), Err(TokenError::UnknownKey));
     }
 
     #[test]

@@ -472,9 +472,11 @@ fn a_host_registered_without_its_agent_gets_it_at_start() {
 
 /// §2.2 logsURL: the installer uploads a host's logs when it is done, the Agent links them, and the
 /// link serves what was uploaded. Bad uploads are refused and leave the stored logs as they were.
+/// The link is signed for its cluster (with signed URLs, the default): it needs no API token, and
+/// another cluster's token or none opens nothing.
 #[test]
 fn installed_hosts_logs_are_linked_from_their_agent() {
-    let s = Server::start(&[]);
+    let s = Server::start_signed(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml("logs", 1));
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
@@ -485,19 +487,30 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
     assert_eq!(state(&list[0]), "installed");
     let url = list[0]["status"]["debugInfo"]["logsURL"].as_str().unwrap();
     let path = &url[url.find("/api/").unwrap()..];
-    let cluster_id = path
+    let (unsigned, api_key) = path.split_once("&api_key=").unwrap_or_else(|| panic!("unsigned logsURL {url}"));
+    let cluster_id = unsigned
         .strip_prefix("/api/assisted-install/v2/clusters/")
         .and_then(|p| p.strip_suffix(&format!("/logs?host_id={n}&logs_type=host")))
         .unwrap_or_else(|| panic!("unexpected logsURL {url}"));
     let uploaded = bootstream::simulate::simulated_logs(&n);
+    // The signed link alone, no API token.
     let download = |s: &Server| {
-        let r = s.get(path);
+        let r = request(&s.addr, "GET", path, &[], b"");
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("content-type"), Some("application/octet-stream"));
         assert!(r.header("content-disposition").unwrap().starts_with("attachment; filename=logs_"));
         r.body
     };
     assert_eq!(download(&s), uploaded);
+    let without_key = request(&s.addr, "GET", unsigned, &[], b"");
+    assert_eq!(without_key.status, 401, "{}", without_key.text());
+    assert_eq!(s.get(unsigned).status, 200, "the API token opens the logs too");
+    let other_cluster = path.replace(cluster_id, "00000000-0000-0000-0000-000000000000");
+    let r = request(&s.addr, "GET", &other_cluster, &[], b"");
+    assert_eq!(r.status, 403, "another cluster's logs with this cluster's token: {}", r.text());
+    let last = if api_key.ends_with('A') { 'B' } else { 'A' };
+    let tampered = format!("{unsigned}&api_key={}{last}", &api_key[..api_key.len() - 1]);
+    assert_eq!(request(&s.addr, "GET", &tampered, &[], b"").status, 401);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let target = rt

@@ -32,6 +32,8 @@ pub struct AgentContext<S: Store> {
     /// The resourceVersions this controller's own writes produced, so that their change events do not
     /// queue the Agent again (see [`OwnWrites`]).
     pub own_writes: OwnWrites,
+    /// Signs the Agents' logsURL (claim `cluster_id`), where URLs are signed.
+    pub url_signer: Option<Arc<crate::urlsign::UrlSigner>>,
 }
 
 /// The last resourceVersions the agent controller wrote, per Agent. A reconcile computes an Agent from
@@ -752,9 +754,12 @@ async fn update_status<S: Store>(
                 && h.logs_collected_at.is_some()
                 && let Some(cluster_id) = &h.cluster_id
             {
+                let api_key = ctx.url_signer.as_ref().map(|s| format!("&api_key={}", s.sign_cluster(cluster_id)));
                 status.debug_info.logs_url = format!(
-                    "{}/api/assisted-install/v2/clusters/{cluster_id}/logs?host_id={}&logs_type=host",
-                    ctx.service_base_url, h.id
+                    "{}/api/assisted-install/v2/clusters/{cluster_id}/logs?host_id={}&logs_type=host{}",
+                    ctx.service_base_url,
+                    h.id,
+                    api_key.unwrap_or_default()
                 );
             }
         }

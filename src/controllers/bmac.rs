@@ -49,6 +49,30 @@ pub struct BmacContext<S: Store> {
     pub pause_provisioned: bool,
     /// [`IMAGE_COOLDOWN`] unless configured.
     pub image_cooldown: Duration,
+    /// Where image URLs are signed: BareMetalHosts get URLs whose token does not expire (see
+    /// [`BmacContext::host_image_url`]).
+    pub url_signer: Option<Arc<crate::urlsign::UrlSigner>>,
+}
+
+impl<S: Store> BmacContext<S> {
+    /// The URL a BareMetalHost boots `infraenv`'s ISO from: the status URL with a token that does not
+    /// expire. The status URL's token lasts 4 hours, but metal3 (or a BMC reading virtual media) may
+    /// fetch the image again days later, and giving a provisioned host a new URL would deprovision
+    /// and reboot it.
+    fn host_image_url(&self, infraenv_id: &str, iso_url: &str) -> String {
+        match (&self.url_signer, crate::urlsign::token_of_url(iso_url)) {
+            (Some(signer), Some(token)) => iso_url.replacen(token, &signer.sign_lasting(infraenv_id), 1),
+            _ => iso_url.to_string(),
+        }
+    }
+
+    /// Whether `url` carries a token of ours for `infraenv_id` that does not expire.
+    fn is_lasting_url(&self, infraenv_id: &str, url: &str) -> bool {
+        let (Some(signer), Some(token)) = (&self.url_signer, crate::urlsign::token_of_url(url)) else {
+            return false;
+        };
+        signer.verify_for(token, infraenv_id, std::time::SystemTime::now()).is_ok_and(|c| c.exp.is_none())
+    }
 }
 
 /// Where a step leaves the reconcile.
@@ -486,17 +510,19 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
     if iso_url.is_empty() {
         return Ok(Step::Stop);
     }
-    if w.bmh.spec.image.as_ref().is_some_and(|i| i.url == iso_url) {
-        return Ok(Step::Continue);
-    }
-    // The same image with a newer signed URL: a host that is not provisioned takes the new URL; a
-    // provisioned one keeps its image (a new URL there would deprovision and reboot it).
+    let infraenv_id = infraenv.metadata.uid.as_deref().unwrap_or_default();
+    // The same image under another token: nothing to do if the host's token lasts. Otherwise (a URL
+    // from before tokens lasted, or unsigned URLs) a host that is not provisioned takes the new URL;
+    // a provisioned one keeps its image (a new URL there would deprovision and reboot it).
     let not_provisioned = matches!(w.bmh.provisioning_state(), "ready" | "available");
     if let Some(image) = w.bmh.spec.image.as_mut()
         && crate::urlsign::without_token(&image.url) == crate::urlsign::without_token(iso_url)
     {
+        if image.url == iso_url || ctx.is_lasting_url(infraenv_id, &image.url) {
+            return Ok(Step::Continue);
+        }
         if not_provisioned {
-            image.url = iso_url.to_string();
+            image.url = ctx.host_image_url(infraenv_id, iso_url);
             return Ok(Step::Stop);
         }
         return Ok(Step::Continue);
@@ -510,8 +536,11 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
         w.bmh.spec.image = None;
         return Ok(Step::Stop);
     }
-    w.bmh.spec.image =
-        Some(BmhImage { url: iso_url.to_string(), format: Some("live-iso".to_string()), ..Default::default() });
+    w.bmh.spec.image = Some(BmhImage {
+        url: ctx.host_image_url(infraenv_id, iso_url),
+        format: Some("live-iso".to_string()),
+        ..Default::default()
+    });
     w.bmh.spec.online = true;
     Ok(Step::Stop)
 }

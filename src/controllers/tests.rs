@@ -83,6 +83,7 @@ async fn world<S: Store>(
             agent_image: "quay.io/example/agent:v1".into(),
             metal3: true,
             own_writes: Default::default(),
+            url_signer: None,
         },
         clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
     };

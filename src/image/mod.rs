@@ -872,7 +872,7 @@ impl<S: Store> Images<S> {
         let id = ie.metadata.uid.as_deref().unwrap_or_default();
         let current = ie.status.as_ref().and_then(|s| crate::urlsign::token_of_url(&s.iso_download_url));
         let kept = current.and_then(|t| {
-            let left = signer.verify_for(t, id, now).ok()?.expires_at().duration_since(now).ok()?;
+            let left = signer.verify_for(t, id, now).ok()?.expires_at()?.duration_since(now).ok()?;
             (left > crate::urlsign::REFRESH_BEFORE).then(|| (t.to_string(), left - crate::urlsign::REFRESH_BEFORE))
         });
         Some(
@@ -1021,7 +1021,7 @@ mod tests {
         let (renewed, _) = images.status_token(&ie, later).unwrap();
         assert_ne!(renewed, first);
         let claims = signer.verify(&renewed, later).unwrap();
-        assert!(claims.expires_at() >= later + TOKEN_LIFETIME - Duration::from_secs(1));
+        assert!(claims.expires_at().unwrap() >= later + TOKEN_LIFETIME - Duration::from_secs(1));
 
         // A status token for another InfraEnv is never reused.
         let other = signer.sign("2b4f5fd6-1111-4c5e-9a4e-000000000002", t0);

@@ -25,6 +25,7 @@ fn bmac_ctx<S: Store>(w: &World<S>, converged: bool) -> BmacContext<S> {
         converged,
         pause_provisioned: true,
         image_cooldown: bmac::IMAGE_COOLDOWN,
+        url_signer: None,
     }
 }
 
@@ -715,6 +716,53 @@ async fn a_refreshed_url_token_is_not_a_new_image<S: Store>(w: World<S>) {
     assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None, "no reboot for a new token");
 }
 
+/// Where URLs are signed, a BareMetalHost boots from a URL whose token does not expire: the status
+/// URL's lasts 4 hours, but metal3 and BMCs fetch the image again days later. Refreshed status tokens
+/// leave it alone; a host that was given an expiring URL before (not provisioned) gets a lasting one.
+async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let signer = Arc::new(crate::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap());
+    let ctx = BmacContext { url_signer: Some(signer.clone()), ..bmac_ctx(&w, false) };
+    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let id = ie.metadata.uid.clone().unwrap();
+    let status_url = |token: &str| format!("http://hub.example:8090/byapikey/{token}/4.16/x86_64/full.iso");
+    let first = status_url(&signer.sign(&id, SystemTime::now()));
+    w.image_created("pool", SignedDuration::from_mins(5)).await;
+    ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    ie.status.as_mut().unwrap().iso_download_url = first.clone();
+    w.store.update_status(&ie).await.unwrap();
+
+    w.bmh("bmh-0", 0, json!({})).await;
+    w.metal3_reports("bmh-0", "available", "OK").await;
+    w.run_bmac(&ctx, "bmh-0").await;
+    let url = w.get_bmh("bmh-0").await.spec.image.unwrap().url;
+    assert_eq!(crate::urlsign::without_token(&url), crate::urlsign::without_token(&first));
+    let token = crate::urlsign::token_of_url(&url).unwrap();
+    let in_a_year = SystemTime::now() + Duration::from_secs(365 * 24 * 3600);
+    assert_eq!(signer.verify_for(token, &id, in_a_year).unwrap().exp, None, "the BMH's token expires");
+
+    // A refreshed status token changes nothing, provisioned or not.
+    for state in ["available", "provisioned"] {
+        w.metal3_reports("bmh-0", state, "OK").await;
+        let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+        ie.status.as_mut().unwrap().iso_download_url = status_url(&signer.sign(&id, SystemTime::now()));
+        w.store.update_status(&ie).await.unwrap();
+        w.run_bmac(&ctx, "bmh-0").await;
+        assert_eq!(w.get_bmh("bmh-0").await.spec.image.unwrap().url, url, "{state}");
+    }
+
+    // A host given an expiring URL (by an earlier version) that is not provisioned gets a lasting one.
+    w.metal3_reports("bmh-0", "available", "OK").await;
+    let mut bmh = w.get_bmh("bmh-0").await;
+    bmh.spec.image.as_mut().unwrap().url = first.clone();
+    w.store.update(&bmh).await.unwrap();
+    w.run_bmac(&ctx, "bmh-0").await;
+    let again = w.get_bmh("bmh-0").await.spec.image.unwrap().url;
+    assert_ne!(again, first);
+    assert_eq!(signer.verify_for(crate::urlsign::token_of_url(&again).unwrap(), &id, in_a_year).unwrap().exp, None);
+}
+
 async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World<S>) {
     let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
     ie.spec.kernel_arguments = serde_json::from_value(json!([{"operation": "append", "value": "console=ttyS0"},
@@ -861,6 +909,7 @@ on_both_stores! {
     scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait,
     scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned,
     a_refreshed_url_token_is_not_a_new_image,
+    a_bmh_boots_from_a_url_that_does_not_expire,
     scenario_73_an_initrd_ppi_gets_kernel_and_parameters,
     scenario_75_a_ppi_for_another_architecture_is_refused,
     a_ppi_without_a_usable_infraenv_or_format_says_why,
