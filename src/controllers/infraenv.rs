@@ -234,6 +234,10 @@ pub async fn reconcile_with<S: Store>(
     namespace: &str,
     name: &str,
 ) -> Result<Action, StoreError> {
+    // `apply` reconciles the InfraEnv it wrote at once, and the controller, woken by the same write,
+    // would too: side by side, both would build and write the same status, and one would conflict and
+    // start over. In turn, the second finds the work done.
+    let _turn = images.reconciling.lock(format!("{namespace}/{name}")).await;
     let Some(mut ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
         return Ok(Action::Done);
     };
