@@ -471,8 +471,13 @@ pub mod download {
     //! Downloading an OS image into the data directory: streamed to a temporary file next to its final
     //! name, hashed on the way, verified, then renamed into place, so a partial or wrong file never
     //! carries the final name.
+    //!
+    //! A download holds an exclusive `flock` on its temporary file until the file is renamed or
+    //! removed. A process killed mid-download cannot remove its file; the next download of the same
+    //! image removes the temporary files no live download holds, so kills do not leak disk.
 
     use std::collections::HashMap;
+    use std::os::fd::AsRawFd;
     use std::path::{Path, PathBuf};
     use std::sync::{Arc, Mutex, OnceLock};
 
@@ -495,14 +500,16 @@ pub mod download {
         let dest = dir.join(format!("{sha256}.iso"));
         let lock = digest_lock(sha256);
         let _guard = lock.lock().await;
+        remove_abandoned_partials(dir, sha256);
         if tokio::fs::metadata(&dest).await.is_ok() {
             return Ok(dest);
         }
         tokio::fs::create_dir_all(dir).await.map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let tmp = dir.join(format!(".{sha256}.iso.partial-{}", uuid::Uuid::new_v4()));
+        let tmp = dir.join(format!("{}{}", partial_prefix(sha256), uuid::Uuid::new_v4()));
         let result = download_to(url, sha256, &tmp).await;
         match result {
-            Ok(digest) => {
+            // The file stays open (and locked) until it has its final name.
+            Ok((digest, _locked)) => {
                 tokio::fs::rename(&tmp, &dest).await.map_err(|e| format!("renaming into place: {e}"))?;
                 if let Ok(dirf) = std::fs::File::open(dir) {
                     let _ = dirf.sync_all();
@@ -519,7 +526,36 @@ pub mod download {
         }
     }
 
-    async fn download_to(url: &str, sha256: &str, tmp: &Path) -> Result<[u8; 32], String> {
+    fn partial_prefix(sha256: &str) -> String {
+        format!(".{sha256}.iso.partial-")
+    }
+
+    /// Takes an exclusive lock on `file` without waiting; false if another open file description holds it.
+    fn try_lock(file: &impl AsRawFd) -> bool {
+        // SAFETY: flock on a descriptor that stays open for the call.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    }
+
+    /// Removes the temporary files of downloads of this image that no live download holds: those of a
+    /// process killed mid-download.
+    fn remove_abandoned_partials(dir: &Path, sha256: &str) {
+        let prefix = partial_prefix(sha256);
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(file) = std::fs::File::open(&path) else { continue };
+            if try_lock(&file) {
+                tracing::info!(path = %path.display(), "removing the partial download of an earlier run");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// Downloads `url` into `tmp` and returns its digest and the still open, locked file.
+    async fn download_to(url: &str, sha256: &str, tmp: &Path) -> Result<([u8; 32], tokio::fs::File), String> {
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(30))
             .read_timeout(std::time::Duration::from_secs(120))
@@ -538,6 +574,9 @@ pub mod download {
         );
         bar.set_message(format!("downloading {url}"));
         let mut file = tokio::fs::File::create(tmp).await.map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        if !try_lock(&file) {
+            return Err(format!("locking {}: {}", tmp.display(), std::io::Error::last_os_error()));
+        }
         let mut hasher = Sha256::new();
         let mut got = 0u64;
         let mut stream = resp.bytes_stream();
@@ -560,7 +599,32 @@ pub mod download {
             return Err(format!("downloaded content has SHA-256 {}, expected {sha256}", hex::encode(digest)));
         }
         tracing::info!(url, bytes = got, "downloaded OS image");
-        Ok(digest)
+        Ok((digest, file))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn abandoned_partial_downloads_are_removed_and_live_ones_kept() {
+            let dir = tempfile::tempdir().unwrap();
+            let sha = "a".repeat(64);
+            let live = dir.path().join(format!("{}live", partial_prefix(&sha)));
+            let held = std::fs::File::create(&live).unwrap();
+            assert!(try_lock(&held));
+            let abandoned = dir.path().join(format!("{}abandoned", partial_prefix(&sha)));
+            std::fs::write(&abandoned, b"x").unwrap();
+            let other_image = dir.path().join(format!("{}other", partial_prefix(&"b".repeat(64))));
+            std::fs::write(&other_image, b"x").unwrap();
+            remove_abandoned_partials(dir.path(), &sha);
+            assert!(live.exists(), "a download in progress keeps its file");
+            assert!(!abandoned.exists());
+            assert!(other_image.exists(), "only this image's files are looked at");
+            drop(held);
+            remove_abandoned_partials(dir.path(), &sha);
+            assert!(!live.exists());
+        }
     }
 }
 
