@@ -291,7 +291,7 @@ impl Machine {
             let status = resp.status();
             let body = resp.text().await.unwrap_or_default();
             self.stats.error(format!("{op}: {status}"));
-            anyhow::bail!("{op}: {status}: {body}");
+            return Err(anyhow::Error::new(StatusError { status }).context(format!("{op}: {status}: {body}")));
         }
         Ok(resp)
     }
@@ -339,13 +339,21 @@ impl Machine {
     /// The next-step runner: asks for instructions and answers each step, until told to exit. As the
     /// real agent's runner does, it runs the steps side by side and waits for the next request from
     /// the moment the instructions arrived, not from the moment its replies were answered.
+    ///
+    /// A service it cannot reach, or that fails (a restart, a 5xx), is asked again after a while, as
+    /// the agent's next-step runner does: the agent process does not restart for it. (Registering
+    /// again would tell the service the machine rebooted, which fails a host being installed.)
     async fn follow_steps(&self, stop: &AtomicBool) -> anyhow::Result<Next> {
         while !stop.load(Ordering::Relaxed) {
-            let steps: Value = self
-                .call("instructions", self.client.get(self.url(&format!("/{}/instructions", self.id))))
-                .await?
-                .json()
-                .await?;
+            let steps: Value = match self.instructions().await {
+                Ok(steps) => steps,
+                Err(e) if is_transient(&e) => {
+                    tracing::debug!(host = %self.id, "{e:#}; asking again");
+                    self.sleep(5.0).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let received = tokio::time::Instant::now();
             let mut replies = Vec::new();
             for step in steps["instructions"].as_array().cloned().unwrap_or_default() {
@@ -365,7 +373,11 @@ impl Machine {
                 replies.push(async move { self.reply(&step_type, &step_id, 0, output).await });
             }
             for result in futures_util::future::join_all(replies).await {
-                result?;
+                match result {
+                    // The step is asked again at the next poll.
+                    Err(e) if is_transient(&e) => tracing::debug!(host = %self.id, "{e:#}"),
+                    other => other?,
+                }
             }
             if steps["post_step_action"] == "exit" {
                 return Ok(Next::Register);
@@ -374,6 +386,11 @@ impl Machine {
             tokio::time::sleep_until(received + Duration::from_secs_f64(interval.max(0.01))).await;
         }
         Ok(Next::Register)
+    }
+
+    async fn instructions(&self) -> anyhow::Result<Value> {
+        let resp = self.call("instructions", self.client.get(self.url(&format!("/{}/instructions", self.id)))).await?;
+        Ok(resp.json().await?)
     }
 
     async fn reply(&self, step_type: &str, step_id: &str, exit_code: i32, output: String) -> anyhow::Result<()> {
@@ -481,16 +498,25 @@ impl Machine {
     async fn wait_for_reboot(&self, stop: &AtomicBool) -> anyhow::Result<Wake> {
         while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_secs_f64(self.timing.reboot_check_seconds.max(0.01))).await;
-            let resp = self
+            // The machine runs its installed OS: a check that fails (the service restarting) is made
+            // again at the next round; it does not reboot the machine.
+            let resp = match self
                 .client
                 .get(self.url(&format!("/{}", self.id)))
                 .header("X-Secret-Key", &self.target.token)
                 .send()
-                .await?;
+                .await
+            {
+                Ok(resp) => resp,
+                Err(e) => {
+                    tracing::debug!(host = %self.id, "reboot check: {e}");
+                    continue;
+                }
+            };
             if resp.status() == reqwest::StatusCode::NOT_FOUND {
                 return Ok(Wake::Reboot);
             }
-            let host: Value = resp.json().await?;
+            let Ok(host) = resp.json::<Value>().await else { continue };
             match host["status"].as_str() {
                 Some("unbinding-pending-user-action") => return Ok(Wake::Reboot),
                 Some("reclaiming" | "reclaiming-rebooting") => return Ok(Wake::Reclaim),
@@ -498,6 +524,22 @@ impl Machine {
             }
         }
         Ok(Wake::Reboot)
+    }
+}
+
+/// An agent API answer that is not a success.
+#[derive(Debug, thiserror::Error)]
+#[error("HTTP {status}")]
+struct StatusError {
+    status: reqwest::StatusCode,
+}
+
+/// Whether a failed agent API call is worth repeating as it is: the service could not be reached or
+/// answered 5xx (a restart, an overload), as opposed to an answer about the host (404, 401, 409...).
+fn is_transient(e: &anyhow::Error) -> bool {
+    match e.downcast_ref::<StatusError>() {
+        Some(s) => s.status.is_server_error(),
+        None => e.downcast_ref::<reqwest::Error>().is_some(),
     }
 }
 
