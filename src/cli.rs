@@ -369,16 +369,14 @@ async fn image_service<S: crate::store::Store>(
         }
         None => None,
     };
-    let listener =
-        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let listener = crate::http::server::bind(args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let base_url = args.base_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
     let base_url = base_url.trim_end_matches('/').to_string();
     let plain_http = match args.http_listen {
         Some(http_addr) => {
-            let l = tokio::net::TcpListener::bind(http_addr)
-                .await
+            let l = crate::http::server::bind(http_addr)
                 .with_context(|| format!("listening on {http_addr} (--http-listen)"))?;
             let port = l.local_addr()?.port();
             let url = match &args.http_base_url {

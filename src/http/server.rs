@@ -102,6 +102,21 @@ impl Connection for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
+/// Connections waiting in the kernel for `accept` at most (the kernel caps it at
+/// `net.core.somaxconn`, 4096 by default). Thousands of BMCs and agents connect in bursts, while the
+/// accept loop shares the runtime with every download: with tokio's default of 1,024, a burst of
+/// 1,200 connects overflowed the queue and the clients caught in it waited 1–3 s for TCP to retry.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` with a [`LISTEN_BACKLOG`] queue.
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    // As std and tokio's own bind: a restarted server can listen again at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Accepts connections until `shutdown` resolves.
 pub async fn serve<H: Handler>(
     listener: TcpListener,
