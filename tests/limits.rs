@@ -25,15 +25,22 @@ fn start_download(addr: &str, path: &str) -> (TcpStream, u16) {
     (s, status)
 }
 
-#[test]
-fn past_the_download_limit_clients_are_told_to_retry_and_places_come_back() {
+/// A server with `--max-downloads MAX` and an InfraEnv over a 64 MiB image (far more than the sockets
+/// buffer), with its image created; the directory holds the image.
+fn server_with_a_large_image(max: &str) -> (Server, serde_json::Value, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let iso = dir.path().join("base.iso");
     std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
     let image = format!("4.20:x86_64:{}", iso.display());
-    let server = Server::start(&["--max-downloads", "2", "--os-image", &image]);
+    let server = Server::start(&["--max-downloads", max, "--os-image", &image]);
     server.apply_ok(INFRAENV);
     let ie = server.wait_image_created("t", "pool", "True");
+    (server, ie, dir)
+}
+
+#[test]
+fn past_the_download_limit_clients_are_told_to_retry_and_places_come_back() {
+    let (server, ie, _dir) = server_with_a_large_image("2");
     let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
     let rootfs_path = server.path_of(ie["status"]["bootArtifacts"]["rootfs"].as_str().unwrap());
 
@@ -69,13 +76,7 @@ fn past_the_download_limit_clients_are_told_to_retry_and_places_come_back() {
 /// holds its place until its body is written, not just until its head is.
 #[test]
 fn a_download_through_hyper_keeps_its_place_until_its_body_is_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let iso = dir.path().join("base.iso");
-    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
-    let image = format!("4.20:x86_64:{}", iso.display());
-    let server = Server::start(&["--max-downloads", "1", "--os-image", &image]);
-    server.apply_ok(INFRAENV);
-    let ie = server.wait_image_created("t", "pool", "True");
+    let (server, ie, _dir) = server_with_a_large_image("1");
     let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
 
     // `Expect` sends the request to hyper; nothing is read past the status line.
