@@ -216,7 +216,11 @@ fn ignition_area<S: ReadAt>(iso: &IsoFs<S>) -> Result<Area, LiveIsoError> {
             ))
         })?,
     };
-    let area = Area { offset: record.byte_offset() + offset_in_file, len };
+    // The offset comes from the JSON (any u64): added unchecked, a huge one would wrap around.
+    let offset = record.byte_offset().checked_add(offset_in_file).ok_or_else(|| {
+        LiveIsoError::Unrecognized(format!("igninfo.json offset {offset_in_file} is past the end of the image"))
+    })?;
+    let area = Area { offset, len };
     check_inside(iso, area, &format!("the Ignition area in {path}")).map_err(LiveIsoError::Unrecognized)?;
     Ok(area)
 }
@@ -292,11 +296,11 @@ fn kargs_areas<S: ReadAt>(iso: &IsoFs<S>) -> Result<Option<KargsAreas>, LiveIsoE
             Some(c) if c.is_ascii() => Ok(c as u8),
             Some(c) => Err(LiveIsoError::KargsJson(format!("{what} character {c:?} for {} is not ASCII", file.path))),
         };
-        areas.push(KargArea {
-            offset: record.byte_offset() + file.offset,
-            pad: fill(file.pad, b'#', "pad")?,
-            end: fill(file.end, b'\n', "end")?,
-        });
+        // As for igninfo.json: a huge offset must not wrap around to a small one.
+        let offset = record.byte_offset().checked_add(file.offset).ok_or_else(|| {
+            LiveIsoError::KargsJson(format!("offset {} in {} is past the end of the image", file.offset, file.path))
+        })?;
+        areas.push(KargArea { offset, pad: fill(file.pad, b'#', "pad")?, end: fill(file.end, b'\n', "end")? });
     }
     build_kargs_areas(iso, info.default, info.size, areas).map(Some)
 }
@@ -731,6 +735,37 @@ mod tests {
             let err = inspect_bytes(bytes).unwrap_err();
             assert!(err.to_string().starts_with(message), "{json}: {err}");
         }
+    }
+
+    /// Offsets from kargs.json and igninfo.json near `u64::MAX` overflowed when added to the
+    /// file's position (a panic in debug builds, a wrapped-around offset in release builds).
+    /// Seen while writing the kargs_igninfo fuzz target, whose pre-fix build panics on both.
+    #[test]
+    fn huge_json_offsets_are_errors() {
+        let pristine = fixture_bytes("embed-areas-2023-07.x86_64.iso");
+        let mut bytes = pristine.clone();
+        replace_file(
+            &mut bytes,
+            KARGS_JSON_PATH,
+            r#"{"default": "a", "files": [{"path": "EFI/fedora/grub.cfg", "offset": 18446744073709551615}], "size": 100}"#,
+        );
+        let err = inspect_bytes(bytes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kargs.json: offset 18446744073709551615 in EFI/fedora/grub.cfg is past the end of the image"
+        );
+
+        let mut bytes = pristine;
+        replace_file(
+            &mut bytes,
+            IGNINFO_PATH,
+            r#"{"file": "images/ignition.img", "offset": 18446744073709551615, "length": 1}"#,
+        );
+        let err = inspect_bytes(bytes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Unrecognized CoreOS ISO image. (no ignition embed area: igninfo.json offset 18446744073709551615 is past the end of the image)"
+        );
     }
 
     #[test]

@@ -70,8 +70,11 @@ pub fn parse(header: &str, len: u64) -> RangeRequest {
     }
     // Many or overlapping ranges that add up to more than the whole: answer with the whole, as Go's
     // ServeContent does, so a Range header cannot amplify a response.
-    let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-    if ranges.len() > MAX_RANGES || (ranges.len() > 1 && total > len) {
+    // Checked: each range is at most `len` bytes, so with `len` near `u64::MAX` a plain sum
+    // overflows (a panic in debug builds, a wrapped small total in release builds); a total that
+    // does not fit in a u64 is more than the whole.
+    let total = ranges.iter().try_fold(0u64, |total, r| total.checked_add(r.end - r.start));
+    if ranges.len() > MAX_RANGES || (ranges.len() > 1 && total.is_none_or(|total| total > len)) {
         return RangeRequest::Whole;
     }
     RangeRequest::Ranges(ranges)
@@ -129,6 +132,15 @@ mod tests {
     #[test]
     fn other_units_are_ignored() {
         assert_eq!(parse("items=0-5", 1000), Whole);
+    }
+
+    /// Found by the range_header fuzz target: two whole-length ranges of a `u64::MAX`-byte
+    /// representation overflowed the total (and, saturated, would have compared as "not more
+    /// than the whole").
+    #[test]
+    fn huge_length_total_does_not_overflow() {
+        assert_eq!(parse("bytes=0-,0-", u64::MAX), Whole);
+        assert_eq!(parse("bytes=0-1,-2", u64::MAX), Ranges(vec![0..2, u64::MAX - 2..u64::MAX]));
     }
 
     #[test]
