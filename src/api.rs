@@ -879,7 +879,10 @@ impl<S: Store> App<S> {
         if let Some(live) = store.get_document(kind, &ns, &name).await? {
             crate::resources::validate_update(kind, &live, &doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
         }
-        let (stored, created) = store.apply_document(kind, doc).await?;
+        // The InfraEnv controller's finalizer comes with the create: added by the controller, it would
+        // be one more write, and one more round of change events, before the status.
+        let finalizer = (kind == Kind::InfraEnv && self.backend.is_some()).then_some(infraenv::INFRAENV_FINALIZER);
+        let (stored, created) = store.apply_document_with_finalizer(kind, doc, finalizer).await?;
         let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
         let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
         // An applied InfraEnv gets its status now, so `apply` then `get` shows it. Changes to what
