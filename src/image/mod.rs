@@ -17,7 +17,7 @@
 
 pub mod minimal;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
@@ -166,24 +166,45 @@ const MAX_STATIC_HOSTS: usize = 100_000;
 
 /// A namespace's NMStateConfigs, as the store's NMStateConfig change count `changes` found them,
 /// indexed by label so that an InfraEnv's selection costs what it selects, not what the namespace
-/// holds (a hub may keep thousands of them in one namespace, and every image request selects).
+/// holds (a hub may keep thousands of them in one namespace, and every image request selects). When
+/// the count moves, the configs that changed are read again, not all of them.
 struct NamespaceConfigs {
     changes: u64,
-    configs: Vec<Arc<NMStateConfig>>,
-    /// Positions in `configs` (ascending) of the configs carrying each label.
-    by_label: HashMap<(String, String), Vec<usize>>,
+    /// By name: the store's order.
+    configs: BTreeMap<String, Arc<NMStateConfig>>,
+    /// Names of the configs carrying each label.
+    by_label: HashMap<(String, String), BTreeSet<String>>,
 }
 
 impl NamespaceConfigs {
     fn new(changes: u64, configs: Vec<NMStateConfig>) -> NamespaceConfigs {
-        let configs: Vec<Arc<NMStateConfig>> = configs.into_iter().map(Arc::new).collect();
-        let mut by_label: HashMap<(String, String), Vec<usize>> = HashMap::new();
-        for (i, c) in configs.iter().enumerate() {
-            for (k, v) in c.metadata.labels.iter().flatten() {
-                by_label.entry((k.clone(), v.clone())).or_default().push(i);
+        let mut list = NamespaceConfigs { changes, configs: BTreeMap::new(), by_label: HashMap::new() };
+        for c in configs {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            list.put(&name, Some(c));
+        }
+        list
+    }
+
+    /// Stores `config` as the config named `name`, or removes it when `None`.
+    fn put(&mut self, name: &str, config: Option<NMStateConfig>) {
+        if let Some(old) = self.configs.remove(name) {
+            for (k, v) in old.metadata.labels.iter().flatten() {
+                let key = (k.clone(), v.clone());
+                if let Some(names) = self.by_label.get_mut(&key) {
+                    names.remove(name);
+                    if names.is_empty() {
+                        self.by_label.remove(&key);
+                    }
+                }
             }
         }
-        NamespaceConfigs { changes, configs, by_label }
+        if let Some(c) = config {
+            for (k, v) in c.metadata.labels.iter().flatten() {
+                self.by_label.entry((k.clone(), v.clone())).or_default().insert(name.to_string());
+            }
+            self.configs.insert(name.to_string(), Arc::new(c));
+        }
     }
 
     /// The configs `selector` matches, in the store's order. A selector with `matchLabels` only looks
@@ -191,14 +212,17 @@ impl NamespaceConfigs {
     fn select(&self, selector: &crate::resources::LabelSelector) -> Vec<Arc<NMStateConfig>> {
         let no_labels = BTreeMap::new();
         let matches = |c: &NMStateConfig| selector.matches(c.metadata.labels.as_ref().unwrap_or(&no_labels));
+        let none = BTreeSet::new();
         let rarest = selector
             .match_labels
             .iter()
-            .map(|(k, v)| self.by_label.get(&(k.clone(), v.clone())).map_or(&[][..], Vec::as_slice))
+            .map(|(k, v)| self.by_label.get(&(k.clone(), v.clone())).unwrap_or(&none))
             .min_by_key(|candidates| candidates.len());
         match rarest {
-            Some(candidates) => candidates.iter().map(|&i| &self.configs[i]).filter(|c| matches(c)).cloned().collect(),
-            None => self.configs.iter().filter(|c| matches(c)).cloned().collect(),
+            Some(candidates) => {
+                candidates.iter().filter_map(|n| self.configs.get(n)).filter(|c| matches(c)).cloned().collect()
+            }
+            None => self.configs.values().filter(|c| matches(c)).cloned().collect(),
         }
     }
 }
@@ -217,7 +241,7 @@ pub struct Images<S: Store> {
     /// The content of each InfraEnv (by uid) for the key it was built from.
     contents: Mutex<HashMap<String, (String, ContentCell)>>,
     /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
-    nmstate_lists: Mutex<HashMap<String, Arc<NamespaceConfigs>>>,
+    nmstate_lists: Mutex<HashMap<String, Arc<tokio::sync::Mutex<NamespaceConfigs>>>>,
     /// Each NMStateConfig's ramdisk host entry by uid, with the resourceVersion it was made from.
     static_hosts: Mutex<HashMap<String, (String, Arc<crate::staticnet::HostStaticConfig>)>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
@@ -359,26 +383,49 @@ impl<S: Store> Images<S> {
             return Ok(vec![]);
         };
         let ns = ie.metadata.namespace.as_deref().unwrap_or("default");
-        Ok(self.namespace_nmstate_configs(ns).await?.select(selector))
-    }
-
-    /// Every NMStateConfig of `ns`. Every image request needs its InfraEnv's selection (it is part of
-    /// the cache key), and a namespace may hold thousands of them: the parsed and indexed list is kept
-    /// until the store announces a change to any NMStateConfig.
-    async fn namespace_nmstate_configs(&self, ns: &str) -> Result<Arc<NamespaceConfigs>, ImageError> {
-        // Read before the list: a change that lands during the list moves the count past it.
-        let changes = self.store.change_count(&crate::store::resource_name::<NMStateConfig>());
-        if let Some(changes) = changes
-            && let Some(list) = self.nmstate_lists.lock().unwrap().get(ns)
-            && list.changes == changes
-        {
-            return Ok(list.clone());
+        let resource = crate::store::resource_name::<NMStateConfig>();
+        // Read before anything else: a change that lands meanwhile moves the count past it.
+        let Some(changes) = self.store.change_count(&resource) else {
+            // The store does not announce NMStateConfig changes: nothing of them can be kept.
+            return Ok(NamespaceConfigs::new(0, self.store.list(Some(ns)).await?).select(selector));
+        };
+        let list = {
+            let mut lists = self.nmstate_lists.lock().unwrap();
+            match lists.get(ns) {
+                Some(list) => list.clone(),
+                None => {
+                    let list = Arc::new(tokio::sync::Mutex::new(NamespaceConfigs {
+                        changes: u64::MAX,
+                        configs: BTreeMap::new(),
+                        by_label: HashMap::new(),
+                    }));
+                    lists.insert(ns.to_string(), list.clone());
+                    list
+                }
+            }
+        };
+        // Every image request selects, and a namespace may hold thousands of configs: the list is
+        // kept, and brought up to date with the configs that changed since it was read (all of them
+        // again only when the store no longer knows which).
+        let mut list = list.lock().await;
+        if list.changes != changes {
+            let changed =
+                (list.changes != u64::MAX).then(|| self.store.changes_since(&resource, list.changes)).flatten();
+            match changed {
+                Some((now, changed)) => {
+                    let mut seen = HashSet::new();
+                    for (_, name) in changed.into_iter().filter(|(n, _)| n == ns) {
+                        if seen.insert(name.clone()) {
+                            let config: Option<NMStateConfig> = self.store.get(ns, &name).await?;
+                            list.put(&name, config);
+                        }
+                    }
+                    list.changes = now;
+                }
+                None => *list = NamespaceConfigs::new(changes, self.store.list(Some(ns)).await?),
+            }
         }
-        let list = Arc::new(NamespaceConfigs::new(changes.unwrap_or(0), self.store.list(Some(ns)).await?));
-        if changes.is_some() {
-            self.nmstate_lists.lock().unwrap().insert(ns.to_string(), list.clone());
-        }
-        Ok(list)
+        Ok(list.select(selector))
     }
 
     /// The discovery content of `ie`, built or taken from the cache.
@@ -1030,6 +1077,58 @@ mod tests {
 
     fn names(configs: &[Arc<NMStateConfig>]) -> Vec<String> {
         configs.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect()
+    }
+
+    /// Selections follow creates, relabels and deletes of NMStateConfigs, whether the list catches up
+    /// by the store's change log or, when the log no longer reaches back, by reading it all again.
+    #[tokio::test]
+    async fn selections_follow_nmstateconfig_changes() {
+        use crate::store::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::sqlite::SqliteStore::open_in_memory().unwrap();
+        let config_in = ServiceConfig::new("http://hub.example", dir.path().into());
+        let images = Images::new(store.clone(), crate::catalog::Catalog::new(vec![]), Arc::new(config_in));
+        let in_ns = |name: &str, labels: &[(&str, &str)]| {
+            let mut c = config(name, labels);
+            c.metadata.namespace = Some("ns".into());
+            c
+        };
+        let infraenv = |env: &str| {
+            let mut ie = InfraEnv::new("pool", Default::default());
+            ie.metadata.namespace = Some("ns".into());
+            ie.spec.nm_state_config_label_selector = Some(LabelSelector {
+                match_labels: [("env".to_string(), env.to_string())].into_iter().collect(),
+                match_expressions: vec![],
+            });
+            ie
+        };
+        let selected = async |env: &str| names(&images.selected_nmstate_configs(&infraenv(env)).await.unwrap());
+        for (name, env) in [("a", "pool"), ("b", "pool"), ("c", "lab")] {
+            store.create(&in_ns(name, &[("env", env)])).await.unwrap();
+        }
+        let mut elsewhere = config("x", &[("env", "pool")]);
+        elsewhere.metadata.namespace = Some("other".into());
+        store.create(&elsewhere).await.unwrap();
+        assert_eq!(selected("pool").await, ["a", "b"]);
+
+        let mut b: NMStateConfig = store.get("ns", "b").await.unwrap().unwrap();
+        b.metadata.labels = Some([("env".to_string(), "lab".to_string())].into_iter().collect());
+        store.update(&b).await.unwrap();
+        store.create(&in_ns("d", &[("env", "pool")])).await.unwrap();
+        store.delete::<NMStateConfig>("ns", "a").await.unwrap();
+        assert_eq!(selected("pool").await, ["d"]);
+        assert_eq!(selected("lab").await, ["b", "c"]);
+
+        // More changes than the log keeps: read again in full.
+        for i in 0..crate::store::CHANGE_LOG_LEN {
+            let mut c = config(&format!("y{i}"), &[("env", "pool")]);
+            c.metadata.namespace = Some("other".into());
+            store.create(&c).await.unwrap();
+        }
+        store.create(&in_ns("e", &[("env", "pool")])).await.unwrap();
+        store.delete::<NMStateConfig>("ns", "c").await.unwrap();
+        assert_eq!(selected("pool").await, ["d", "e"]);
+        assert_eq!(selected("lab").await, ["b"]);
     }
 
     /// Status URLs keep their token while more than an hour of it is left, then get a new one; the

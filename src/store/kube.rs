@@ -242,7 +242,7 @@ async fn watch_kind(
     let mut relisted: Option<HashSet<(String, String)>> = None;
     let mut ready = Some(ready);
     let announce = |ns: &str, name: &str, status_only: bool, resource_version: Option<String>| {
-        changes.bump(&resource);
+        changes.bump(&resource, ns, name);
         let _ = events.send(ChangeEvent {
             resource: resource.clone(),
             namespace: ns.to_string(),
@@ -399,6 +399,13 @@ impl Store for KubeStore {
 
     fn change_count(&self, resource: &str) -> Option<u64> {
         self.inner.announced.iter().any(|r| r == resource).then(|| self.inner.changes.count(resource))
+    }
+
+    fn changes_since(&self, resource: &str, since: u64) -> Option<(u64, Vec<(String, String)>)> {
+        if !self.inner.announced.iter().any(|r| r == resource) {
+            return None;
+        }
+        self.inner.changes.since(resource, since)
     }
 }
 

@@ -181,24 +181,91 @@ pub trait Store: Clone + Send + Sync + 'static {
         let _ = resource;
         None
     }
+    /// The change count of `resource` now and the (namespace, name) of each object changed after
+    /// change number `since` (a name may repeat), so that a cache of many objects can catch up by
+    /// reading only those. `None` when the store cannot say (too far back, or it does not announce
+    /// that kind): the cache reads everything again.
+    fn changes_since(&self, resource: &str, since: u64) -> Option<(u64, Vec<(String, String)>)> {
+        let _ = (resource, since);
+        None
+    }
 }
 
-/// Changes announced per resource (see [`Store::change_count`]).
+/// Changes announced per resource (see [`Store::change_count`]), with the names of the last
+/// [`CHANGE_LOG_LEN`] of each (see [`Store::changes_since`]).
 #[derive(Debug, Default)]
-pub struct ChangeCounts(std::sync::RwLock<std::collections::HashMap<String, u64>>);
+pub struct ChangeCounts(std::sync::RwLock<std::collections::HashMap<String, ChangeLog>>);
+
+/// How many of a resource's latest changes [`ChangeCounts`] remembers by name.
+pub const CHANGE_LOG_LEN: usize = 4096;
+
+#[derive(Debug, Default)]
+pub struct ChangeLog {
+    count: u64,
+    /// (namespace, name) of changes `count - recent.len() + 1 ..= count`, oldest first.
+    recent: std::collections::VecDeque<(String, String)>,
+}
 
 impl ChangeCounts {
     pub fn count(&self, resource: &str) -> u64 {
-        self.0.read().unwrap().get(resource).copied().unwrap_or(0)
+        self.0.read().unwrap().get(resource).map_or(0, |log| log.count)
     }
 
-    pub fn bump(&self, resource: &str) {
-        let mut counts = self.0.write().unwrap();
-        match counts.get_mut(resource) {
-            Some(n) => *n += 1,
-            None => {
-                counts.insert(resource.to_string(), 1);
-            }
+    pub fn bump(&self, resource: &str, namespace: &str, name: &str) {
+        let mut logs = self.0.write().unwrap();
+        let log = match logs.get_mut(resource) {
+            Some(log) => log,
+            None => logs.entry(resource.to_string()).or_default(),
+        };
+        log.count += 1;
+        if log.recent.len() == CHANGE_LOG_LEN {
+            log.recent.pop_front();
         }
+        log.recent.push_back((namespace.to_string(), name.to_string()));
+    }
+
+    /// The count now and the objects changed after change number `since`, or `None` when that is
+    /// further back than the log reaches.
+    pub fn since(&self, resource: &str, since: u64) -> Option<(u64, Vec<(String, String)>)> {
+        let logs = self.0.read().unwrap();
+        let Some(log) = logs.get(resource) else {
+            return (since == 0).then(|| (0, Vec::new()));
+        };
+        let newer = log.count.checked_sub(since)?;
+        if newer > log.recent.len() as u64 {
+            return None;
+        }
+        let skip = log.recent.len() - newer as usize;
+        Some((log.count, log.recent.iter().skip(skip).cloned().collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_change_log_names_what_changed_as_far_back_as_it_reaches() {
+        let counts = ChangeCounts::default();
+        assert_eq!(counts.since("things", 0), Some((0, vec![])));
+        counts.bump("things", "ns", "a");
+        counts.bump("things", "ns", "b");
+        counts.bump("others", "ns", "z");
+        let named = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
+        assert_eq!(counts.since("things", 0), Some((2, named(&[("ns", "a"), ("ns", "b")]))));
+        assert_eq!(counts.since("things", 1), Some((2, named(&[("ns", "b")]))));
+        assert_eq!(counts.since("things", 2), Some((2, vec![])));
+        // A count from the future (another store's) is not answered.
+        assert_eq!(counts.since("things", 3), None);
+        for i in 0..CHANGE_LOG_LEN {
+            counts.bump("things", "ns", &format!("n{i}"));
+        }
+        let total = 2 + CHANGE_LOG_LEN as u64;
+        assert_eq!(counts.count("things"), total);
+        // The two first changes fell out of the log.
+        assert_eq!(counts.since("things", 1), None);
+        let (now, changed) = counts.since("things", 2).unwrap();
+        assert_eq!((now, changed.len()), (total, CHANGE_LOG_LEN));
+        assert_eq!(changed[0].1, "n0");
     }
 }

@@ -431,7 +431,7 @@ impl SqliteStore {
         self.writer.send(job).map_err(|_| backend("the store's writer thread is gone"))?;
         let (out, changes) = result.await.map_err(|_| backend("the store's write failed"))??;
         for event in changes.0 {
-            self.change_counts.bump(&event.resource);
+            self.change_counts.bump(&event.resource, &event.namespace, &event.name);
             let _ = self.events.send(event);
         }
         Ok(out)
@@ -1298,6 +1298,10 @@ impl Store for SqliteStore {
 
     fn change_count(&self, resource: &str) -> Option<u64> {
         Some(self.change_counts.count(resource))
+    }
+
+    fn changes_since(&self, resource: &str, since: u64) -> Option<(u64, Vec<(String, String)>)> {
+        self.change_counts.since(resource, since)
     }
 }
 
