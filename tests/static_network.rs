@@ -178,8 +178,18 @@ fn adding_changing_and_deleting_nmstateconfigs_changes_the_image() {
     e.server.apply_ok(&nmstate("m", "elsewhere", 0x21, "192.168.126.41"));
     assert_eq!(e.iso().header("etag").unwrap(), etag2);
 
-    // Deleting it gives back the first image, byte for byte (content-derived ETag).
+    // Relabelled away from the InfraEnv's selector, it leaves the image; labelled back, it returns.
     let digest = changed["status"]["imageDigest"].clone();
+    e.server.apply_ok(&nmstate("n", "host-a", 0x14, "192.168.126.31").replace("fleet: rack1", "fleet: rack2"));
+    let away = e.server.wait_infraenv("n", "ie", "a new imageDigest", |ie| ie["status"]["imageDigest"] != digest);
+    assert_eq!(e.iso().header("etag").unwrap(), etag0);
+    let digest = away["status"]["imageDigest"].clone();
+    e.server.apply_ok(&nmstate("n", "host-a", 0x14, "192.168.126.31"));
+    let back = e.server.wait_infraenv("n", "ie", "a new imageDigest", |ie| ie["status"]["imageDigest"] != digest);
+    assert_eq!(e.iso().header("etag").unwrap(), etag2);
+
+    // Deleting it gives back the first image, byte for byte (content-derived ETag).
+    let digest = back["status"]["imageDigest"].clone();
     let out = cli(&["delete", "--server", &e.server.url, "nmstateconfig", "host-a", "-n", "n"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     e.server.wait_infraenv("n", "ie", "a new imageDigest", |ie| ie["status"]["imageDigest"] != digest);

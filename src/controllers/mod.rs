@@ -12,7 +12,7 @@ pub mod ppi;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -209,7 +209,7 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
                     }
                     ev = events.recv() => match ev {
                         Ok(ChangeEvent { resource, namespace, name, .. }) => {
-                            for key in infraenvs_affected_by(&images.store, &resource, &namespace, &name).await {
+                            for key in infraenvs_affected_by(&images, &resource, &namespace, &name).await {
                                 queue.push(key);
                             }
                         }
@@ -279,9 +279,15 @@ async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
 
 /// The InfraEnvs whose image a change to `resource` `namespace/name` may change: the InfraEnv itself,
 /// those using a Secret as pull secret, those with the ironic agent when the image-customization secret
-/// changes, and those of the namespace selecting NMStateConfigs (a deleted
-/// NMStateConfig has no labels left to match, so every selecting InfraEnv of its namespace is rechecked).
-pub async fn infraenvs_affected_by<S: Store>(store: &S, resource: &str, namespace: &str, name: &str) -> Vec<Key> {
+/// changes, and for an NMStateConfig those of its namespace whose selector matches it now or whose
+/// image was built with it (a relabelled or deleted config leaves those).
+pub async fn infraenvs_affected_by<S: Store>(
+    images: &Images<S>,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Vec<Key> {
+    let store = &images.store;
     if resource == resource_name::<InfraEnv>() {
         return vec![(namespace.to_string(), name.to_string())];
     }
@@ -295,16 +301,38 @@ pub async fn infraenvs_affected_by<S: Store>(store: &S, resource: &str, namespac
         let all = store.list::<InfraEnv>(None).await.unwrap_or_default();
         keys.extend(all.into_iter().filter(crate::ironic::enabled).map(key));
     }
-    let concerned: fn(&InfraEnv, &str) -> bool = if resource == resource_name::<Secret>() {
-        |ie, name| ie.spec.pull_secret_ref.name == name
-    } else if resource == resource_name::<NMStateConfig>() {
-        |ie, _| ie.spec.nm_state_config_label_selector.as_ref().is_some_and(|s| !s.is_empty())
-    } else {
-        return keys;
-    };
-    match store.list::<InfraEnv>(Some(namespace)).await {
-        Ok(list) => keys.extend(list.into_iter().filter(|ie| concerned(ie, name)).map(key)),
-        Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
+    if resource == resource_name::<NMStateConfig>() {
+        // Not every selecting InfraEnv of the namespace: adding a cluster's hosts to a namespace of
+        // hundreds of InfraEnvs would have rechecked them all at every host. Those the config is
+        // selected by now, and those whose image has it (a relabelled or deleted config leaves them).
+        let config = store.get::<NMStateConfig>(namespace, name).await;
+        if let Err(e) = &config {
+            tracing::warn!("reading NMStateConfig {namespace}/{name}: {e}");
+        }
+        let built_with: HashSet<Key> = images.infraenvs_built_with(namespace, name).into_iter().collect();
+        let no_labels = BTreeMap::new();
+        let concerned = |ie: &InfraEnv| {
+            let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
+                return false;
+            };
+            match &config {
+                Ok(Some(c)) => selector.matches(c.metadata.labels.as_ref().unwrap_or(&no_labels)),
+                Ok(None) => false,
+                // Not known: every selecting InfraEnv, to be safe.
+                Err(_) => true,
+            }
+        };
+        match store.list::<InfraEnv>(Some(namespace)).await {
+            Ok(list) => keys.extend(
+                list.into_iter().filter(|ie| concerned(ie) || built_with.contains(&key_of(&ie.metadata))).map(key),
+            ),
+            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
+        }
+    } else if resource == resource_name::<Secret>() {
+        match store.list::<InfraEnv>(Some(namespace)).await {
+            Ok(list) => keys.extend(list.into_iter().filter(|ie| ie.spec.pull_secret_ref.name == name).map(key)),
+            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
+        }
     }
     keys.sort();
     keys.dedup();

@@ -230,6 +230,14 @@ impl NamespaceConfigs {
 /// A content being built or built, shared by the callers that need it.
 type ContentCell = Arc<tokio::sync::OnceCell<Arc<DiscoveryContent>>>;
 
+/// An InfraEnv's content: the key it is built for (the versions of all it depends on), the content,
+/// and the InfraEnv's namespace and name.
+struct ContentEntry {
+    key: String,
+    cell: ContentCell,
+    infraenv: (String, String),
+}
+
 /// Discovery contents built since start (cache misses of [`Images::content`]), for `/metrics`.
 pub static CONTENT_BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -239,7 +247,7 @@ pub struct Images<S: Store> {
     pub catalog: Arc<Catalog>,
     pub config: Arc<ServiceConfig>,
     /// The content of each InfraEnv (by uid) for the key it was built from.
-    contents: Mutex<HashMap<String, (String, ContentCell)>>,
+    contents: Mutex<HashMap<String, ContentEntry>>,
     /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
     nmstate_lists: Mutex<HashMap<String, Arc<tokio::sync::Mutex<NamespaceConfigs>>>>,
     /// Each NMStateConfig's ramdisk host entry by uid, with the resourceVersion it was made from.
@@ -428,6 +436,18 @@ impl<S: Store> Images<S> {
         Ok(list.select(selector))
     }
 
+    /// The InfraEnvs of `namespace` (namespace, name) whose content was last built, or tried, with
+    /// the NMStateConfig `config` among its hosts.
+    pub fn infraenvs_built_with(&self, namespace: &str, config: &str) -> Vec<(String, String)> {
+        let mention = format!("/{config}=");
+        let contents = self.contents.lock().unwrap();
+        contents
+            .values()
+            .filter(|e| e.infraenv.0 == namespace && e.key.contains(&mention))
+            .map(|e| e.infraenv.clone())
+            .collect()
+    }
+
     /// The discovery content of `ie`, built or taken from the cache.
     pub async fn content(&self, ie: &InfraEnv) -> Result<Arc<DiscoveryContent>, ImageError> {
         let uid = ie.metadata.uid.clone().unwrap_or_default();
@@ -481,10 +501,11 @@ impl<S: Store> Images<S> {
         let cell = {
             let mut contents = self.contents.lock().unwrap();
             match contents.get(&uid) {
-                Some((k, cell)) if *k == key => cell.clone(),
+                Some(entry) if entry.key == key => entry.cell.clone(),
                 _ => {
                     let cell = ContentCell::default();
-                    contents.insert(uid.clone(), (key.clone(), cell.clone()));
+                    let infraenv = (ns.to_string(), ie.metadata.name.clone().unwrap_or_default());
+                    contents.insert(uid.clone(), ContentEntry { key: key.clone(), cell: cell.clone(), infraenv });
                     cell
                 }
             }
