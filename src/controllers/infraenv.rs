@@ -239,6 +239,7 @@ pub async fn reconcile_with<S: Store>(
     // start over. In turn, the second finds the work done.
     let _turn = images.reconciling.lock(format!("{namespace}/{name}")).await;
     let Some(mut ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
+        images.forget(namespace, name);
         return Ok(Action::Done);
     };
     if let Some(backend) = backend {

@@ -436,6 +436,17 @@ impl<S: Store> Images<S> {
         Ok(list.select(selector))
     }
 
+    /// Drops the content of the InfraEnv `namespace/name`, which is gone. The cache holds one content
+    /// per InfraEnv; without this, every InfraEnv ever deleted would keep its Ignition and ramdisk.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.contents.lock().unwrap().retain(|_, e| e.infraenv.0 != namespace || e.infraenv.1 != name);
+    }
+
+    /// How many InfraEnvs' contents the cache holds.
+    pub fn cached_contents(&self) -> usize {
+        self.contents.lock().unwrap().len()
+    }
+
     /// The InfraEnvs of `namespace` (namespace, name) whose content was last built, or tried, with
     /// the NMStateConfig `config` among its hosts.
     pub fn infraenvs_built_with(&self, namespace: &str, config: &str) -> Vec<(String, String)> {
@@ -1150,6 +1161,39 @@ mod tests {
         store.delete::<NMStateConfig>("ns", "c").await.unwrap();
         assert_eq!(selected("pool").await, ["d", "e"]);
         assert_eq!(selected("lab").await, ["b"]);
+    }
+
+    /// The content cache forgets an InfraEnv once it is gone (reconciled after its deletion).
+    #[tokio::test]
+    async fn a_deleted_infraenvs_content_is_dropped() {
+        use crate::store::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::sqlite::SqliteStore::open_in_memory().unwrap();
+        let config = Arc::new(ServiceConfig::new("http://hub.example", dir.path().into()));
+        let images = Images::new(store.clone(), crate::catalog::Catalog::new(vec![]), config);
+        let apply = async |doc: serde_json::Value| {
+            let (kind, doc) = crate::resources::validate_document(&doc).unwrap();
+            store.apply_document(kind, doc).await.unwrap();
+        };
+        apply(serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": "ns"},
+                                 "stringData": {".dockerconfigjson": "{\"auths\":{}}"}}))
+        .await;
+        for name in ["a", "b"] {
+            apply(serde_json::json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+                                     "metadata": {"name": name, "namespace": "ns"},
+                                     "spec": {"pullSecretRef": {"name": "ps"}}}))
+            .await;
+            let ie: InfraEnv = store.get("ns", name).await.unwrap().unwrap();
+            images.content(&ie).await.unwrap();
+        }
+        assert_eq!(images.cached_contents(), 2);
+        // A reconcile of a live InfraEnv keeps it.
+        crate::controllers::infraenv::reconcile_with(&images, None, "ns", "a").await.unwrap();
+        assert_eq!(images.cached_contents(), 2);
+        store.delete::<InfraEnv>("ns", "a").await.unwrap();
+        crate::controllers::infraenv::reconcile_with(&images, None, "ns", "a").await.unwrap();
+        assert_eq!(images.cached_contents(), 1);
+        assert_eq!(images.infraenvs_built_with("ns", "anything"), Vec::<(String, String)>::new());
     }
 
     /// Status URLs keep their token while more than an hour of it is left, then get a new one; the
