@@ -404,7 +404,7 @@ async fn image_service<S: crate::store::Store>(
     config.agent_auth = Some(agent_auth.clone());
     config.url_signer = url_signer;
     let images = crate::image::Images::new(store, catalog.clone(), Arc::new(config));
-    tokio::spawn(images.clone().prepare_static_networks());
+    tokio::spawn(images.clone().follow_store_changes());
     Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener, tls, plain_http })
 }
 

@@ -327,21 +327,25 @@ pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConf
 }
 
 impl<S: Store> Images<S> {
-    /// Checks each NMStateConfig and generates its keyfiles as it is created or changed
-    /// ([`crate::staticnet::prepare`]), so that the first build of an InfraEnv selecting it (which a
-    /// host's first download may wait for) only assembles the ramdisk. Runs until the store's change
-    /// feed ends.
-    pub async fn prepare_static_networks(self: Arc<Self>) {
+    /// Follows the store's changes until its feed ends:
+    /// - checks each NMStateConfig and generates its keyfiles as it is created or changed
+    ///   ([`crate::staticnet::prepare`]), so that the first build of an InfraEnv selecting it (which
+    ///   a host's first download may wait for) only assembles the ramdisk;
+    /// - forgets the content of each InfraEnv deleted (the InfraEnv controller does too; an image
+    ///   server replica on Kubernetes runs no controller).
+    pub async fn follow_store_changes(self: Arc<Self>) {
         use tokio::sync::broadcast::error::RecvError;
         let mut events = self.store.subscribe();
-        let resource = crate::store::resource_name::<NMStateConfig>();
+        let nmstate = crate::store::resource_name::<NMStateConfig>();
+        let infraenv = crate::store::resource_name::<InfraEnv>();
         loop {
             match events.recv().await {
-                Ok(e) if e.resource == resource && e.resource_version.is_some() => {
+                Ok(e) if e.resource == nmstate && e.resource_version.is_some() => {
                     if let Ok(Some(c)) = self.store.get::<NMStateConfig>(&e.namespace, &e.name).await {
                         crate::staticnet::prepare(&self.static_host(&c));
                     }
                 }
+                Ok(e) if e.resource == infraenv && e.resource_version.is_none() => self.forget(&e.namespace, &e.name),
                 // Missed changes are only missed preparation: builds check what they use anyway.
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
@@ -1194,6 +1198,16 @@ mod tests {
         crate::controllers::infraenv::reconcile_with(&images, None, "ns", "a").await.unwrap();
         assert_eq!(images.cached_contents(), 1);
         assert_eq!(images.infraenvs_built_with("ns", "anything"), Vec::<(String, String)>::new());
+
+        // Without a controller (an image server replica), the change feed does it.
+        tokio::spawn(images.clone().follow_store_changes());
+        tokio::task::yield_now().await;
+        store.delete::<InfraEnv>("ns", "b").await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while images.cached_contents() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(images.cached_contents(), 0);
     }
 
     /// Status URLs keep their token while more than an hour of it is left, then get a new one; the
