@@ -85,7 +85,8 @@ const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_milli
 const CHECKPOINT_AFTER_TRANSACTIONS: u64 = 512;
 
 /// The WAL size (in pages) at which the writer checkpoints by itself, in case the checkpointer
-/// cannot keep up; SQLite's default is 1000, which the checkpointer's interval keeps the WAL under.
+/// cannot keep up (SQLite's default is 1000). The checkpointer runs after
+/// [`CHECKPOINT_AFTER_TRANSACTIONS`], a few MiB of WAL, well under this 64 MiB.
 const WRITER_CHECKPOINT_PAGES: i64 = 16384;
 
 /// (resource, namespace, name)
