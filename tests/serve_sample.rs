@@ -168,3 +168,12 @@ fn serve_help_names_the_sample_image() {
         assert!(help.contains(flag), "{flag}");
     }
 }
+
+/// The server keeps its heap off transparent huge pages (src/main.rs says why).
+#[test]
+fn the_server_runs_without_transparent_huge_pages() {
+    let server = Server::start(&[]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    let thp = status.lines().find_map(|l| l.strip_prefix("THP_enabled:")).map(str::trim);
+    assert_eq!(thp, Some("0"), "THP_enabled of the server's /proc status:\n{status}");
+}

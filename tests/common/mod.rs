@@ -95,6 +95,11 @@ impl Server {
         server
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server with SIGKILL (no chance to clean up) and hands back its data directory.
     pub fn kill(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
