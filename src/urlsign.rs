@@ -217,7 +217,19 @@ impl UrlSigner {
     fn encode(&self, claims: &Claims) -> String {
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(self.kid.clone());
-        jsonwebtoken::encode(&header, claims, &self.signing).expect("ES256 signing with a checked key")
+        let token = jsonwebtoken::encode(&header, claims, &self.signing).expect("ES256 signing with a checked key");
+        // A token goes into a status as it is made, and its first GET often comes right after (a new
+        // InfraEnv's ISO): its claims are known here, so that GET need not check the signature.
+        self.remember(&token, claims.clone());
+        token
+    }
+
+    fn remember(&self, token: &str, claims: Claims) {
+        let mut verified = self.verified.lock().unwrap();
+        if verified.len() >= MAX_VERIFIED {
+            verified.clear();
+        }
+        verified.insert(token.to_string(), claims);
     }
 
     /// The claims of `token` if one of our keys signed it and it has not expired at `now`.
@@ -227,11 +239,7 @@ impl UrlSigner {
             Some(claims) => claims,
             None => {
                 let claims = self.verify_signature(token)?;
-                let mut verified = self.verified.lock().unwrap();
-                if verified.len() >= MAX_VERIFIED {
-                    verified.clear();
-                }
-                verified.insert(token.to_string(), claims.clone());
+                self.remember(token, claims.clone());
                 claims
             }
         };
@@ -359,6 +367,19 @@ mod tests {
         assert!(s.verify(&t, now + TOKEN_LIFETIME - Duration::from_secs(2)).is_ok());
         // The same key file again: tokens survive a restart.
         assert!(signer(dir.path()).verify(&t, now).is_ok());
+    }
+
+    #[test]
+    fn a_token_signed_here_is_known_without_checking_its_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let now = SystemTime::now();
+        let t = s.sign("ie-a", now);
+        assert_eq!(s.verified.lock().unwrap().get(&t).map(|c| c.infra_env_id.as_str()), Some("ie-a"));
+        // Another signer with the same key has to check it, and does.
+        let restarted = signer(dir.path());
+        assert!(restarted.verified.lock().unwrap().is_empty());
+        assert_eq!(restarted.verify_for(&t, "ie-a", now).unwrap().infra_env_id, "ie-a");
     }
 
     #[test]
