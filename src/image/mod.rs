@@ -164,6 +164,27 @@ pub struct DiscoveryContent {
 /// NMStateConfig host entries kept at most; past it the map starts over.
 const MAX_STATIC_HOSTS: usize = 100_000;
 
+/// What selections and builds use of an NMStateConfig. A parsed NMStateConfig takes about 6 KB, most
+/// of it the free-form `spec.config` tree, nine times its JSON; a namespace's list keeps every config,
+/// and a hub may hold tens of thousands. The host entry is the one [`Images::static_host`] keeps.
+pub struct SelectedConfig {
+    pub name: String,
+    pub resource_version: String,
+    labels: BTreeMap<String, String>,
+    pub host: Arc<crate::staticnet::HostStaticConfig>,
+}
+
+impl SelectedConfig {
+    fn of(c: &NMStateConfig, host: Arc<crate::staticnet::HostStaticConfig>) -> SelectedConfig {
+        SelectedConfig {
+            name: c.metadata.name.clone().unwrap_or_default(),
+            resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
+            labels: c.metadata.labels.clone().unwrap_or_default(),
+            host,
+        }
+    }
+}
+
 /// A namespace's NMStateConfigs, as the store's NMStateConfig change count `changes` found them,
 /// indexed by label so that an InfraEnv's selection costs what it selects, not what the namespace
 /// holds (a hub may keep thousands of them in one namespace, and every image request selects). When
@@ -171,25 +192,25 @@ const MAX_STATIC_HOSTS: usize = 100_000;
 struct NamespaceConfigs {
     changes: u64,
     /// By name: the store's order.
-    configs: BTreeMap<String, Arc<NMStateConfig>>,
+    configs: BTreeMap<String, Arc<SelectedConfig>>,
     /// Names of the configs carrying each label.
     by_label: HashMap<(String, String), BTreeSet<String>>,
 }
 
 impl NamespaceConfigs {
-    fn new(changes: u64, configs: Vec<NMStateConfig>) -> NamespaceConfigs {
+    fn new(changes: u64, configs: Vec<SelectedConfig>) -> NamespaceConfigs {
         let mut list = NamespaceConfigs { changes, configs: BTreeMap::new(), by_label: HashMap::new() };
         for c in configs {
-            let name = c.metadata.name.clone().unwrap_or_default();
+            let name = c.name.clone();
             list.put(&name, Some(c));
         }
         list
     }
 
     /// Stores `config` as the config named `name`, or removes it when `None`.
-    fn put(&mut self, name: &str, config: Option<NMStateConfig>) {
+    fn put(&mut self, name: &str, config: Option<SelectedConfig>) {
         if let Some(old) = self.configs.remove(name) {
-            for (k, v) in old.metadata.labels.iter().flatten() {
+            for (k, v) in &old.labels {
                 let key = (k.clone(), v.clone());
                 if let Some(names) = self.by_label.get_mut(&key) {
                     names.remove(name);
@@ -200,7 +221,7 @@ impl NamespaceConfigs {
             }
         }
         if let Some(c) = config {
-            for (k, v) in c.metadata.labels.iter().flatten() {
+            for (k, v) in &c.labels {
                 self.by_label.entry((k.clone(), v.clone())).or_default().insert(name.to_string());
             }
             self.configs.insert(name.to_string(), Arc::new(c));
@@ -209,9 +230,8 @@ impl NamespaceConfigs {
 
     /// The configs `selector` matches, in the store's order. A selector with `matchLabels` only looks
     /// at the configs carrying its rarest pair; one with expressions only reads them all.
-    fn select(&self, selector: &crate::resources::LabelSelector) -> Vec<Arc<NMStateConfig>> {
-        let no_labels = BTreeMap::new();
-        let matches = |c: &NMStateConfig| selector.matches(c.metadata.labels.as_ref().unwrap_or(&no_labels));
+    fn select(&self, selector: &crate::resources::LabelSelector) -> Vec<Arc<SelectedConfig>> {
+        let matches = |c: &SelectedConfig| selector.matches(&c.labels);
         let none = BTreeSet::new();
         let rarest = selector
             .match_labels
@@ -390,7 +410,7 @@ impl<S: Store> Images<S> {
 
     /// The NMStateConfigs `ie` selects: those of its namespace matching its non-empty label selector
     /// (an empty selector selects none), by name.
-    pub async fn selected_nmstate_configs(&self, ie: &InfraEnv) -> Result<Vec<Arc<NMStateConfig>>, ImageError> {
+    pub async fn selected_nmstate_configs(&self, ie: &InfraEnv) -> Result<Vec<Arc<SelectedConfig>>, ImageError> {
         let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
             return Ok(vec![]);
         };
@@ -399,7 +419,9 @@ impl<S: Store> Images<S> {
         // Read before anything else: a change that lands meanwhile moves the count past it.
         let Some(changes) = self.store.change_count(&resource) else {
             // The store does not announce NMStateConfig changes: nothing of them can be kept.
-            return Ok(NamespaceConfigs::new(0, self.store.list(Some(ns)).await?).select(selector));
+            return Ok(
+                NamespaceConfigs::new(0, self.selected_configs(self.store.list(Some(ns)).await?)).select(selector)
+            );
         };
         let list = {
             let mut lists = self.nmstate_lists.lock().unwrap();
@@ -429,15 +451,19 @@ impl<S: Store> Images<S> {
                     for (_, name) in changed.into_iter().filter(|(n, _)| n == ns) {
                         if seen.insert(name.clone()) {
                             let config: Option<NMStateConfig> = self.store.get(ns, &name).await?;
-                            list.put(&name, config);
+                            list.put(&name, config.map(|c| SelectedConfig::of(&c, self.static_host(&c))));
                         }
                     }
                     list.changes = now;
                 }
-                None => *list = NamespaceConfigs::new(changes, self.store.list(Some(ns)).await?),
+                None => *list = NamespaceConfigs::new(changes, self.selected_configs(self.store.list(Some(ns)).await?)),
             }
         }
         Ok(list.select(selector))
+    }
+
+    fn selected_configs(&self, configs: Vec<NMStateConfig>) -> Vec<SelectedConfig> {
+        configs.iter().map(|c| SelectedConfig::of(c, self.static_host(c))).collect()
     }
 
     /// Drops the content of the InfraEnv `namespace/name`, which is gone. The cache holds one content
@@ -506,7 +532,7 @@ impl<S: Store> Images<S> {
         };
         let mut key = format!("{ie_version}/{}", rv(&secret.metadata));
         for c in &nmstate {
-            key.push_str(&format!("/{}={}", c.metadata.name.as_deref().unwrap_or(""), rv(&c.metadata)));
+            key.push_str(&format!("/{}={}", c.name, c.resource_version));
         }
         if ironic_enabled {
             key.push_str(&format!("/icc={}", icc.as_ref().map(|s| rv(&s.metadata)).unwrap_or_default()));
@@ -555,7 +581,7 @@ impl<S: Store> Images<S> {
         ie: &InfraEnv,
         uid: &str,
         secret: &Secret,
-        nmstate: &[Arc<NMStateConfig>],
+        nmstate: &[Arc<SelectedConfig>],
         icc: Option<&Secret>,
     ) -> Result<DiscoveryContent, ImageError> {
         let secret_name = &ie.spec.pull_secret_ref.name;
@@ -576,8 +602,7 @@ impl<S: Store> Images<S> {
         });
 
         // Static networking: every selected NMStateConfig is one host entry of the ramdisk.
-        let hosts: Vec<crate::staticnet::HostStaticConfig> =
-            nmstate.iter().map(|c| self.static_host(c).as_ref().clone()).collect();
+        let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate.iter().map(|c| c.host.as_ref().clone()).collect();
         // Validated (and the keyfiles generated) once, by `ramdisk_files`.
         let hosts = crate::staticnet::normalize(hosts);
         let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {
@@ -1111,8 +1136,8 @@ mod tests {
         c
     }
 
-    fn names(configs: &[Arc<NMStateConfig>]) -> Vec<String> {
-        configs.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect()
+    fn names(configs: &[Arc<SelectedConfig>]) -> Vec<String> {
+        configs.iter().map(|c| c.name.clone()).collect()
     }
 
     /// Selections follow creates, relabels and deletes of NMStateConfigs, whether the list catches up
@@ -1289,7 +1314,10 @@ mod tests {
             }
             configs.push(config(&format!("c{i:02}"), &labels));
         }
-        let index = NamespaceConfigs::new(1, configs.clone());
+        let index = NamespaceConfigs::new(
+            1,
+            configs.iter().map(|c| SelectedConfig::of(c, Arc::new(host_static_config(c)))).collect(),
+        );
         let expr = |key: &str, operator: &str, values: &[&str]| LabelSelectorRequirement {
             key: key.into(),
             operator: operator.into(),
