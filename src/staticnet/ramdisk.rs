@@ -80,8 +80,8 @@ pub fn ramdisk_files(input: &RamdiskInput) -> Result<Vec<RamdiskEntry>, StaticNe
         let generated = validate_and_generate(&hosts)?;
         for (index, (host, keyfiles)) in hosts.iter().zip(generated).enumerate() {
             let dir = format!("{NETWORK_DIR}/host{index}");
-            for (name, contents) in keyfiles {
-                layout.file(&format!("{dir}/{name}"), 0o600, with_autoconnect(&contents).into_bytes());
+            for (name, contents) in keyfiles.iter() {
+                layout.file(&format!("{dir}/{name}"), 0o600, contents.as_bytes().to_vec());
             }
             layout.file(&format!("{dir}/mac_interface.ini"), 0o600, mac_interface_ini(&host.mac_interface_map).into());
         }
@@ -157,7 +157,8 @@ impl Layout {
         while let Some(slash) = path[end..].find('/') {
             end += slash;
             let dir = &path[..end];
-            if self.dirs.insert(dir.to_string()) {
+            if !self.dirs.contains(dir) {
+                self.dirs.insert(dir.to_string());
                 self.entries.push(RamdiskEntry::Dir { path: dir.to_string() });
             }
             end += 1;

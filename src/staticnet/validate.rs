@@ -66,7 +66,8 @@ pub fn validate(hosts: &[HostStaticConfig]) -> Result<(), StaticNetError> {
     validate_and_generate(hosts).map(drop)
 }
 
-/// [`validate`], returning each host's keyfiles (generated on the way) when all is well.
+/// [`validate`], returning each host's keyfiles (generated on the way, and memoized) as the
+/// ramdisk carries them when all is well.
 pub(super) fn validate_and_generate(hosts: &[HostStaticConfig]) -> Result<Vec<Keyfiles>, StaticNetError> {
     let mut problems = Vec::new();
     let mut generated = Vec::with_capacity(hosts.len());
@@ -80,7 +81,9 @@ pub(super) fn validate_and_generate(hosts: &[HostStaticConfig]) -> Result<Vec<Ke
     if problems.is_empty() { Ok(generated) } else { Err(StaticNetError::Invalid(problems)) }
 }
 
-type Keyfiles = Vec<(String, String)>;
+/// `(file name, contents)` with [`with_autoconnect`](super::with_autoconnect) applied, sorted by
+/// name; shared by every build that selects the same config.
+pub(super) type Keyfiles = std::sync::Arc<[(String, String)]>;
 
 fn check_mac_map(host: usize, map: &[MacInterface], problems: &mut Vec<Problem>) {
     if map.is_empty() {
@@ -201,7 +204,10 @@ fn check_yaml(config: &HostStaticConfig, map_names: &HashSet<&str>) -> YamlOutco
         return outcome;
     }
     match generate_from(&state) {
-        Ok(keyfiles) => outcome.keyfiles = Some(keyfiles),
+        Ok(keyfiles) => {
+            outcome.keyfiles =
+                Some(keyfiles.into_iter().map(|(name, contents)| (name, super::with_autoconnect(&contents))).collect())
+        }
         Err(e) => {
             outcome.problems.push(e);
             return outcome;
