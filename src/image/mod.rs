@@ -419,9 +419,7 @@ impl<S: Store> Images<S> {
         // Read before anything else: a change that lands meanwhile moves the count past it.
         let Some(changes) = self.store.change_count(&resource) else {
             // The store does not announce NMStateConfig changes: nothing of them can be kept.
-            return Ok(
-                NamespaceConfigs::new(0, self.selected_configs(self.store.list(Some(ns)).await?)).select(selector)
-            );
+            return Ok(NamespaceConfigs::new(0, self.selected_configs(ns).await?).select(selector));
         };
         let list = {
             let mut lists = self.nmstate_lists.lock().unwrap();
@@ -456,14 +454,15 @@ impl<S: Store> Images<S> {
                     }
                     list.changes = now;
                 }
-                None => *list = NamespaceConfigs::new(changes, self.selected_configs(self.store.list(Some(ns)).await?)),
+                None => *list = NamespaceConfigs::new(changes, self.selected_configs(ns).await?),
             }
         }
         Ok(list.select(selector))
     }
 
-    fn selected_configs(&self, configs: Vec<NMStateConfig>) -> Vec<SelectedConfig> {
-        configs.iter().map(|c| SelectedConfig::of(c, self.static_host(c))).collect()
+    /// What selections keep of every NMStateConfig of `ns`, each taken as the store decodes it.
+    async fn selected_configs(&self, ns: &str) -> Result<Vec<SelectedConfig>, StoreError> {
+        self.store.list_map(Some(ns), |c: NMStateConfig| SelectedConfig::of(&c, self.static_host(&c))).await
     }
 
     /// Drops the content of the InfraEnv `namespace/name`, which is gone. The cache holds one content

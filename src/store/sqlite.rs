@@ -1212,6 +1212,15 @@ impl Store for SqliteStore {
         entries.iter().map(|c| c.object()).collect()
     }
 
+    async fn list_map<K: Object, T: Send>(
+        &self,
+        namespace: Option<&str>,
+        mut f: impl FnMut(K) -> T + Send,
+    ) -> Result<Vec<T>, StoreError> {
+        let entries = self.read_cache().list(&resource_name::<K>(), namespace);
+        entries.iter().map(|c| c.object().map(&mut f)).collect()
+    }
+
     async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
         let entries = self.read_cache().list(&resource_name::<K>(), namespace);
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
@@ -1342,6 +1351,20 @@ mod tests {
 
         let typed: InfraEnv = store.get_by_uid(&uid).await.unwrap().unwrap();
         assert_eq!(typed.spec.ssh_authorized_key.as_deref(), Some("k2"));
+    }
+
+    #[tokio::test]
+    async fn list_map_hands_over_what_list_returns_in_its_order() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for name in ["c", "a", "b"] {
+            store.apply_document(Kind::InfraEnv, infraenv_doc(name, &format!("key-{name}"))).await.unwrap();
+        }
+        let listed: Vec<InfraEnv> = store.list(Some("ns")).await.unwrap();
+        let key = |ie: &InfraEnv| (ie.metadata.name.clone().unwrap(), ie.spec.ssh_authorized_key.clone().unwrap());
+        let mapped = store.list_map(Some("ns"), |ie: InfraEnv| key(&ie)).await.unwrap();
+        assert_eq!(mapped, listed.iter().map(key).collect::<Vec<_>>());
+        assert_eq!(mapped.len(), 3);
+        assert!(store.list_map(Some("other"), |ie: InfraEnv| key(&ie)).await.unwrap().is_empty());
     }
 
     #[tokio::test]
