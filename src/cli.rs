@@ -523,7 +523,13 @@ async fn run<S: crate::store::Store>(
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let config = crate::http::server::ServerConfig { tls: svc.tls, ..Default::default() };
-    crate::http::server::serve(svc.listener, app, config, stop).await;
+    // The accept loop runs on a runtime worker, not on this thread (`block_on`): a connection spawned
+    // from a worker runs next on that worker, where one spawned from here waits for a worker to be
+    // woken. That hand-off was on every new connection's time to first byte.
+    let main = tokio::spawn(crate::http::server::serve(svc.listener, app, config, stop));
+    if let Err(e) = main.await {
+        tracing::error!("the accept loop failed: {e}");
+    }
     if let Some(plain) = plain {
         let _ = plain.await;
     }
