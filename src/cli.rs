@@ -527,8 +527,11 @@ async fn run<S: crate::store::Store>(
     // from a worker runs next on that worker, where one spawned from here waits for a worker to be
     // woken. That hand-off was on every new connection's time to first byte.
     let main = tokio::spawn(crate::http::server::serve(svc.listener, app, config, stop));
-    if let Err(e) = main.await {
-        tracing::error!("the accept loop failed: {e}");
+    // A panic there ends the process as it did on this thread.
+    if let Err(e) = main.await
+        && e.is_panic()
+    {
+        std::panic::resume_unwind(e.into_panic());
     }
     if let Some(plain) = plain {
         let _ = plain.await;
