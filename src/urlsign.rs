@@ -120,7 +120,7 @@ fn kid_of(public_point: &[u8]) -> String {
 
 /// What a PEM key file holds, as keys.
 enum Loaded {
-    Private { pkcs8: Vec<u8>, point: Vec<u8> },
+    Private(Box<EcdsaKeyPair>),
     Public { point: Vec<u8> },
 }
 
@@ -133,7 +133,7 @@ fn load_pem(path: &Path) -> Result<Loaded, KeyError> {
             let rng = ring::rand::SystemRandom::new();
             let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, block.contents(), &rng)
                 .map_err(|e| err(format!("not a PKCS#8 P-256 key ({e}); make one with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`")))?;
-            Ok(Loaded::Private { pkcs8: block.contents().to_vec(), point: pair.public_key().as_ref().to_vec() })
+            Ok(Loaded::Private(Box::new(pair)))
         }
         "PUBLIC KEY" => {
             // SubjectPublicKeyInfo of a P-256 key: a fixed 26-byte prefix, then the 65-byte point.
@@ -158,17 +158,18 @@ impl UrlSigner {
     /// Signs with the PKCS#8 P-256 private key in `current` (PEM); also verifies tokens signed with
     /// the keys in `previous` (PEM private or public keys).
     pub fn from_files(current: &Path, previous: &[PathBuf]) -> Result<UrlSigner, KeyError> {
-        let Loaded::Private { pkcs8, point } = load_pem(current)? else {
+        let Loaded::Private(signing) = load_pem(current)? else {
             return Err(KeyError { path: current.to_path_buf(), reason: "a public key cannot sign".into() });
         };
         let mut verifying = Vec::new();
         for path in previous {
             let point = match load_pem(path)? {
-                Loaded::Private { point, .. } | Loaded::Public { point } => point,
+                Loaded::Private(pair) => pair.public_key().as_ref().to_vec(),
+                Loaded::Public { point } => point,
             };
             verifying.push(VerifyingKey { kid: kid_of(&point), key: DecodingKey::from_ec_der(&point) });
         }
-        Ok(Self::new(&pkcs8, &point, verifying))
+        Ok(Self::new(*signing, verifying))
     }
 
     /// The key in `dir/url-signing.pem`, made (mode 0600) on first start: the embedded default.
@@ -185,12 +186,11 @@ impl UrlSigner {
         Self::from_files(&path, previous)
     }
 
-    fn new(pkcs8: &[u8], point: &[u8], mut verifying: Vec<VerifyingKey>) -> UrlSigner {
+    fn new(signing: EcdsaKeyPair, mut verifying: Vec<VerifyingKey>) -> UrlSigner {
+        let point = signing.public_key().as_ref();
         let kid = kid_of(point);
         verifying.insert(0, VerifyingKey { kid: kid.clone(), key: DecodingKey::from_ec_der(point) });
         let rng = ring::rand::SystemRandom::new();
-        let signing = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8, &rng)
-            .expect("load_pem checked that this is a PKCS#8 P-256 key");
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(kid.clone());
         let header = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).expect("a JWT header is JSON"));
