@@ -309,7 +309,8 @@ pub async fn infraenvs_affected_by<S: Store>(
         if let Err(e) = &config {
             tracing::warn!("reading NMStateConfig {namespace}/{name}: {e}");
         }
-        let built_with: HashSet<Key> = images.infraenvs_built_with(namespace, name).into_iter().collect();
+        let built_with: HashSet<String> =
+            images.infraenvs_built_with(namespace, name).into_iter().map(|(_, n)| n).collect();
         let no_labels = BTreeMap::new();
         let concerned = |ie: &InfraEnv| {
             let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
@@ -322,10 +323,16 @@ pub async fn infraenvs_affected_by<S: Store>(
                 Err(_) => true,
             }
         };
-        match store.list::<InfraEnv>(Some(namespace)).await {
-            Ok(list) => keys.extend(
-                list.into_iter().filter(|ie| concerned(ie) || built_with.contains(&key_of(&ie.metadata))).map(key),
-            ),
+        // Looked at in place: a namespace may hold thousands of InfraEnvs, and hosts' NMStateConfigs
+        // come by the hundred.
+        let affected = store
+            .list_map(Some(namespace), |ie: &InfraEnv| {
+                let built = ie.metadata.name.as_ref().is_some_and(|n| built_with.contains(n));
+                (built || concerned(ie)).then(|| key_of(&ie.metadata))
+            })
+            .await;
+        match affected {
+            Ok(affected) => keys.extend(affected.into_iter().flatten()),
             Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
         }
     } else if resource == resource_name::<Secret>() {

@@ -251,11 +251,12 @@ impl NamespaceConfigs {
 type ContentCell = Arc<tokio::sync::OnceCell<Arc<DiscoveryContent>>>;
 
 /// An InfraEnv's content: the key it is built for (the versions of all it depends on), the content,
-/// and the InfraEnv's namespace and name.
+/// the InfraEnv's namespace and name, and the names of the NMStateConfigs it is built with.
 struct ContentEntry {
     key: String,
     cell: ContentCell,
     infraenv: (String, String),
+    configs: HashSet<String>,
 }
 
 /// Discovery contents built since start (cache misses of [`Images::content`]), for `/metrics`.
@@ -462,7 +463,7 @@ impl<S: Store> Images<S> {
 
     /// What selections keep of every NMStateConfig of `ns`, each taken as the store decodes it.
     async fn selected_configs(&self, ns: &str) -> Result<Vec<SelectedConfig>, StoreError> {
-        self.store.list_map(Some(ns), |c: NMStateConfig| SelectedConfig::of(&c, self.static_host(&c))).await
+        self.store.list_map(Some(ns), |c: &NMStateConfig| SelectedConfig::of(c, self.static_host(c))).await
     }
 
     /// Drops the content of the InfraEnv `namespace/name`, which is gone. The cache holds one content
@@ -479,11 +480,10 @@ impl<S: Store> Images<S> {
     /// The InfraEnvs of `namespace` (namespace, name) whose content was last built, or tried, with
     /// the NMStateConfig `config` among its hosts.
     pub fn infraenvs_built_with(&self, namespace: &str, config: &str) -> Vec<(String, String)> {
-        let mention = format!("/{config}=");
         let contents = self.contents.lock().unwrap();
         contents
             .values()
-            .filter(|e| e.infraenv.0 == namespace && e.key.contains(&mention))
+            .filter(|e| e.infraenv.0 == namespace && e.configs.contains(config))
             .map(|e| e.infraenv.clone())
             .collect()
     }
@@ -545,7 +545,9 @@ impl<S: Store> Images<S> {
                 _ => {
                     let cell = ContentCell::default();
                     let infraenv = (ns.to_string(), ie.metadata.name.clone().unwrap_or_default());
-                    contents.insert(uid.clone(), ContentEntry { key: key.clone(), cell: cell.clone(), infraenv });
+                    let configs = nmstate.iter().map(|c| c.name.clone()).collect();
+                    contents
+                        .insert(uid.clone(), ContentEntry { key: key.clone(), cell: cell.clone(), infraenv, configs });
                     cell
                 }
             }

@@ -125,16 +125,16 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn get<K: Object>(&self, namespace: &str, name: &str)
     -> impl Future<Output = Result<Option<K>, StoreError>> + Send;
     fn list<K: Object>(&self, namespace: Option<&str>) -> impl Future<Output = Result<Vec<K>, StoreError>> + Send;
-    /// [`Store::list`], each object handed to `f` as it is decoded, for callers that keep a little of
+    /// [`Store::list`], each object lent to `f` as it is decoded, for callers that keep a little of
     /// each: a store that holds the objects encoded need not decode them all at once (30,000
     /// NMStateConfigs are 180 MB decoded, and the allocator handing that much back to the system stalls
-    /// whatever allocates next).
+    /// whatever allocates next), and one that keeps them decoded need not copy them.
     fn list_map<K: Object, T: Send>(
         &self,
         namespace: Option<&str>,
-        f: impl FnMut(K) -> T + Send,
+        f: impl FnMut(&K) -> T + Send,
     ) -> impl Future<Output = Result<Vec<T>, StoreError>> + Send {
-        async move { Ok(self.list::<K>(namespace).await?.into_iter().map(f).collect()) }
+        async move { Ok(self.list::<K>(namespace).await?.iter().map(f).collect()) }
     }
     /// At least the objects whose JSON form contains `needle` (a name, as `"name"`), and possibly
     /// others: a cheap first cut for finding the few objects that reference another among thousands.

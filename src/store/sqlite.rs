@@ -125,6 +125,25 @@ impl Cached {
         }
         Ok(k)
     }
+
+    /// `f` of the object as a K, without copying the decoded one where it is kept.
+    fn with_object<K: Object, T>(&self, f: impl FnOnce(&K) -> T) -> Result<T, StoreError> {
+        if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
+            return Ok(f(k));
+        }
+        let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
+        if keeps_decoded::<K>() {
+            let kept: Arc<dyn Any + Send + Sync> = Arc::new(k);
+            let kept = self.decoded.get_or_init(|| kept);
+            if let Some(k) = kept.downcast_ref::<K>() {
+                return Ok(f(k));
+            }
+            // Another reader kept it first, as another type of the same kind: decode it again.
+            let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
+            return Ok(f(&k));
+        }
+        Ok(f(&k))
+    }
 }
 
 /// Whether the cache keeps decoded copies of K's objects. Controllers read an InfraEnv, a
@@ -1215,10 +1234,10 @@ impl Store for SqliteStore {
     async fn list_map<K: Object, T: Send>(
         &self,
         namespace: Option<&str>,
-        mut f: impl FnMut(K) -> T + Send,
+        mut f: impl FnMut(&K) -> T + Send,
     ) -> Result<Vec<T>, StoreError> {
         let entries = self.read_cache().list(&resource_name::<K>(), namespace);
-        entries.iter().map(|c| c.object().map(&mut f)).collect()
+        entries.iter().map(|c| c.with_object(&mut f)).collect()
     }
 
     async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
@@ -1361,10 +1380,10 @@ mod tests {
         }
         let listed: Vec<InfraEnv> = store.list(Some("ns")).await.unwrap();
         let key = |ie: &InfraEnv| (ie.metadata.name.clone().unwrap(), ie.spec.ssh_authorized_key.clone().unwrap());
-        let mapped = store.list_map(Some("ns"), |ie: InfraEnv| key(&ie)).await.unwrap();
+        let mapped = store.list_map(Some("ns"), key).await.unwrap();
         assert_eq!(mapped, listed.iter().map(key).collect::<Vec<_>>());
         assert_eq!(mapped.len(), 3);
-        assert!(store.list_map(Some("other"), |ie: InfraEnv| key(&ie)).await.unwrap().is_empty());
+        assert!(store.list_map(Some("other"), key).await.unwrap().is_empty());
     }
 
     #[tokio::test]
