@@ -114,7 +114,8 @@ impl Cached {
         serde_json::from_slice(&self.text).map_err(backend)
     }
 
-    /// The object as a K: a copy of the decoded one where it is kept, else decoded from the text.
+    /// The object as a K: a copy of the decoded one where it is kept, else decoded from the text
+    /// (owned as decoded: not through [`Cached::with_object`], which would copy it once more).
     fn object<K: Object>(&self) -> Result<K, StoreError> {
         if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
             return Ok(k.clone());
@@ -126,23 +127,22 @@ impl Cached {
         Ok(k)
     }
 
-    /// `f` of the object as a K, without copying the decoded one where it is kept.
+    /// `f` of the object as a K: the decoded one where it is kept (kept on first decoding for the
+    /// kinds [`keeps_decoded`] names), else one decoded from the text for this call.
     fn with_object<K: Object, T>(&self, f: impl FnOnce(&K) -> T) -> Result<T, StoreError> {
         if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
             return Ok(f(k));
         }
         let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
-        if keeps_decoded::<K>() {
-            let kept: Arc<dyn Any + Send + Sync> = Arc::new(k);
-            let kept = self.decoded.get_or_init(|| kept);
-            if let Some(k) = kept.downcast_ref::<K>() {
-                return Ok(f(k));
-            }
-            // Another reader kept it first, as another type of the same kind: decode it again.
-            let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
+        if !keeps_decoded::<K>() {
             return Ok(f(&k));
         }
-        Ok(f(&k))
+        let kept = self.decoded.get_or_init(|| Arc::new(k));
+        match kept.downcast_ref::<K>() {
+            Some(k) => Ok(f(k)),
+            // Another reader kept it first as another Rust type of the same kind: decode it again.
+            None => Ok(f(&serde_json::from_slice::<K>(&self.text).map_err(backend)?)),
+        }
     }
 }
 
