@@ -437,6 +437,31 @@ fn infraenv(name: &str, set: &str) -> Value {
 const IE_PATH: &str = "/apis/agent-install.openshift.io/v1beta1/namespaces/bench/infraenvs";
 const NMSTATE_PATH: &str = "/apis/agent-install.openshift.io/v1beta1/namespaces/bench/nmstateconfigs";
 
+/// The server's counters of its store's writer, checkpointer and controllers (from `/metrics`), by
+/// series: what a slow create waited behind.
+async fn server_work(api: &mut Conn) -> Result<BTreeMap<String, f64>> {
+    let (status, body) = api.request("GET", "/metrics", None).await?;
+    if status != 200 {
+        bail!("GET /metrics: {status}");
+    }
+    Ok(String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with("bootstream_store_") || l.starts_with("bootstream_controller_reconcile"))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(series, v)| Some((series.to_string(), v.parse().ok()?))))
+        .collect())
+}
+
+/// Prints how much each of the server's counters grew between `before` and `after`.
+fn print_server_work(during: &str, before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) {
+    eprintln!("server work during {during}:");
+    for (series, v) in after {
+        let grew = v - before.get(series).copied().unwrap_or(0.0);
+        if grew != 0.0 && !series.ends_with("_sum") {
+            eprintln!("  {series} +{grew:.3}");
+        }
+    }
+}
+
 async fn create(api: &mut Conn, path: &str, object: &Value) -> Result<Value> {
     let (status, body) = api.request("POST", path, Some(object)).await?;
     if status >= 300 {
@@ -728,12 +753,14 @@ async fn time_to_first_byte(
     // anything of it is cached (the controller starts building it at the same moment).
     // SERVE_BENCH_NEW sets how many (300 by default: the p99 is then the 4th slowest, not the 2nd).
     let new_infraenvs: usize = std::env::var("SERVE_BENCH_NEW").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    let work_before = server_work(api).await?;
     for k in 0..new_infraenvs {
         for h in 0..100 {
             create(api, NMSTATE_PATH, &nmstate(1000 + k * 100 + h, &format!("new-{k}"))).await?;
         }
     }
     phase(&format!("{} NMStateConfigs created", new_infraenvs * 100));
+    print_server_work("the NMStateConfigs' creates", &work_before, &server_work(api).await?);
     // SERVE_BENCH_PERF_COLD=FILE records the server with `perf record -g` while the new InfraEnvs are
     // measured, and only then.
     let perf = match std::env::var_os("SERVE_BENCH_PERF_COLD") {
@@ -756,6 +783,7 @@ async fn time_to_first_byte(
     // controller starts building the content when the InfraEnv is created; whether the GET finds it
     // built depends on the race, so the second measure is the one a user waits for.
     let (mut cold, mut created_to_first) = (Vec::new(), Vec::new());
+    let work_before = server_work(api).await?;
     for k in 0..new_infraenvs {
         let creating = Instant::now();
         let ie = create(api, IE_PATH, &infraenv(&format!("new-{k}"), &format!("new-{k}"))).await?;
@@ -766,7 +794,7 @@ async fn time_to_first_byte(
         let total = creating.elapsed().as_secs_f64() * 1e3;
         if total > 4.0 {
             // With SERVE_BENCH_SERVER_LOG=bootstream::image=debug the server logs each build's time by uid.
-            eprintln!("slow new InfraEnv {id}: created to first byte {total:.2} ms, of which the GET {ms:.2} ms");
+            eprintln!("slow new InfraEnv {k} {id}: created to first byte {total:.2} ms, of which the GET {ms:.2} ms");
         }
         cold.push(ms);
         created_to_first.push(total);
@@ -777,6 +805,7 @@ async fn time_to_first_byte(
         unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
         perf.wait()?;
     }
+    print_server_work("the new InfraEnvs", &work_before, &server_work(api).await?);
     let first_cold = created_to_first[0];
     let (c50, c99) = (percentile(&mut cold, 0.5), percentile(&mut cold, 0.99));
     let (t50, t99) = (percentile(&mut created_to_first, 0.5), percentile(&mut created_to_first, 0.99));

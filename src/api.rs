@@ -882,17 +882,21 @@ impl<S: Store> App<S> {
         // The InfraEnv controller's finalizer comes with the create: added by the controller, it would
         // be one more write, and one more round of change events, before the status.
         let finalizer = (kind == Kind::InfraEnv && self.backend.is_some()).then_some(infraenv::INFRAENV_FINALIZER);
+        let started = std::time::Instant::now();
         let (stored, created) = store.apply_document_with_finalizer(kind, doc, finalizer).await?;
+        let stored_micros = started.elapsed().as_micros() as u64;
         let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
         let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
         // An applied InfraEnv gets its status now, so `apply` then `get` shows it. Changes to what
         // InfraEnvs reference (secrets, NMStateConfigs) reach them through the controller's queue, which
         // folds a burst of changes into one reconcile per InfraEnv.
+        let mut reconciles = 0;
         if kind == Kind::InfraEnv {
             // The controller, woken by the same write, may write the InfraEnv first (its finalizer,
             // or the status): then this reconcile's status write conflicts and asks to run again at
             // once. Without retrying, the answer (and a `get` right after) could lack the status.
             for _ in 0..5 {
+                reconciles += 1;
                 match infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await {
                     Ok(infraenv::Action::RequeueAfter(d)) if d.is_zero() => continue,
                     _ => break,
@@ -900,6 +904,18 @@ impl<S: Store> App<S> {
             }
         }
         let current = store.get_document(kind, &ns, &name).await?.unwrap_or(stored);
+        // Where an apply's time went, for a slow one (the store's write, waiting behind the writes
+        // queued ahead included, then the status).
+        tracing::debug!(
+            kind = kind.name(),
+            namespace = %ns,
+            name = %name,
+            uid = current["metadata"]["uid"].as_str().unwrap_or_default(),
+            stored_micros,
+            reconciles,
+            micros = started.elapsed().as_micros() as u64,
+            "applied"
+        );
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
     }
 }

@@ -185,6 +185,26 @@ impl Collector for WorkCollector {
             "Time the writer thread spent running transactions, commit included",
             w.busy_micros.load(Relaxed) as f64 / 1e6,
         )?;
+        let buckets: Vec<(f64, u64)> = crate::store::sqlite::TRANSACTION_BUCKET_MICROS
+            .iter()
+            .map(|&micros| micros as f64 / 1e6)
+            .chain([f64::INFINITY])
+            .zip(w.transaction_buckets.iter().map(|c| c.load(Relaxed)))
+            .collect();
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        encoder
+            .encode_descriptor(
+                "store_transaction_seconds",
+                "Time each transaction of the store's writer thread took, commit included (a write also waits for those queued ahead of it)",
+                None,
+                prometheus_client::metrics::MetricType::Histogram,
+            )?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                w.busy_micros.load(Relaxed) as f64 / 1e6,
+                count,
+                &buckets,
+                None,
+            )?;
         counter(
             &mut encoder,
             "store_commit_seconds",

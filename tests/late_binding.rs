@@ -288,6 +288,13 @@ fn metrics_show_the_store_writer_and_the_controllers_at_work() {
         "{writes} writes, {transactions} transactions"
     );
     assert!(value("bootstream_store_writer_busy_seconds_total") >= value("bootstream_store_commit_seconds_total"));
+    // Every transaction is in the latency histogram, whose buckets add up. (The agents go on writing:
+    // the histogram is read after the counters above, so it may have counted more.)
+    let counted = value("bootstream_store_transaction_seconds_count");
+    assert!(counted >= transactions, "{counted} transactions in the histogram, {transactions} counted");
+    assert_eq!(value("bootstream_store_transaction_seconds_bucket{le=\"+Inf\"}"), counted);
+    assert!(value("bootstream_store_transaction_seconds_bucket{le=\"0.064\"}") <= counted);
+    assert!(value("bootstream_store_transaction_seconds_sum") >= value("bootstream_store_writer_busy_seconds_total"));
     assert!(value("bootstream_store_writes_waiting") >= 0.0);
     assert!(value("bootstream_controller_reconciles_total{controller=\"agent\"}") >= 2.0);
     assert!(value("bootstream_controller_reconciles_total{controller=\"infraenv\"}") >= 1.0);

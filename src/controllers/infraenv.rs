@@ -237,7 +237,9 @@ pub async fn reconcile_with<S: Store>(
     // `apply` reconciles the InfraEnv it wrote at once, and the controller, woken by the same write,
     // would too: side by side, both would build and write the same status, and one would conflict and
     // start over. In turn, the second finds the work done.
+    let started = std::time::Instant::now();
     let _turn = images.reconciling.lock(format!("{namespace}/{name}")).await;
+    let waited_micros = started.elapsed().as_micros() as u64;
     let Some(mut ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
         images.forget(namespace, name);
         return Ok(Action::Done);
@@ -263,17 +265,32 @@ pub async fn reconcile_with<S: Store>(
         return Ok(Action::Done);
     }
     let now = Time(crate::resources::now_seconds());
+    let status_started = std::time::Instant::now();
     let (status, action) = desired_status(images, &ie, now).await;
-    if ie.status.as_ref() != Some(&status) {
+    let status_micros = status_started.elapsed().as_micros() as u64;
+    let changed = ie.status.as_ref() != Some(&status);
+    let written = if changed {
         let mut updated = ie.clone();
         updated.status = Some(status);
-        match images.store.update_status(&updated).await {
-            Ok(_) => {}
-            // Someone changed it meanwhile; the change event brings us back with the new version.
-            Err(StoreError::Conflict(_)) => return Ok(Action::RequeueAfter(Duration::ZERO)),
-            Err(e) if e.is_not_found() => return Ok(Action::Done),
-            Err(e) => return Err(e),
-        }
+        images.store.update_status(&updated).await.map(|_| ())
+    } else {
+        Ok(())
+    };
+    // For a slow reconcile: waiting for the InfraEnv's turn, building its status (the discovery
+    // content when none is cached), and the status write.
+    tracing::debug!(
+        infraenv = %format_args!("{namespace}/{name}"),
+        waited_micros,
+        status_micros,
+        written = changed,
+        micros = started.elapsed().as_micros() as u64,
+        "reconciled InfraEnv"
+    );
+    match written {
+        Ok(()) => Ok(action),
+        // Someone changed it meanwhile; the change event brings us back with the new version.
+        Err(StoreError::Conflict(_)) => Ok(Action::RequeueAfter(Duration::ZERO)),
+        Err(e) if e.is_not_found() => Ok(Action::Done),
+        Err(e) => Err(e),
     }
-    Ok(action)
 }

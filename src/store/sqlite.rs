@@ -53,6 +53,23 @@ pub struct WriterStats {
     /// Checkpoints the checkpointer thread ran, and the microseconds they took.
     pub checkpoints: AtomicU64,
     pub checkpoint_micros: AtomicU64,
+    /// Transactions by how long they took, commit and cache publication included: the count in
+    /// `transaction_buckets[i]` took at most `TRANSACTION_BUCKET_MICROS[i]` (and more than the
+    /// bound before); the last entry counts the rest. A write's latency is its own transaction's
+    /// plus the ones queued ahead of it, so a tail here is a tail of every write.
+    pub transaction_buckets: [AtomicU64; TRANSACTION_BUCKET_MICROS.len() + 1],
+}
+
+/// Upper bounds of [`WriterStats::transaction_buckets`], in microseconds.
+pub const TRANSACTION_BUCKET_MICROS: [u64; 9] = [250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000];
+
+impl WriterStats {
+    fn record_transaction(&self, micros: u64) {
+        let bucket = TRANSACTION_BUCKET_MICROS.iter().position(|&bound| micros <= bound);
+        let bucket = bucket.unwrap_or(TRANSACTION_BUCKET_MICROS.len());
+        self.transaction_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.busy_micros.fetch_add(micros, Ordering::Relaxed);
+    }
 }
 
 /// Work for the thread that owns the connection. Jobs waiting together are run in one SQLite
@@ -384,7 +401,7 @@ impl SqliteStore {
                     }
                     let (started, jobs) = (Instant::now(), batch.len() as u64);
                     run_group(&mut conn, &writer_cache, &mut resource_version, batch, &stats);
-                    stats.busy_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    stats.record_transaction(started.elapsed().as_micros() as u64);
                     stats.written.fetch_add(jobs, Ordering::Relaxed);
                     stats.transactions.fetch_add(1, Ordering::Relaxed);
                 }
