@@ -553,11 +553,26 @@ async fn send_file(
             Ok(r) => r?,
             Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")),
         }
+        let mut sent = 0;
         let res = stream.try_io(Interest::WRITABLE, || {
             let mut off = offset as libc::off_t;
             // SAFETY: both descriptors are open for the duration of the call; `off` is a valid pointer.
             let n = unsafe { libc::sendfile(sock, fd, &mut off, want) };
-            if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            sent = n as usize;
+            // A short write means the socket's buffer is full, unless the file ended (truncated
+            // under us: the next call returns 0 and aborts). Said as WouldBlock, it makes tokio
+            // clear the socket's readiness, so the next call waits until the kernel reports room
+            // (half the buffer free), as tokio's own writes and nginx do. Otherwise the next call
+            // went out as soon as one segment's room came back: one segment per sendfile, with
+            // its syscall and page-cache lookup, while a slow reader drains the socket.
+            if sent > 0 && sent < want && !file_ends_by(file, offset + sent as u64) {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(sent)
+            }
         });
         match res {
             Ok(0) => {
@@ -566,21 +581,26 @@ async fn send_file(
                     format!("{} ended at byte {offset}: base image changed on disk", file.path.display()),
                 ));
             }
-            Ok(n) => {
-                offset += n as u64;
-                *written += n as u64;
-                since_yield += n;
-                if since_yield >= 4 * SENDFILE_CHUNK {
-                    since_yield = 0;
-                    tokio::task::yield_now().await;
-                }
-            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && sent > 0 => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
+        offset += sent as u64;
+        *written += sent as u64;
+        since_yield += sent;
+        if since_yield >= 4 * SENDFILE_CHUNK {
+            since_yield = 0;
+            tokio::task::yield_now().await;
+        }
     }
     Ok(())
+}
+
+/// Whether `file` is no longer than `offset` bytes now (a base image truncated under a download).
+fn file_ends_by(file: &BaseFile, offset: u64) -> bool {
+    file.file.metadata().map(|m| m.len() <= offset).unwrap_or(true)
 }
 
 /// Copies `len` bytes of `file` at `offset` to a stream that must see them (TLS encrypts them): read
