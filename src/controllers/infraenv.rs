@@ -128,9 +128,13 @@ async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv, token: Option<&str>)
     let kind = images.image_type(ie);
     images.iso(ie, &base, &content, kind).await?;
     images.pxe_initrd(ie, &base, &content)?;
-    images.ipxe_script(ie, &base, &content)?;
+    let urls = images.urls_with_token(ie, &base, token);
+    // The iPXE script is made when it is fetched; here only its kernel arguments must apply. Making
+    // the script here signed a token of its own on every reconcile, and the reconciles the status
+    // write wakes ran beside a new InfraEnv's first download.
+    crate::image::ipxe_kernel_arguments(&urls.rootfs, &content)?;
     Ok(Built {
-        urls: images.urls_with_token(ie, &base, token),
+        urls,
         digest: Images::<S>::image_digest(&content, &base, kind),
         static_network: content.static_network.is_some(),
     })

@@ -331,6 +331,17 @@ pub enum BootArtifact {
 /// Fixed kernel arguments of the iPXE boot script (spec-controllers §8.1).
 const IPXE_KARGS: &str = "random.trust_cpu=on rd.luks.options=discard ignition.firstboot ignition.platform.id=metal console=tty1 console=ttyS1,115200n8 coreos.inst.persistent-kargs=\"console=tty1 console=ttyS1,115200n8\"";
 
+/// The kernel command line of the iPXE script: the fixed arguments with the rootfs URL, then the
+/// InfraEnv's `spec.kernelArguments` edits, which fail here when they cannot apply.
+pub fn ipxe_kernel_arguments(rootfs_url: &str, content: &DiscoveryContent) -> Result<String, ImageError> {
+    let kargs = format!("initrd=initrd coreos.live.rootfs_url={rootfs_url} {IPXE_KARGS}");
+    if content.karg_ops.is_empty() {
+        return Ok(kargs);
+    }
+    crate::kargs::apply_ops(&kargs, &content.karg_ops)
+        .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))
+}
+
 /// The static-network host entry of an NMStateConfig: its MAC map and its nmstate YAML.
 pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConfig {
     crate::staticnet::HostStaticConfig {
@@ -983,17 +994,20 @@ impl<S: Store> Images<S> {
         content: &DiscoveryContent,
     ) -> Result<String, ImageError> {
         let urls = self.urls(ie, base);
-        let mut kargs = format!("initrd=initrd coreos.live.rootfs_url={} {IPXE_KARGS}", urls.rootfs);
-        if !content.karg_ops.is_empty() {
-            kargs = crate::kargs::apply_ops(&kargs, &content.karg_ops)
-                .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
-        }
-        let mut env = minijinja::Environment::new();
-        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-        let tmpl = env
-            .template_from_str(include_str!("../../templates/ipxe/boot.ipxe"))
+        let kargs = ipxe_kernel_arguments(&urls.rootfs, content)?;
+        static TEMPLATE: std::sync::LazyLock<Result<minijinja::Environment<'static>, minijinja::Error>> =
+            std::sync::LazyLock::new(|| {
+                let mut env = minijinja::Environment::new();
+                env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+                env.add_template("boot.ipxe", include_str!("../../templates/ipxe/boot.ipxe"))?;
+                Ok(env)
+            });
+        let template = TEMPLATE
+            .as_ref()
+            .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?
+            .get_template("boot.ipxe")
             .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
-        let mut script = tmpl
+        let mut script = template
             .render(minijinja::context! { initrd_url => urls.initrd, kernel_url => urls.kernel, kargs => kargs })
             .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
         // The template engine drops the file's final newline; iPXE wants complete lines.
