@@ -16,7 +16,7 @@ use crate::http::{Body, Completion, Handler, RouteLabel, text};
 use crate::image::{BootArtifact, ImageError, Images};
 use crate::metrics::Metrics;
 use crate::resources::{ImageType, InfraEnv, Kind, validate_document};
-use crate::store::sqlite::SqliteStore;
+use crate::store::sqlite::{NewObject, SqliteStore};
 use crate::store::{Store, StoreError};
 
 /// The HTTP application over a [`Store`]. Embedded, it has everything. On Kubernetes, the controller
@@ -876,15 +876,38 @@ impl<S: Store> App<S> {
         }
         let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
         let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        if let Some(live) = store.get_document(kind, &ns, &name).await? {
-            crate::resources::validate_update(kind, &live, &doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let live = store.get_document(kind, &ns, &name).await?;
+        if let Some(live) = &live {
+            crate::resources::validate_update(kind, live, &doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
         }
         // The InfraEnv controller's finalizer comes with the create: added by the controller, it would
         // be one more write, and one more round of change events, before the status.
         let finalizer = (kind == Kind::InfraEnv && self.backend.is_some()).then_some(infraenv::INFRAENV_FINALIZER);
+        // A new InfraEnv's discovery content is most of its create's time. Built beside the store's
+        // write, under the uid reserved for the InfraEnv, it is ready sooner for the status below and
+        // for the first downloads, which would otherwise wait for the write and then the build.
+        let to_create = match (kind, &live) {
+            (Kind::InfraEnv, None) => infraenv_to_create(&doc),
+            _ => None,
+        };
+        let new = NewObject { finalizer, uid: to_create.as_ref().and_then(|ie| ie.metadata.uid.clone()) };
         let started = std::time::Instant::now();
-        let (stored, created) = store.apply_document_with_finalizer(kind, doc, finalizer).await?;
-        let stored_micros = started.elapsed().as_micros() as u64;
+        let write = async {
+            let written = store.apply_document_with(kind, doc, new).await;
+            (written, started.elapsed().as_micros() as u64)
+        };
+        let ((written, stored_micros), ()) = match &to_create {
+            Some(ie) => tokio::join!(write, self.images.prebuild(ie)),
+            None => (write.await, ()),
+        };
+        if let Some(uid) = to_create.as_ref().and_then(|ie| ie.metadata.uid.as_deref())
+            && !matches!(written, Ok((_, true)))
+        {
+            // Not created (refused, or created by someone else meanwhile and updated here): nothing
+            // has the reserved uid.
+            self.images.forget_uid(uid);
+        }
+        let (stored, created) = written?;
         let ns = stored["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
         let name = stored["metadata"]["name"].as_str().unwrap_or_default().to_string();
         // An applied InfraEnv gets its status now, so `apply` then `get` shows it. Changes to what
@@ -918,6 +941,17 @@ impl<S: Store> App<S> {
         );
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
     }
+}
+
+/// The InfraEnv a validated document creates, as the store will keep it, with the uid reserved for
+/// it (the store gives a new object generation 1); None when the document does not read as one
+/// (the store's write then reports what is wrong).
+fn infraenv_to_create(doc: &Value) -> Option<InfraEnv> {
+    let mut ie: InfraEnv = serde_json::from_value(doc.clone()).ok()?;
+    ie.metadata.uid = Some(uuid::Uuid::new_v4().to_string());
+    ie.metadata.generation = Some(1);
+    ie.status = None;
+    Some(ie)
 }
 
 /// A stored document as a client would send it back: without the metadata the server owns, which

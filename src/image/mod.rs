@@ -483,6 +483,24 @@ impl<S: Store> Images<S> {
         self.contents.lock().unwrap().retain(|_, e| e.infraenv.0 != namespace || e.infraenv.1 != name);
     }
 
+    /// Drops the content kept for the InfraEnv of uid `uid`: one [`Images::prebuild`] built for an
+    /// InfraEnv whose create did not happen.
+    pub fn forget_uid(&self, uid: &str) {
+        self.contents.lock().unwrap().remove(uid);
+    }
+
+    /// Builds the discovery content of `ie`, an InfraEnv being created, as it will be stored (with
+    /// the uid reserved for it): its status and first downloads then find it built, or being built,
+    /// under the same key. What fails is left to the status, which reports it.
+    pub async fn prebuild(&self, ie: &InfraEnv) {
+        if let Err(e) = self.content(ie).await {
+            tracing::debug!(
+                infraenv = ie.metadata.uid.as_deref().unwrap_or_default(),
+                "no content ahead of the create: {e}"
+            );
+        }
+    }
+
     /// How many InfraEnvs' contents the cache holds.
     pub fn cached_contents(&self) -> usize {
         self.contents.lock().unwrap().len()
@@ -532,12 +550,18 @@ impl<S: Store> Images<S> {
         // Everything the content depends on, by resource version. Of the InfraEnv only its spec
         // (generation) and annotations count: its resourceVersion also moves with every status write,
         // and keying on it would make the first download after the controller's own status update
-        // build everything again.
+        // build everything again. Of the annotations, the one `apply` keeps of the user's document
+        // does not count: the generation already follows what it records, and leaving it out gives
+        // an InfraEnv about to be created the key it will have once stored (see [`Images::prebuild`]).
         let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
             m.resource_version.clone().unwrap_or_default()
         };
         let ie_version = match ie.metadata.generation {
-            Some(g) => format!("g{g}:{}", serde_json::to_string(&ie.metadata.annotations).unwrap_or_default()),
+            Some(g) => {
+                let mut annotations = ie.metadata.annotations.clone().unwrap_or_default();
+                annotations.remove(crate::store::json::LAST_APPLIED_ANNOTATION);
+                format!("g{g}:{}", serde_json::to_string(&annotations).unwrap_or_default())
+            }
             None => rv(&ie.metadata),
         };
         let mut key = format!("{ie_version}/{}", rv(&secret.metadata));

@@ -568,17 +568,15 @@ impl SqliteStore {
     /// unless the document itself changes them. A document carrying a stale resourceVersion is refused.
     /// Returns the stored object and whether it was created.
     pub async fn apply_document(&self, kind: Kind, doc: Value) -> Result<(Value, bool), StoreError> {
-        self.apply_document_with_finalizer(kind, doc, None).await
+        self.apply_document_with(kind, doc, NewObject::default()).await
     }
 
-    /// [`Self::apply_document`], and an object it creates gets `finalizer` (a controller's, which it
-    /// would otherwise add with a write of its own right after). The finalizer is not part of the
-    /// applied configuration: a later apply that does not name it leaves it in place.
-    pub async fn apply_document_with_finalizer(
+    /// [`Self::apply_document`], and an object it creates gets what `new` gives it.
+    pub async fn apply_document_with(
         &self,
         kind: Kind,
         doc: Value,
-        finalizer: Option<&'static str>,
+        new: NewObject,
     ) -> Result<(Value, bool), StoreError> {
         let resource = kind.resource();
         let namespace = doc_namespace(kind, &doc);
@@ -592,10 +590,11 @@ impl SqliteStore {
                 None => {
                     let mut body = doc.clone();
                     body["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = Value::String(applied.to_string());
-                    if let Some(f) = finalizer {
+                    if let Some(f) = new.finalizer {
                         add_finalizer(&mut body, f);
                     }
-                    let stored = insert_object(tx, changes, &resource, &namespace, body, kind != Kind::Secret)?;
+                    let stored =
+                        insert_object(tx, changes, &resource, &namespace, body, kind != Kind::Secret, new.uid.clone())?;
                     Ok((stored, true))
                 }
                 Some((live, rv)) => {
@@ -680,7 +679,7 @@ impl SqliteStore {
         has_generation: bool,
     ) -> Result<Value, StoreError> {
         let (res, ns) = (resource.to_string(), namespace.to_string());
-        self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation)).await
+        self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation, None)).await
     }
 
     /// [`SqliteStore::replace_document`] by store key.
@@ -1001,8 +1000,27 @@ fn add_finalizer(doc: &mut Value, finalizer: &str) {
     }
 }
 
-/// Creates an object: the store assigns uid, creationTimestamp, generation and resourceVersion; a status
-/// in the document is dropped (it is written through the status subresource).
+/// What an object created by [`SqliteStore::apply_document_with`] gets besides the document.
+#[derive(Debug, Clone, Default)]
+pub struct NewObject {
+    /// A controller's finalizer, which the controller would otherwise add with a write of its own
+    /// right after the create. It is not part of the applied configuration: a later apply that does
+    /// not name it leaves it in place.
+    pub finalizer: Option<&'static str>,
+    /// The uid, reserved by the caller so that work keyed by it can start before the create lands;
+    /// a new one when None.
+    pub uid: Option<String>,
+}
+
+impl NewObject {
+    pub fn finalized_by(finalizer: &'static str) -> NewObject {
+        NewObject { finalizer: Some(finalizer), uid: None }
+    }
+}
+
+/// Creates an object: the store assigns uid (`uid` when the caller reserved one), creationTimestamp,
+/// generation and resourceVersion; a status in the document is dropped (it is written through the
+/// status subresource).
 fn insert_object(
     tx: &Tx<'_>,
     changes: &mut Changes,
@@ -1010,6 +1028,7 @@ fn insert_object(
     ns: &str,
     mut body: Value,
     has_generation: bool,
+    uid: Option<String>,
 ) -> Result<Value, StoreError> {
     let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
     if get_row(tx, res, ns, &name)?.is_some() {
@@ -1024,7 +1043,7 @@ fn insert_object(
     } else {
         meta.insert("namespace".into(), Value::String(ns.to_string()));
     }
-    meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+    meta.insert("uid".into(), Value::String(uid.unwrap_or_else(|| uuid::Uuid::new_v4().to_string())));
     meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
     if has_generation {
         meta.insert("generation".into(), Value::from(1));
@@ -1286,7 +1305,8 @@ impl Store for SqliteStore {
         let body = serde_json::to_value(obj).map_err(backend)?;
         // Secrets and ConfigMaps have no generation; custom resources do.
         let has_generation = !K::group(&()).is_empty();
-        let stored = self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation)).await?;
+        let stored =
+            self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation, None)).await?;
         serde_json::from_value(stored).map_err(backend)
     }
 
@@ -1544,7 +1564,7 @@ mod tests {
                 tokio::spawn(async move {
                     store
                         .write(move |tx, changes| {
-                            insert_object(tx, changes, &resource, "ns", doc, true)?;
+                            insert_object(tx, changes, &resource, "ns", doc, true, None)?;
                             Err::<(), _>(StoreError::Invalid("changed its mind".into()))
                         })
                         .await
@@ -1750,7 +1770,7 @@ mod tests {
     async fn a_finalizer_added_at_create_outlives_later_applies() {
         let store = SqliteStore::open_in_memory().unwrap();
         let (created, is_new) = store
-            .apply_document_with_finalizer(Kind::InfraEnv, infraenv_doc("a", "k1"), Some("example.com/hold"))
+            .apply_document_with(Kind::InfraEnv, infraenv_doc("a", "k1"), NewObject::finalized_by("example.com/hold"))
             .await
             .unwrap();
         assert!(is_new);
@@ -1765,10 +1785,31 @@ mod tests {
         ie.metadata.finalizers = None;
         store.update(&ie).await.unwrap();
         let (updated, _) = store
-            .apply_document_with_finalizer(Kind::InfraEnv, infraenv_doc("a", "k3"), Some("example.com/hold"))
+            .apply_document_with(Kind::InfraEnv, infraenv_doc("a", "k3"), NewObject::finalized_by("example.com/hold"))
             .await
             .unwrap();
         assert_eq!(updated["metadata"]["finalizers"], Value::Null);
+    }
+
+    #[tokio::test]
+    async fn a_create_takes_the_uid_reserved_for_it_and_an_update_keeps_the_stored_one() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let reserved = NewObject { uid: Some("5e1ec7ed-0000-4000-8000-000000000001".into()), ..NewObject::default() };
+        let (created, is_new) =
+            store.apply_document_with(Kind::InfraEnv, infraenv_doc("a", "k1"), reserved.clone()).await.unwrap();
+        assert!(is_new);
+        assert_eq!(created["metadata"]["uid"], "5e1ec7ed-0000-4000-8000-000000000001");
+        // A client cannot choose one: a uid in the document is the store's to replace.
+        let mut doc = infraenv_doc("b", "k1");
+        doc["metadata"]["uid"] = Value::String("chosen-by-the-client".into());
+        let (other, _) = store.apply_document(Kind::InfraEnv, doc).await.unwrap();
+        assert_ne!(other["metadata"]["uid"], "chosen-by-the-client");
+        // An apply that turns out to update does not touch the uid.
+        let reserved = NewObject { uid: Some("5e1ec7ed-0000-4000-8000-000000000002".into()), ..NewObject::default() };
+        let (updated, is_new) =
+            store.apply_document_with(Kind::InfraEnv, infraenv_doc("a", "k2"), reserved).await.unwrap();
+        assert!(!is_new);
+        assert_eq!(updated["metadata"]["uid"], "5e1ec7ed-0000-4000-8000-000000000001");
     }
 
     #[tokio::test]
