@@ -140,6 +140,14 @@ impl StaticNetworkFiles {
     }
 }
 
+/// What the static-network half of a build gives.
+struct StaticNetworkPart {
+    ramdisk: Option<Arc<Part>>,
+    files: Option<StaticNetworkFiles>,
+    /// How many NMStateConfigs went into the ramdisk.
+    hosts: usize,
+}
+
 /// The base-independent customization of one InfraEnv.
 #[derive(Debug)]
 pub struct DiscoveryContent {
@@ -588,42 +596,41 @@ impl<S: Store> Images<S> {
             }
         };
         cell.get_or_try_init(|| async {
-            // A build is milliseconds of CPU per hundred hosts (nmstate keyfiles, gzip): on a runtime
-            // worker it would hold up the tasks queued behind it there, the accept loop among them.
             let this = self.this.upgrade().expect("Images is alive while one of its methods runs");
-            let ie = ie.clone();
-            tokio::task::spawn_blocking(move || {
-                let started = std::time::Instant::now();
-                let built = this.build_content(&ie, &uid, &secret, &nmstate, icc.as_ref()).map(Arc::new);
-                tracing::debug!(
-                    infraenv = %uid,
-                    static_hosts = nmstate.len(),
-                    micros = started.elapsed().as_micros() as u64,
-                    ok = built.is_ok(),
-                    "built discovery content"
-                );
-                built
-            })
-            .await
-            .map_err(|e| ImageError::Internal(format!("building the discovery content: {e}")))?
+            let started = std::time::Instant::now();
+            let static_hosts = nmstate.len();
+            let built = this.build_content(ie.clone(), uid.clone(), secret, nmstate, icc).await.map(Arc::new);
+            tracing::debug!(
+                infraenv = %uid,
+                static_hosts,
+                micros = started.elapsed().as_micros() as u64,
+                ok = built.is_ok(),
+                "built discovery content"
+            );
+            built
         })
         .await
         .cloned()
     }
 
     /// Builds the discovery content of `ie` from what it references.
-    fn build_content(
-        &self,
-        ie: &InfraEnv,
-        uid: &str,
-        secret: &Secret,
-        nmstate: &[Arc<SelectedConfig>],
-        icc: Option<&Secret>,
+    ///
+    /// A build is milliseconds of CPU per hundred hosts (ramdisk files, gzip, the Ignition): on a
+    /// runtime worker it would hold up the tasks queued behind it there, the accept loop among them,
+    /// so it runs on blocking threads. Its two halves, the static-network ramdisk and the Ignition,
+    /// need nothing of each other and run side by side: a new InfraEnv's first byte waits for the
+    /// longer one only.
+    async fn build_content(
+        self: Arc<Self>,
+        ie: InfraEnv,
+        uid: String,
+        secret: Secret,
+        nmstate: Vec<Arc<SelectedConfig>>,
+        icc: Option<Secret>,
     ) -> Result<DiscoveryContent, ImageError> {
-        let secret_name = &ie.spec.pull_secret_ref.name;
-        let ironic_enabled = ironic::enabled(ie);
         CONTENT_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pull_secret = secret_value(secret, DOCKER_CONFIG_JSON_KEY).ok_or_else(|| {
+        let secret_name = &ie.spec.pull_secret_ref.name;
+        let pull_secret = secret_value(&secret, DOCKER_CONFIG_JSON_KEY).ok_or_else(|| {
             ImageError::Invalid(format!("secret {secret_name} did not contain key {DOCKER_CONFIG_JSON_KEY}"))
         })?;
         validate_pull_secret(&pull_secret)
@@ -636,14 +643,62 @@ impl<S: Store> Images<S> {
             };
             (proxy.http_proxy.is_some() || proxy.https_proxy.is_some()).then_some(proxy)
         });
+        let mut karg_ops = Vec::new();
+        let mut karg_appends = Vec::new();
+        for k in &ie.spec.kernel_arguments {
+            karg_ops.push(match k.operation {
+                KernelArgumentOperation::Append => {
+                    karg_appends.push(k.value.clone());
+                    KargOp::Append(k.value.clone())
+                }
+                KernelArgumentOperation::Replace => KargOp::Replace(k.value.clone()),
+                KernelArgumentOperation::Delete => KargOp::Delete(k.value.clone()),
+            });
+        }
+        let has_static_network = !nmstate.is_empty();
+        let network = {
+            let (this, proxy) = (self.clone(), proxy.clone());
+            tokio::task::spawn_blocking(move || this.static_network_part(&nmstate, proxy.as_ref()))
+        };
+        let ignition = tokio::task::spawn_blocking(move || {
+            self.ignition_part(&ie, &uid, pull_secret, proxy, icc.as_ref(), has_static_network)
+        });
+        let (network, ignition) = tokio::join!(network, ignition);
+        let joined = |e: tokio::task::JoinError| ImageError::Internal(format!("building the discovery content: {e}"));
+        // The static network's errors first: they are the user's to fix, and the likelier.
+        let network = network.map_err(joined)??;
+        let (ignition, archive) = ignition.map_err(joined)??;
+        let mut h = Sha256::new();
+        h.update(archive.sha256);
+        if let Some(r) = &network.ramdisk {
+            h.update(r.sha256);
+        }
+        for op in &karg_ops {
+            h.update(format!("{op:?}\n").as_bytes());
+        }
+        Ok(DiscoveryContent {
+            ignition,
+            archive,
+            ramdisk: network.ramdisk,
+            static_hosts: network.hosts,
+            static_network: network.files,
+            karg_ops,
+            karg_appends,
+            digest: h.finalize().into(),
+        })
+    }
 
-        // Static networking: every selected NMStateConfig is one host entry of the ramdisk.
+    /// The static-network half of a content: every selected NMStateConfig is one host entry of the
+    /// ramdisk (validated, and its keyfiles generated once, by `ramdisk_files`).
+    fn static_network_part(
+        &self,
+        nmstate: &[Arc<SelectedConfig>],
+        proxy: Option<&crate::ignition::Proxy>,
+    ) -> Result<StaticNetworkPart, ImageError> {
         let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate.iter().map(|c| c.host.as_ref().clone()).collect();
-        // Validated (and the keyfiles generated) once, by `ramdisk_files`.
-        let hosts = crate::staticnet::normalize(hosts);
         let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {
             hosts: &hosts,
-            proxy: proxy.as_ref().map(|p| crate::staticnet::ProxyEnv {
+            proxy: proxy.map(|p| crate::staticnet::ProxyEnv {
                 http_proxy: p.http_proxy.as_deref(),
                 https_proxy: p.https_proxy.as_deref(),
                 no_proxy: p.no_proxy.as_deref(),
@@ -657,12 +712,25 @@ impl<S: Store> Images<S> {
                 .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
             Some(self.shared_part(bytes))
         };
-        let static_network = (!hosts.is_empty()).then(|| StaticNetworkFiles {
+        let files = (!hosts.is_empty()).then(|| StaticNetworkFiles {
             entries: entries.into_iter().filter(crate::staticnet::is_network_file).collect(),
             tar: Default::default(),
         });
+        Ok(StaticNetworkPart { ramdisk, files, hosts: hosts.len() })
+    }
 
-        let internal_ignition_override = if ironic_enabled {
+    /// The Ignition half of a content: the discovery Ignition (with the ironic agent's, when the
+    /// InfraEnv has it) and its `config.ign` archive.
+    fn ignition_part(
+        &self,
+        ie: &InfraEnv,
+        uid: &str,
+        pull_secret: String,
+        proxy: Option<crate::ignition::Proxy>,
+        icc: Option<&Secret>,
+        has_static_network: bool,
+    ) -> Result<(Arc<str>, Arc<Part>), ImageError> {
+        let internal_ignition_override = if ironic::enabled(ie) {
             let icc_value = |k: &str| icc.and_then(|s| secret_value(s, k)).filter(|v| !v.trim().is_empty());
             let defaults = &self.config.ironic;
             let base_url = icc_value("IRONIC_BASE_URL").or_else(|| defaults.base_url.clone()).ok_or_else(|| {
@@ -690,7 +758,7 @@ impl<S: Store> Images<S> {
                 http_proxy: proxy.as_ref().and_then(|p| p.http_proxy.clone()),
                 https_proxy: proxy.as_ref().and_then(|p| p.https_proxy.clone()),
                 no_proxy: proxy.as_ref().and_then(|p| p.no_proxy.clone()),
-                has_static_network: !hosts.is_empty(),
+                has_static_network,
             };
             Some(
                 ironic::ignition_fragment(&cfg)
@@ -723,36 +791,7 @@ impl<S: Store> Images<S> {
         let ignition = crate::ignition::render_discovery_ignition(&input)
             .map_err(|e| ImageError::Invalid(format!("discovery ignition: {e}")))?;
         let archive = self.shared_part(crate::initrd::ignition_archive(ignition.as_bytes()));
-        let mut karg_ops = Vec::new();
-        let mut karg_appends = Vec::new();
-        for k in &ie.spec.kernel_arguments {
-            karg_ops.push(match k.operation {
-                KernelArgumentOperation::Append => {
-                    karg_appends.push(k.value.clone());
-                    KargOp::Append(k.value.clone())
-                }
-                KernelArgumentOperation::Replace => KargOp::Replace(k.value.clone()),
-                KernelArgumentOperation::Delete => KargOp::Delete(k.value.clone()),
-            });
-        }
-        let mut h = Sha256::new();
-        h.update(archive.sha256);
-        if let Some(r) = &ramdisk {
-            h.update(r.sha256);
-        }
-        for op in &karg_ops {
-            h.update(format!("{op:?}\n").as_bytes());
-        }
-        Ok(DiscoveryContent {
-            ignition: ignition.into(),
-            archive,
-            ramdisk,
-            static_hosts: hosts.len(),
-            static_network,
-            karg_ops,
-            karg_appends,
-            digest: h.finalize().into(),
-        })
+        Ok((ignition.into(), archive))
     }
 
     /// [`host_static_config`] of `c`, kept per NMStateConfig while its resourceVersion stays (its
