@@ -352,7 +352,8 @@ pub fn ipxe_kernel_arguments(rootfs_url: &str, content: &DiscoveryContent) -> Re
 
 /// The static-network host entry of an NMStateConfig: its MAC map and its nmstate YAML.
 pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConfig {
-    crate::staticnet::HostStaticConfig {
+    // In the order builds want it, once (see `staticnet::normalize`).
+    let mut host = crate::staticnet::HostStaticConfig {
         mac_interface_map: c
             .spec
             .interfaces
@@ -363,7 +364,9 @@ pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConf
             })
             .collect(),
         network_yaml: yaml_serde::to_string(&c.spec.config).unwrap_or_default(),
-    }
+    };
+    host.sort_mac_map();
+    host
 }
 
 impl<S: Store> Images<S> {

@@ -40,6 +40,13 @@ pub struct HostStaticConfig {
     pub network_yaml: String,
 }
 
+impl HostStaticConfig {
+    /// Sorts the MAC map as [`normalize`] does: by logical name, then MAC.
+    pub fn sort_mac_map(&mut self) {
+        self.mac_interface_map.sort_by(|a, b| map_key(a).cmp(&map_key(b)));
+    }
+}
+
 /// One `spec.interfaces` entry: the NIC with this MAC is called `logical_nic_name` in the YAML.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MacInterface {
@@ -185,17 +192,46 @@ fn is_plain_file_name(name: &str) -> bool {
 /// entry). Strings compare bytewise, like Go's. Idempotent.
 pub fn normalize(mut hosts: Vec<HostStaticConfig>) -> Vec<HostStaticConfig> {
     for host in &mut hosts {
-        host.mac_interface_map.sort_by(|a, b| map_key(a).cmp(&map_key(b)));
+        host.sort_mac_map();
     }
-    hosts.sort_by(|a, b| {
-        a.network_yaml.cmp(&b.network_yaml).then_with(|| {
-            a.mac_interface_map
-                .len()
-                .cmp(&b.mac_interface_map.len())
-                .then_with(|| a.mac_interface_map.iter().map(map_key).cmp(b.mac_interface_map.iter().map(map_key)))
-        })
-    });
+    hosts.sort_by(|a, b| host_order(a, &a.mac_interface_map, b, &b.mac_interface_map));
     hosts
+}
+
+/// The hosts as [`normalize`] gives them, copying only those whose MAC map it would reorder
+/// (a build takes hundreds of hosts, whose maps are usually in order already).
+pub(crate) fn normalized_order(hosts: &[HostStaticConfig]) -> Vec<std::borrow::Cow<'_, HostStaticConfig>> {
+    use std::borrow::Cow;
+    let sorted_map = |h: &HostStaticConfig| h.mac_interface_map.is_sorted_by(|a, b| map_key(a) <= map_key(b));
+    let mut hosts: Vec<Cow<'_, HostStaticConfig>> = hosts
+        .iter()
+        .map(|h| {
+            if sorted_map(h) {
+                Cow::Borrowed(h)
+            } else {
+                let mut h = h.clone();
+                h.sort_mac_map();
+                Cow::Owned(h)
+            }
+        })
+        .collect();
+    hosts.sort_by(|a, b| host_order(a, &a.mac_interface_map, b, &b.mac_interface_map));
+    hosts
+}
+
+/// [`normalize`]'s order of two hosts, given their sorted MAC maps.
+fn host_order<M: std::borrow::Borrow<MacInterface>>(
+    a: &HostStaticConfig,
+    a_map: &[M],
+    b: &HostStaticConfig,
+    b_map: &[M],
+) -> std::cmp::Ordering {
+    a.network_yaml.cmp(&b.network_yaml).then_with(|| {
+        a_map
+            .len()
+            .cmp(&b_map.len())
+            .then_with(|| a_map.iter().map(|e| map_key(e.borrow())).cmp(b_map.iter().map(|e| map_key(e.borrow()))))
+    })
 }
 
 fn map_key(entry: &MacInterface) -> (&str, &str) {
@@ -235,6 +271,7 @@ mod tests {
             },
             HostStaticConfig { mac_interface_map: map(&[("02:00:00:00:00:07", "eth9")]), network_yaml: "a".into() },
         ];
+        let original = hosts.clone();
         let sorted = normalize(hosts);
         let summary: Vec<(String, Vec<(String, String)>)> = sorted
             .iter()
@@ -257,6 +294,12 @@ mod tests {
             ]
         );
         assert_eq!(normalize(sorted.clone()), sorted, "idempotent");
+        // What builds use: the same hosts in the same order, each map sorted, and only the hosts
+        // whose map was out of order copied.
+        let ordered = normalized_order(&original);
+        let copied = ordered.iter().filter(|h| matches!(h, std::borrow::Cow::Owned(_))).count();
+        assert_eq!(ordered.into_iter().map(|h| h.into_owned()).collect::<Vec<_>>(), sorted);
+        assert_eq!(copied, 2);
     }
 
     #[test]

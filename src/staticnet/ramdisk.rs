@@ -2,12 +2,12 @@
 //! directories, the boot script and its unit, and the proxy drop-in for the live rootfs
 //! download.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 
 use crate::initrd::ArchiveBuilder;
 
 use super::validate::validate_and_generate;
-use super::{HostStaticConfig, StaticNetError, mac_interface_ini, normalize};
+use super::{HostStaticConfig, StaticNetError, mac_interface_ini, normalized_order};
 
 /// Where the host directories go.
 pub const NETWORK_DIR: &str = "etc/assisted/network";
@@ -37,8 +37,9 @@ pub struct ProxyEnv<'a> {
 /// What goes into the ramdisk.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RamdiskInput<'a> {
-    /// The InfraEnv's static network configs, in any order: they are [`normalize`]d here, so
-    /// `hostN` follows that order (and validation messages count hosts in it).
+    /// The InfraEnv's static network configs, in any order: they are put in
+    /// [`normalize`](super::normalize)'s order here, so `hostN` follows that order (and validation
+    /// messages count hosts in it).
     pub hosts: &'a [HostStaticConfig],
     pub proxy: Option<ProxyEnv<'a>>,
 }
@@ -76,7 +77,8 @@ pub fn ramdisk_files(input: &RamdiskInput) -> Result<Vec<RamdiskEntry>, StaticNe
     let proxy_conf = input.proxy.map(|proxy| proxy_dropin(&proxy)).transpose()?.flatten();
     let mut layout = Layout::default();
     if !input.hosts.is_empty() {
-        let hosts = normalize(input.hosts.to_vec());
+        let hosts = normalized_order(input.hosts);
+        let hosts: Vec<&HostStaticConfig> = hosts.iter().map(|h| h.as_ref()).collect();
         let generated = validate_and_generate(&hosts)?;
         for (index, (host, keyfiles)) in hosts.iter().zip(generated).enumerate() {
             let dir = format!("{NETWORK_DIR}/host{index}");
@@ -148,21 +150,20 @@ pub fn is_network_file(entry: &RamdiskEntry) -> bool {
 #[derive(Default)]
 struct Layout {
     entries: Vec<RamdiskEntry>,
-    dirs: BTreeSet<String>,
+    dirs: HashSet<String>,
 }
 
 impl Layout {
     fn parents(&mut self, path: &str) {
-        let mut end = 0;
-        while let Some(slash) = path[end..].find('/') {
-            end += slash;
-            let dir = &path[..end];
-            if !self.dirs.contains(dir) {
-                self.dirs.insert(dir.to_string());
-                self.entries.push(RamdiskEntry::Dir { path: dir.to_string() });
-            }
-            end += 1;
+        let Some((parent, _)) = path.rsplit_once('/') else { return };
+        // A directory is only recorded after its own parents: when the nearest one is there,
+        // so are all the others (a build adds hundreds of files to a few directories).
+        if self.dirs.contains(parent) {
+            return;
         }
+        self.parents(parent);
+        self.dirs.insert(parent.to_string());
+        self.entries.push(RamdiskEntry::Dir { path: parent.to_string() });
     }
 
     fn file(&mut self, path: &str, mode: u32, contents: Vec<u8>) {

@@ -63,12 +63,12 @@ const MAC_FIELDS: &[&str] = &["mac-address", "permanent-mac-address"];
 ///
 /// All problems are collected; assisted-service stops at the first YAML failure.
 pub fn validate(hosts: &[HostStaticConfig]) -> Result<(), StaticNetError> {
-    validate_and_generate(hosts).map(drop)
+    validate_and_generate(&hosts.iter().collect::<Vec<_>>()).map(drop)
 }
 
 /// [`validate`], returning each host's keyfiles (generated on the way, and memoized) as the
 /// ramdisk carries them when all is well.
-pub(super) fn validate_and_generate(hosts: &[HostStaticConfig]) -> Result<Vec<Keyfiles>, StaticNetError> {
+pub(super) fn validate_and_generate(hosts: &[&HostStaticConfig]) -> Result<Vec<Keyfiles>, StaticNetError> {
     let mut problems = Vec::new();
     let mut generated = Vec::with_capacity(hosts.len());
     for (host, config) in hosts.iter().enumerate() {
@@ -90,9 +90,7 @@ fn check_mac_map(host: usize, map: &[MacInterface], problems: &mut Vec<Problem>)
         problems.push(Problem::NoInterfaces { host });
         return;
     }
-    let names: HashSet<&str> = map.iter().map(|e| e.logical_nic_name.as_str()).collect();
-    let macs: HashSet<String> = map.iter().map(|e| e.mac_address.to_ascii_lowercase()).collect();
-    if names.len() < map.len() || macs.len() < map.len() {
+    if !unique_names_and_macs(map) {
         problems.push(Problem::NotUnique { host });
     }
     for entry in map {
@@ -111,6 +109,22 @@ fn check_mac_map(host: usize, map: &[MacInterface], problems: &mut Vec<Problem>)
             });
         }
     }
+}
+
+/// Whether no two entries share a name, or a MAC (compared case-insensitively). A host has a
+/// handful of NICs, and a build checks every host it carries: small maps are compared pair by
+/// pair, without the sets.
+fn unique_names_and_macs(map: &[MacInterface]) -> bool {
+    if map.len() <= 16 {
+        return map.iter().enumerate().all(|(i, e)| {
+            map[..i].iter().all(|f| {
+                f.logical_nic_name != e.logical_nic_name && !f.mac_address.eq_ignore_ascii_case(&e.mac_address)
+            })
+        });
+    }
+    let names: HashSet<&str> = map.iter().map(|e| e.logical_nic_name.as_str()).collect();
+    let macs: HashSet<String> = map.iter().map(|e| e.mac_address.to_ascii_lowercase()).collect();
+    names.len() == map.len() && macs.len() == map.len()
 }
 
 /// The YAML checks of one host; its keyfiles when nmstate could generate them.
@@ -356,7 +370,7 @@ fn unmapped_interfaces(ifaces: &[Iface<'_>], map_names: &HashSet<&str>) -> Vec<S
     missing
 }
 
-fn check_macs_across_hosts(hosts: &[HostStaticConfig], problems: &mut Vec<Problem>) {
+fn check_macs_across_hosts(hosts: &[&HostStaticConfig], problems: &mut Vec<Problem>) {
     let mut first_host: HashMap<String, usize> = HashMap::new();
     for (host, config) in hosts.iter().enumerate() {
         for entry in &config.mac_interface_map {
@@ -451,6 +465,27 @@ mod tests {
             problems(&[host(&["eth0", "eth1"]), other]),
             vec![Problem::MissingMapping { host: 1, interface: "eth2".into() }]
         );
+    }
+
+    #[test]
+    fn names_and_macs_must_be_unique_in_small_and_large_maps() {
+        let entry = |mac: String, name: String| MacInterface { mac_address: mac, logical_nic_name: name };
+        for size in [1, 2, 16, 17, 40] {
+            let map: Vec<MacInterface> =
+                (0..size).map(|i| entry(format!("02:00:00:00:00:{i:02x}"), format!("eth{i}"))).collect();
+            assert!(unique_names_and_macs(&map), "{size} distinct entries");
+            if size < 2 {
+                continue;
+            }
+            let mut same_name = map.clone();
+            same_name[size - 1].logical_nic_name = "eth0".into();
+            assert!(!unique_names_and_macs(&same_name), "{size} entries, a name twice");
+            // MACs compare without case.
+            let mut same_mac = map.clone();
+            same_mac[0].mac_address = "02:00:00:00:00:AA".into();
+            same_mac[size - 1].mac_address = "02:00:00:00:00:aa".into();
+            assert!(!unique_names_and_macs(&same_mac), "{size} entries, a MAC twice");
+        }
     }
 
     #[test]
