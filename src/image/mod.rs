@@ -698,15 +698,14 @@ impl<S: Store> Images<S> {
         nmstate: &[Arc<SelectedConfig>],
         proxy: Option<&crate::ignition::Proxy>,
     ) -> Result<StaticNetworkPart, ImageError> {
-        let hosts: Vec<crate::staticnet::HostStaticConfig> = nmstate.iter().map(|c| c.host.as_ref().clone()).collect();
-        let entries = crate::staticnet::ramdisk_files(&crate::staticnet::RamdiskInput {
-            hosts: &hosts,
-            proxy: proxy.map(|p| crate::staticnet::ProxyEnv {
+        let entries = crate::staticnet::ramdisk_files_of(
+            nmstate.iter().map(|c| c.host.as_ref()),
+            proxy.map(|p| crate::staticnet::ProxyEnv {
                 http_proxy: p.http_proxy.as_deref(),
                 https_proxy: p.https_proxy.as_deref(),
                 no_proxy: p.no_proxy.as_deref(),
             }),
-        })
+        )
         .map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
         let ramdisk = if entries.is_empty() {
             None
@@ -715,11 +714,11 @@ impl<S: Store> Images<S> {
                 .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
             Some(self.shared_part(bytes))
         };
-        let files = (!hosts.is_empty()).then(|| StaticNetworkFiles {
+        let files = (!nmstate.is_empty()).then(|| StaticNetworkFiles {
             entries: entries.into_iter().filter(crate::staticnet::is_network_file).collect(),
             tar: Default::default(),
         });
-        Ok(StaticNetworkPart { ramdisk, files, hosts: hosts.len() })
+        Ok(StaticNetworkPart { ramdisk, files, hosts: nmstate.len() })
     }
 
     /// The Ignition half of a content: the discovery Ignition (with the ironic agent's, when the

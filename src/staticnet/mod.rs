@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::initrd::InitrdError;
 
+pub(crate) use ramdisk::ramdisk_files_of;
 pub use ramdisk::{
     COMMON_SCRIPT_PATH, NETWORK_DIR, PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, SCRIPT_PATH,
     SERVICE_PATH, SERVICE_WANTS_PATH, archive, is_network_file, network_files_tar, ramdisk, ramdisk_files,
@@ -200,11 +201,13 @@ pub fn normalize(mut hosts: Vec<HostStaticConfig>) -> Vec<HostStaticConfig> {
 
 /// The hosts as [`normalize`] gives them, copying only those whose MAC map it would reorder
 /// (a build takes hundreds of hosts, whose maps are usually in order already).
-pub(crate) fn normalized_order(hosts: &[HostStaticConfig]) -> Vec<std::borrow::Cow<'_, HostStaticConfig>> {
+pub(crate) fn normalized_order<'a>(
+    hosts: impl IntoIterator<Item = &'a HostStaticConfig>,
+) -> Vec<std::borrow::Cow<'a, HostStaticConfig>> {
     use std::borrow::Cow;
     let sorted_map = |h: &HostStaticConfig| h.mac_interface_map.is_sorted_by(|a, b| map_key(a) <= map_key(b));
-    let mut hosts: Vec<Cow<'_, HostStaticConfig>> = hosts
-        .iter()
+    let mut hosts: Vec<Cow<'a, HostStaticConfig>> = hosts
+        .into_iter()
         .map(|h| {
             if sorted_map(h) {
                 Cow::Borrowed(h)

@@ -74,10 +74,18 @@ impl RamdiskEntry {
 ///
 /// Empty when there is neither.
 pub fn ramdisk_files(input: &RamdiskInput) -> Result<Vec<RamdiskEntry>, StaticNetError> {
-    let proxy_conf = input.proxy.map(|proxy| proxy_dropin(&proxy)).transpose()?.flatten();
+    ramdisk_files_of(input.hosts, input.proxy)
+}
+
+/// [`ramdisk_files`] of hosts held elsewhere (a build's selected configs are shared, not copied).
+pub(crate) fn ramdisk_files_of<'a>(
+    hosts: impl IntoIterator<Item = &'a HostStaticConfig>,
+    proxy: Option<ProxyEnv<'_>>,
+) -> Result<Vec<RamdiskEntry>, StaticNetError> {
+    let proxy_conf = proxy.map(|proxy| proxy_dropin(&proxy)).transpose()?.flatten();
     let mut layout = Layout::default();
-    if !input.hosts.is_empty() {
-        let hosts = normalized_order(input.hosts);
+    let hosts = normalized_order(hosts);
+    if !hosts.is_empty() {
         let hosts: Vec<&HostStaticConfig> = hosts.iter().map(|h| h.as_ref()).collect();
         let generated = validate_and_generate(&hosts)?;
         for (index, (host, keyfiles)) in hosts.iter().zip(generated).enumerate() {
