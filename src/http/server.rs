@@ -461,6 +461,12 @@ async fn write_response_unflushed<S: Connection>(
             return Ok(body_len);
         }
     }
+    // A plan's body goes out corked, head included, and is uncorked when the response ends (or
+    // fails): see `Corked`.
+    let _corked = match (&body, no_body) {
+        (Body::Plan(_), false) => stream.sendfile_socket().and_then(|sock| Corked::new(sock.as_raw_fd())),
+        _ => None,
+    };
     write_all_timed(stream, &head, config).await.map_err(|e| fail(e, 0))?;
     if no_body {
         return Ok(0);
@@ -523,6 +529,39 @@ async fn write_response_unflushed<S: Connection>(
         }
     }
     Ok(written)
+}
+
+/// `TCP_CORK` on a socket until dropped (nginx's `tcp_nopush`). Each `sendfile` call ends with the
+/// part of a segment its bytes did not fill, and with `TCP_NODELAY` that part went out at once, as
+/// a segment of its own that the client acknowledged on its own. A fast reader drains the socket
+/// between calls, so that was thousands of extra segments per GB. Corked, only full segments leave
+/// until the response ends; uncorking then sends what is left.
+struct Corked(std::os::fd::RawFd);
+
+impl Corked {
+    fn new(sock: std::os::fd::RawFd) -> Option<Corked> {
+        set_cork(sock, true).then_some(Corked(sock))
+    }
+}
+
+impl Drop for Corked {
+    fn drop(&mut self) {
+        set_cork(self.0, false);
+    }
+}
+
+fn set_cork(sock: std::os::fd::RawFd, on: bool) -> bool {
+    let value = libc::c_int::from(on);
+    // SAFETY: `sock` is an open socket for the guard's lifetime; the option value is a valid c_int.
+    unsafe {
+        libc::setsockopt(
+            sock,
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
 }
 
 async fn write_all_timed<S: Connection>(stream: &mut S, data: &[u8], config: &ServerConfig) -> io::Result<()> {
@@ -848,6 +887,65 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), stalled.read_to_string(&mut answer)).await.unwrap().unwrap();
         assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
         assert!(answer.contains("connection: close\r\n"), "{answer}");
+    }
+
+    /// `TCP_INFO`'s count of data segments the socket has sent, and whether it is corked.
+    fn data_segments_and_cork(sock: &TcpStream) -> (u32, bool) {
+        let fd = sock.as_raw_fd();
+        // SAFETY: `fd` is an open TCP socket; each buffer is as large as the length passed with it.
+        unsafe {
+            let mut info: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            assert_eq!(libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&raw mut info).cast(), &mut len), 0);
+            let mut cork: libc::c_int = 0;
+            let mut cork_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            assert_eq!(
+                libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CORK, (&raw mut cork).cast(), &mut cork_len),
+                0
+            );
+            (info.tcpi_data_segs_out, cork != 0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plan_leaves_in_full_segments_and_the_socket_uncorked() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("base");
+        std::fs::write(&path, vec![7u8; 4000]).unwrap();
+        let file = Arc::new(crate::plan::BaseFile {
+            file: std::fs::File::open(&path).unwrap(),
+            path,
+            len: 4000,
+            sha256: [0; 32],
+        });
+        // File, part, file: with TCP_NODELAY alone each piece would leave as a segment of its own.
+        let mut plan = crate::plan::PlanBuilder::default();
+        plan.file(&file, 0, 1000).part(Arc::new(crate::plan::Part::new(vec![1u8; 1000]))).file(&file, 2000, 1000);
+        let plan = plan.build();
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        server.set_nodelay(true).unwrap();
+        for round in 0..2 {
+            let (segments_before, _) = data_segments_and_cork(&server);
+            let response = Response::new(Body::Plan(plan.clone()));
+            let written = write_response(&mut server, response, false, true, &ServerConfig::default()).await;
+            assert_eq!(written.ok(), Some(3000));
+            let (segments_after, corked) = data_segments_and_cork(&server);
+            assert!(!corked, "round {round}: the socket is still corked after the response");
+            assert_eq!(segments_after - segments_before, 1, "round {round}: head and body in one segment");
+            let mut got = vec![0u8; 0];
+            while !got.ends_with(&[7u8; 1000]) || got.len() < 3000 {
+                let mut buf = [0u8; 8192];
+                let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf)).await.unwrap().unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            let body = &got[got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+            assert_eq!(body.len(), 3000);
+            assert!(body[..1000].iter().all(|&b| b == 7) && body[1000..2000].iter().all(|&b| b == 1));
+        }
     }
 
     #[test]
