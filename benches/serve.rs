@@ -371,10 +371,15 @@ async fn wait_ready(addr: &str, every: Duration, timeout: Duration) -> Result<()
 
 /// Starts nginx (`sendfile on`) serving the directory `www`.
 fn start_nginx(work: &Path, www: &Path) -> Result<Server> {
+    start_nginx_named(work, www, "nginx")
+}
+
+/// [`start_nginx`] with its configuration, pid and log files named `name` in `work`.
+fn start_nginx_named(work: &Path, www: &Path, name: &'static str) -> Result<Server> {
     let port = free_port();
     let w = work.display();
     let conf = format!(
-        "worker_processes auto;\ndaemon off;\npid {w}/nginx.pid;\nerror_log {w}/nginx-error.log;\n\
+        "worker_processes auto;\ndaemon off;\npid {w}/{name}.pid;\nerror_log {w}/{name}-error.log;\n\
          worker_rlimit_nofile 20000;\nevents {{ worker_connections 8192; }}\n\
          http {{\n  sendfile on;\n  tcp_nopush on;\n  access_log off;\n  keepalive_requests 1000000;\n\
            default_type application/octet-stream;\n\
@@ -383,7 +388,7 @@ fn start_nginx(work: &Path, www: &Path) -> Result<Server> {
            server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
         www.display()
     );
-    let conf_path = work.join("nginx.conf");
+    let conf_path = work.join(format!("{name}.conf"));
     std::fs::write(&conf_path, conf)?;
     let child = Command::new("nginx")
         .arg("-c")
@@ -397,11 +402,11 @@ fn start_nginx(work: &Path, www: &Path) -> Result<Server> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(&addr).is_err() {
         if Instant::now() > deadline {
-            bail!("nginx did not start; see {w}/nginx-error.log");
+            bail!("nginx did not start; see {w}/{name}-error.log");
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(Server { name: "nginx", child, addr })
+    Ok(Server { name, child, addr })
 }
 
 /// Puts every thread of `pid` on the CPUs of `list` (as `taskset -a -p -c`).
@@ -620,12 +625,25 @@ async fn main() -> Result<()> {
 
     let nginx = start_nginx(&work, &www)?;
     let servers = [&bootstream, &nginx];
+    // SERVE_BENCH_AA=1: the throughput part measures nginx against a second nginx serving the same
+    // files in bootstream's place. The spread of those ratios around 1 is what this harness can tell
+    // apart on this machine: a difference inside it is no difference.
+    let second_nginx = match std::env::var("SERVE_BENCH_AA").is_ok_and(|v| v == "1") {
+        true => Some(start_nginx_named(&work, &www, "nginx-second")?),
+        false => None,
+    };
+    let (measured, measured_paths): ([&Server; 2], Vec<[String; 2]>) = match &second_nginx {
+        Some(second) => {
+            ([second, &nginx], artifacts.iter().map(|a| [a.paths[1].clone(), a.paths[1].clone()]).collect())
+        }
+        None => (servers, artifacts.iter().map(|a| a.paths.clone()).collect()),
+    };
     // SERVE_BENCH_PIN=1: the servers on CPU 0, the client (this process) on CPU 1. On loopback the
     // receiving side's TCP work runs in softirq context on the sending CPU and is charged to whoever
     // runs there; pinned, both servers get the same treatment and the client cannot take their CPU.
     let pinned = std::env::var("SERVE_BENCH_PIN").is_ok_and(|v| v == "1");
     if pinned {
-        for s in servers {
+        for s in servers.iter().chain(&second_nginx.as_ref()) {
             for pid in s.pids() {
                 pin(pid, "0")?;
             }
@@ -641,13 +659,17 @@ async fn main() -> Result<()> {
 
     // Throughput and CPU per GB.
     println!("\n## Throughput and server CPU per GB\n");
+    let measured_name = measured[0].name;
+    if second_nginx.is_some() {
+        println!("A/A (SERVE_BENCH_AA=1): a second nginx, serving the same files, in bootstream's place\n");
+    }
     println!(
-        "| artifact | clients | nginx GB/s | bootstream GB/s | ratio | nginx CPU-s/GB | bootstream CPU-s/GB | ratio |"
+        "| artifact | clients | nginx GB/s | {measured_name} GB/s | ratio | nginx CPU-s/GB | {measured_name} CPU-s/GB | ratio |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     let mut plot: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     let mut machine_rows = Vec::new();
-    for a in artifacts.iter().filter(|_| runs("throughput")) {
+    for (a, paths) in artifacts.iter().zip(&measured_paths).filter(|_| runs("throughput")) {
         for clients in [1usize, 8, 64] {
             let mut gbps = [Vec::new(), Vec::new()];
             let mut cpu = [Vec::new(), Vec::new()];
@@ -656,11 +678,11 @@ async fn main() -> Result<()> {
             for round in 0..rounds {
                 for turn in 0..2 {
                     let i = (turn + round) % 2;
-                    let s = servers[i];
+                    let s = measured[i];
                     let before = s.cpu_seconds();
                     let machine_before = machine_cpu_seconds();
                     let started = Instant::now();
-                    let bytes = load(&s.addr, &a.paths[i], clients, seconds).await.with_context(|| s.name)?;
+                    let bytes = load(&s.addr, &paths[i], clients, seconds).await.with_context(|| s.name)?;
                     let took = started.elapsed().as_secs_f64();
                     let used = s.cpu_seconds() - before;
                     let machine_after = machine_cpu_seconds();
@@ -697,7 +719,7 @@ async fn main() -> Result<()> {
         // client's receiving is an artifact of the placement. The whole machine's CPU counts it once.
         println!("\n## Whole-machine CPU per GB (servers, the client and softirq work wherever it ran)\n");
         println!(
-            "| artifact | clients | with nginx CPU-s/GB | with bootstream CPU-s/GB | ratio | softirq with nginx | softirq with bootstream |"
+            "| artifact | clients | with nginx CPU-s/GB | with {measured_name} CPU-s/GB | ratio | softirq with nginx | softirq with {measured_name} |"
         );
         println!("|---|---|---|---|---|---|---|");
         for row in &machine_rows {
@@ -708,7 +730,8 @@ async fn main() -> Result<()> {
         "\ncoreos-installer iso ignition embed: {embed:.2} s (median of {rounds}) and {:.2} GiB of disk per InfraEnv",
         copy_len as f64 / (1u64 << 30) as f64
     );
-    if runs("throughput") {
+    // The plot is of bootstream beside nginx; an A/A run has none to draw.
+    if runs("throughput") && second_nginx.is_none() {
         draw_plot(&work, &plot)?;
     }
     if runs("ttfb") {
@@ -717,6 +740,7 @@ async fn main() -> Result<()> {
     if runs("memory") {
         slow_downloads(&servers, &artifacts[0].paths).await?;
     }
+    drop(second_nginx);
     drop(nginx);
     drop(bootstream);
     if runs("startup") {
