@@ -125,6 +125,20 @@ fn machine_cpu_seconds() -> (f64, f64) {
     ((n(0) + n(1) + n(2) + n(5) + n(6)) / ticks, n(6) / ticks)
 }
 
+/// TCP segments the machine has sent (`OutSegs` of `/proc/net/snmp`): on loopback, the server's
+/// data segments and the client's acknowledgements.
+fn tcp_segments_sent() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut tcp = text.lines().filter_map(|l| l.strip_prefix("Tcp:"));
+    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "OutSegs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Drops `path` from the page cache and reads it again from start to end.
 fn recache(path: &Path) -> Result<()> {
     use std::io::Read;
@@ -371,11 +385,12 @@ async fn wait_ready(addr: &str, every: Duration, timeout: Duration) -> Result<()
 
 /// Starts nginx (`sendfile on`) serving the directory `www`.
 fn start_nginx(work: &Path, www: &Path) -> Result<Server> {
-    start_nginx_named(work, www, "nginx")
+    start_nginx_named(work, www, "nginx", "")
 }
 
-/// [`start_nginx`] with its configuration, pid and log files named `name` in `work`.
-fn start_nginx_named(work: &Path, www: &Path, name: &'static str) -> Result<Server> {
+/// [`start_nginx`] with its configuration, pid and log files named `name` in `work`, and
+/// `listen_options` after its address (such as `reuseport`).
+fn start_nginx_named(work: &Path, www: &Path, name: &'static str, listen_options: &str) -> Result<Server> {
     let port = free_port();
     let w = work.display();
     let conf = format!(
@@ -385,7 +400,7 @@ fn start_nginx_named(work: &Path, www: &Path, name: &'static str) -> Result<Serv
            default_type application/octet-stream;\n\
            client_body_temp_path {w}/tmp-body;\n  proxy_temp_path {w}/tmp-proxy;\n  fastcgi_temp_path {w}/tmp-fcgi;\n\
            uwsgi_temp_path {w}/tmp-uwsgi;\n  scgi_temp_path {w}/tmp-scgi;\n\
-           server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
+           server {{ listen 127.0.0.1:{port} {listen_options}; root {}; }}\n}}\n",
         www.display()
     );
     let conf_path = work.join(format!("{name}.conf"));
@@ -628,9 +643,13 @@ async fn main() -> Result<()> {
     // SERVE_BENCH_AA=1: the throughput part measures nginx against a second nginx serving the same
     // files in bootstream's place. The spread of those ratios around 1 is what this harness can tell
     // apart on this machine: a difference inside it is no difference.
-    let second_nginx = match std::env::var("SERVE_BENCH_AA").is_ok_and(|v| v == "1") {
-        true => Some(start_nginx_named(&work, &www, "nginx-second")?),
-        false => None,
+    // SERVE_BENCH_AA=reuseport: the second nginx listens with `reuseport`, so that the kernel deals
+    // connections to both its workers evenly (without it, one worker takes most of a burst).
+    let second_nginx = match std::env::var("SERVE_BENCH_AA").as_deref() {
+        Ok("1") => Some(start_nginx_named(&work, &www, "nginx-second", "")?),
+        Ok("reuseport") => Some(start_nginx_named(&work, &www, "nginx-reuseport", "reuseport")?),
+        Ok(other) => bail!("SERVE_BENCH_AA={other}: 1 or reuseport"),
+        Err(_) => None,
     };
     let (measured, measured_paths): ([&Server; 2], Vec<[String; 2]>) = match &second_nginx {
         Some(second) => {
@@ -661,7 +680,9 @@ async fn main() -> Result<()> {
     println!("\n## Throughput and server CPU per GB\n");
     let measured_name = measured[0].name;
     if second_nginx.is_some() {
-        println!("A/A (SERVE_BENCH_AA=1): a second nginx, serving the same files, in bootstream's place\n");
+        println!(
+            "A/A (SERVE_BENCH_AA): a second nginx ({measured_name}), serving the same files, in bootstream's place\n"
+        );
     }
     println!(
         "| artifact | clients | nginx GB/s | {measured_name} GB/s | ratio | nginx CPU-s/GB | {measured_name} CPU-s/GB | ratio |"
@@ -675,30 +696,35 @@ async fn main() -> Result<()> {
             let mut cpu = [Vec::new(), Vec::new()];
             let mut machine = [Vec::new(), Vec::new()];
             let mut softirq = [Vec::new(), Vec::new()];
+            let mut segments = [Vec::new(), Vec::new()];
             for round in 0..rounds {
                 for turn in 0..2 {
                     let i = (turn + round) % 2;
                     let s = measured[i];
                     let before = s.cpu_seconds();
                     let machine_before = machine_cpu_seconds();
+                    let segments_before = tcp_segments_sent();
                     let started = Instant::now();
                     let bytes = load(&s.addr, &paths[i], clients, seconds).await.with_context(|| s.name)?;
                     let took = started.elapsed().as_secs_f64();
                     let used = s.cpu_seconds() - before;
                     let machine_after = machine_cpu_seconds();
+                    let segments_after = tcp_segments_sent();
                     let gb = bytes as f64 / 1e9;
                     gbps[i].push(gb / took);
                     cpu[i].push(used / gb);
                     machine[i].push((machine_after.0 - machine_before.0) / gb);
                     softirq[i].push((machine_after.1 - machine_before.1) / gb);
+                    segments[i].push(segments_after.saturating_sub(segments_before) as f64 / gb);
                 }
             }
             let (b_g, n_g) = (median(&mut gbps[0]), median(&mut gbps[1]));
             let (b_c, n_c) = (median(&mut cpu[0]), median(&mut cpu[1]));
             let (b_m, n_m) = (median(&mut machine[0]), median(&mut machine[1]));
             let (b_s, n_s) = (median(&mut softirq[0]), median(&mut softirq[1]));
+            let (b_t, n_t) = (median(&mut segments[0]), median(&mut segments[1]));
             machine_rows.push(format!(
-                "| {} | {clients} | {n_m:.3} | {b_m:.3} | {:.2} | {n_s:.3} | {b_s:.3} |",
+                "| {} | {clients} | {n_m:.3} | {b_m:.3} | {:.2} | {n_s:.3} | {b_s:.3} | {n_t:.0} | {b_t:.0} |",
                 a.name,
                 b_m / n_m
             ));
@@ -719,9 +745,9 @@ async fn main() -> Result<()> {
         // client's receiving is an artifact of the placement. The whole machine's CPU counts it once.
         println!("\n## Whole-machine CPU per GB (servers, the client and softirq work wherever it ran)\n");
         println!(
-            "| artifact | clients | with nginx CPU-s/GB | with {measured_name} CPU-s/GB | ratio | softirq with nginx | softirq with {measured_name} |"
+            "| artifact | clients | with nginx CPU-s/GB | with {measured_name} CPU-s/GB | ratio | softirq with nginx | softirq with {measured_name} | TCP segments per GB with nginx | with {measured_name} |"
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|");
         for row in &machine_rows {
             println!("{row}");
         }
