@@ -2,6 +2,12 @@
 //! and in-flight requests, shaped like assisted-image-service's, plus the state of the OS image catalog,
 //! the number of hosts in each state, and the work of the store's writer and of the controllers (what a
 //! latency spike is queued behind).
+//!
+//! Every label value is a `&'static str` chosen by the server or a number it computed (an HTTP
+//! status code), never text from a request: a client that sends ten thousand distinct methods or
+//! paths must not make ten thousand series. Methods outside [`method_label`]'s list count as
+//! `other`, paths as the route template that answered them. The one exception is the catalog's
+//! `version`/`arch`, which come from the operator's `--os-image` options.
 
 use std::sync::Arc;
 
@@ -21,14 +27,14 @@ use crate::store::sqlite::WriterStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub handler: String,
-    pub method: String,
-    pub code: String,
+    pub handler: &'static str,
+    pub method: &'static str,
+    pub code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HandlerLabels {
-    pub handler: String,
+    pub handler: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,7 +46,23 @@ pub struct ImageLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostLabels {
-    pub status: String,
+    pub status: &'static str,
+}
+
+/// The `method` label of a request: one of the methods this server answers, else `other` (a
+/// method is any token up to the head's size limit, and must not become a series of its own).
+pub fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
 }
 
 pub struct Metrics {
@@ -89,27 +111,23 @@ impl Metrics {
     }
 
     pub fn started(&self, handler: &'static str) {
-        self.inflight.get_or_create(&HandlerLabels { handler: handler.to_string() }).inc();
+        self.inflight.get_or_create(&HandlerLabels { handler }).inc();
     }
 
     pub fn completed(&self, c: &Completion) {
-        let labels = RequestLabels {
-            handler: c.route.to_string(),
-            method: c.method.to_string(),
-            code: c.status.as_u16().to_string(),
-        };
+        let labels = RequestLabels { handler: c.route, method: method_label(&c.method), code: c.status.as_u16() };
         self.duration.get_or_create(&labels).observe(c.elapsed.as_secs_f64());
         self.size.get_or_create(&labels).observe(c.body_bytes as f64);
-        self.inflight.get_or_create(&HandlerLabels { handler: c.route.to_string() }).dec();
+        self.inflight.get_or_create(&HandlerLabels { handler: c.route }).dec();
         if !c.complete {
-            self.aborted.get_or_create(&HandlerLabels { handler: c.route.to_string() }).inc();
+            self.aborted.get_or_create(&HandlerLabels { handler: c.route }).inc();
         }
     }
 
     /// The exposition text, with the catalog's state and the host counts (`(state, count)`) of now.
     pub fn render(&self, catalog: &Catalog, hosts: &[(crate::hosts::HostStatus, usize)]) -> String {
         for (status, n) in hosts {
-            self.hosts.get_or_create(&HostLabels { status: status.as_str().to_string() }).set(*n as i64);
+            self.hosts.get_or_create(&HostLabels { status: status.as_str() }).set(*n as i64);
         }
         self.os_images.clear();
         for e in catalog.entries() {
@@ -130,7 +148,7 @@ impl Metrics {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
-    controller: String,
+    controller: &'static str,
 }
 
 /// A per-controller counter: its name, help, and how to read it from the totals.
@@ -255,7 +273,7 @@ impl Collector for WorkCollector {
             e.errors += c.errors.load(Relaxed);
             e.seconds += c.reconcile_micros.load(Relaxed) as f64 / 1e6;
         }
-        let labels = |name: &str| ControllerLabels { controller: name.to_string() };
+        let labels = |name: &'static str| ControllerLabels { controller: name };
         let mut family = encoder.encode_descriptor(
             "controller_queue_depth",
             "Keys queued or being reconciled",

@@ -338,3 +338,113 @@ pub fn infraenv_yaml(ns: &str, name: &str, extra_spec: &str) -> String {
         "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  pullSecretRef:\n    name: pull-secret\n  sshAuthorizedKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOfake test@bootstream\n{extra_spec}"
     )
 }
+
+/// One HTTP/1.1 connection kept alive across requests, for tests that send exact bytes (odd methods,
+/// chunked bodies, pipelining) and read the answers one at a time.
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn open(addr: &str) -> Conn {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        Conn { stream, buf: Vec::new() }
+    }
+
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    pub fn send(&mut self, raw: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(raw)
+    }
+
+    /// `send`, then `read_response`.
+    pub fn exchange(&mut self, raw: &[u8]) -> std::io::Result<Response> {
+        self.send(raw)?;
+        self.read_response()
+    }
+
+    fn fill(&mut self) -> std::io::Result<()> {
+        let mut chunk = [0u8; 64 * 1024];
+        let n = self.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"));
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    /// Reads one response (not to a HEAD): its body by Content-Length, chunked framing, or to EOF.
+    pub fn read_response(&mut self) -> std::io::Result<Response> {
+        let (status, headers, head_len) = loop {
+            let mut hdrs = [httparse::EMPTY_HEADER; 64];
+            let mut resp = httparse::Response::new(&mut hdrs);
+            match resp.parse(&self.buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let headers: BTreeMap<String, String> = resp
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+                        .collect();
+                    break (resp.code.unwrap(), headers, n);
+                }
+                Ok(httparse::Status::Partial) => self.fill()?,
+                Err(e) => return Err(std::io::Error::other(format!("bad response head: {e}"))),
+            }
+        };
+        self.buf.drain(..head_len);
+        let body = if let Some(len) = headers.get("content-length") {
+            let len: usize = len.parse().map_err(std::io::Error::other)?;
+            while self.buf.len() < len {
+                self.fill()?;
+            }
+            self.buf.drain(..len).collect()
+        } else if headers.get("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+            let mut body = Vec::new();
+            loop {
+                let line_end = loop {
+                    if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                        break i;
+                    }
+                    self.fill()?;
+                };
+                let size_text = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
+                let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+                    .map_err(std::io::Error::other)?;
+                self.buf.drain(..line_end + 2);
+                while self.buf.len() < size + 2 {
+                    self.fill()?;
+                }
+                body.extend(self.buf.drain(..size));
+                self.buf.drain(..2);
+                if size == 0 {
+                    break body;
+                }
+            }
+        } else {
+            loop {
+                match self.fill() {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break std::mem::take(&mut self.buf),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        Ok(Response { status, headers, body })
+    }
+}
+
+/// `(RssAnon in KiB, open descriptors)` of process `pid`.
+pub fn rss_anon_and_fds(pid: u32) -> (u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon in /proc/PID/status");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+    (rss, fds)
+}
