@@ -95,12 +95,8 @@ impl<S: Store> AgentApi<S> {
             return None;
         };
         let infra_env_id = *infra_env_id;
-        let token = req.headers().get(AGENT_AUTH_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
-        if token.is_empty() {
-            return Some(infra_error(StatusCode::UNAUTHORIZED, "missing X-Secret-Key"));
-        }
-        if !self.auth.verify(infra_env_id, token) {
-            return Some(infra_error(StatusCode::UNAUTHORIZED, "the token is not valid for this infra-env"));
+        if let Some(refused) = self.token_refusal(req.headers(), infra_env_id) {
+            return Some(refused);
         }
         let agent_version =
             req.headers().get("discovery_agent_version").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
@@ -139,12 +135,8 @@ impl<S: Store> AgentApi<S> {
         if infra_env_id.is_empty() || host_id.is_empty() {
             return error(400, "host logs need infra_env_id and host_id");
         }
-        let token = head.headers.get(AGENT_AUTH_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
-        if token.is_empty() {
-            return infra_error(StatusCode::UNAUTHORIZED, "missing X-Secret-Key");
-        }
-        if !self.auth.verify(infra_env_id, token) {
-            return infra_error(StatusCode::UNAUTHORIZED, "the token is not valid for this infra-env");
+        if let Some(refused) = self.token_refusal(&head.headers, infra_env_id) {
+            return refused;
         }
         let host = match self.own_host(infra_env_id, host_id).await {
             Ok(h) => h,
@@ -162,6 +154,20 @@ impl<S: Store> AgentApi<S> {
             Ok(_) => Response::builder().status(StatusCode::NO_CONTENT).body(Body::Empty).expect("valid response"),
             Err(e) => api_error(&e),
         }
+    }
+
+    /// The answer to a request whose `X-Secret-Key` is missing or not InfraEnv `infra_env_id`'s;
+    /// None when it is. Checked from the head, before any body is read (`App::admit`), and again
+    /// by every handler.
+    pub fn token_refusal(&self, headers: &http::HeaderMap, infra_env_id: &str) -> Option<Response<Body>> {
+        let token = headers.get(AGENT_AUTH_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if token.is_empty() {
+            return Some(infra_error(StatusCode::UNAUTHORIZED, "missing X-Secret-Key"));
+        }
+        if !self.auth.verify(infra_env_id, token) {
+            return Some(infra_error(StatusCode::UNAUTHORIZED, "the token is not valid for this infra-env"));
+        }
+        None
     }
 
     async fn own_host(&self, infra_env_id: &str, host_id: &str) -> Result<Host, Response<Body>> {

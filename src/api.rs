@@ -9,10 +9,11 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::auth::AGENT_AUTH_HEADER;
 use crate::catalog::Catalog;
 use crate::controllers::infraenv;
 use crate::http::respond::{Representation, respond};
-use crate::http::{Body, Completion, Handler, RouteLabel, text};
+use crate::http::{Admission, Body, Completion, Handler, RouteLabel, text};
 use crate::image::{BootArtifact, ImageError, Images};
 use crate::metrics::Metrics;
 use crate::resources::{ImageType, InfraEnv, Kind, validate_document};
@@ -55,6 +56,14 @@ impl DownloadLimit {
         DownloadLimit { permits: Arc::new(tokio::sync::Semaphore::new(max)), max }
     }
 }
+
+/// Largest resource API document (a request body), kube-apiserver's own limit.
+const MAX_DOCUMENT_BYTES: usize = 3 << 20;
+/// Largest agent API call: an inventory step reply of a host with hundreds of disks and NICs is a
+/// few hundred KiB.
+const MAX_AGENT_CALL_BYTES: usize = 2 << 20;
+/// What a route that takes no body may be sent anyway (read and ignored): as much as a head.
+const MAX_UNUSED_BODY_BYTES: usize = 16 << 10;
 
 /// Held by a download's response until its last byte is written or the client goes away.
 #[derive(Clone)]
@@ -109,8 +118,48 @@ impl<S: Store> Handler for App<S> {
         resp
     }
 
-    fn takes_upload(&self, head: &http::request::Parts) -> bool {
-        head.method == Method::POST && logs_cluster(head.uri.path()).is_some()
+    /// Authenticates the routes that take bodies from the head, and bounds each route's body: a
+    /// client without the token a route needs is answered before it sends a byte of body.
+    fn admit(&self, head: &http::request::Parts) -> Admission {
+        let path = head.uri.path();
+        let route = route_label(path);
+        let refuse = |mut resp: Response<Body>| {
+            // Reported as answered like any other response (its completion ends this).
+            self.metrics.started(route);
+            resp.extensions_mut().insert(RouteLabel(route));
+            Admission::Refuse(resp)
+        };
+        if route == "/apis" {
+            return match self.api_refusal(&head.headers) {
+                Some(refused) => refuse(refused),
+                None => Admission::Body { max_bytes: MAX_DOCUMENT_BYTES },
+            };
+        }
+        let Some(agent_api) = &self.agent_api else {
+            return Admission::Body { max_bytes: MAX_UNUSED_BODY_BYTES };
+        };
+        let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match segs.as_slice() {
+            ["api", "assisted-install", "v2", "infra-envs", infra_env_id, "hosts", ..] => {
+                match agent_api.token_refusal(&head.headers, infra_env_id) {
+                    Some(refused) => refuse(refused),
+                    None => Admission::Body { max_bytes: MAX_AGENT_CALL_BYTES },
+                }
+            }
+            ["api", "assisted-install", "v2", "clusters", _, "logs"] if head.method == Method::POST => {
+                // The InfraEnv the logs are sent for is in the query. Without one the handler
+                // answers 400, reading nothing; with one, the token must be that InfraEnv's.
+                let infra_env_id = query_map(&head.uri).remove("infra_env_id").unwrap_or_default();
+                if infra_env_id.is_empty() && head.headers.contains_key(AGENT_AUTH_HEADER) {
+                    return Admission::Upload;
+                }
+                match agent_api.token_refusal(&head.headers, &infra_env_id) {
+                    Some(refused) => refuse(refused),
+                    None => Admission::Upload,
+                }
+            }
+            _ => Admission::Body { max_bytes: MAX_UNUSED_BODY_BYTES },
+        }
     }
 
     async fn handle_upload(
@@ -385,7 +434,7 @@ impl<S: Store> App<S> {
             }
             _ => {
                 let resource_path = matches!(segs.as_slice(), ["apis", ..] | ["api", "v1", ..]);
-                if resource_path && let Some(refused) = self.api_refusal(&req) {
+                if resource_path && let Some(refused) = self.api_refusal(req.headers()) {
                     return refused;
                 }
                 self.resource_api(&req, &segs).await
@@ -404,7 +453,7 @@ impl<S: Store> App<S> {
             };
         }
         if self.api_token.is_some() {
-            return self.api_refusal(req);
+            return self.api_refusal(req.headers());
         }
         signer.map(|_| {
             text(StatusCode::UNAUTHORIZED, "host logs need the signed URL in the Agent's status.debugInfo.logsURL")
@@ -413,10 +462,9 @@ impl<S: Store> App<S> {
 
     /// The resource API holds every tenant's pull secrets and the fleet's state: without the API's
     /// bearer token, this 401 is the answer.
-    fn api_refusal(&self, req: &Request<Bytes>) -> Option<Response<Body>> {
+    fn api_refusal(&self, headers: &http::HeaderMap) -> Option<Response<Body>> {
         let expected = self.api_token.as_ref()?;
-        let presented = req
-            .headers()
+        let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))

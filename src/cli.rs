@@ -215,6 +215,35 @@ struct ServeArgs {
     /// Retry-After. Each holds kernel socket buffers, about 2 MB on a busy link.
     #[arg(long, env = "BOOTSTREAM_MAX_DOWNLOADS", default_value_t = 4096)]
     max_downloads: usize,
+    /// Seconds a client has to send a whole request head once it started (and, on connections
+    /// served by hyper, to start the next one); then the connection is closed.
+    #[arg(long, env = "BOOTSTREAM_HEADER_TIMEOUT", value_name = "SECONDS", default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds a client has to send a whole request body after its head (408 after); for a streamed
+    /// upload (host logs), the longest pause between two of its pieces.
+    #[arg(long, env = "BOOTSTREAM_BODY_TIMEOUT", value_name = "SECONDS", default_value_t = 10)]
+    body_timeout: u64,
+    /// Seconds an idle keep-alive connection is kept open.
+    #[arg(long, env = "BOOTSTREAM_IDLE_TIMEOUT", value_name = "SECONDS", default_value_t = 75)]
+    idle_timeout: u64,
+    /// Seconds a response may wait for its client to read before the connection is closed (a
+    /// stalled reader frees its download's place then).
+    #[arg(long, env = "BOOTSTREAM_WRITE_TIMEOUT", value_name = "SECONDS", default_value_t = 60)]
+    write_timeout: u64,
+}
+
+impl ServeArgs {
+    /// The limits every connection of the listeners gets.
+    fn server_config(&self) -> crate::http::server::ServerConfig {
+        let secs = |s: u64| std::time::Duration::from_secs(s.max(1));
+        crate::http::server::ServerConfig {
+            header_timeout: secs(self.header_timeout),
+            body_timeout: secs(self.body_timeout),
+            idle_timeout: secs(self.idle_timeout),
+            write_timeout: secs(self.write_timeout),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -296,6 +325,8 @@ struct ImageService<S: crate::store::Store> {
     tls: Option<Arc<rustls::ServerConfig>>,
     /// The plain-HTTP listener for iPXE beside HTTPS, and its base URL.
     plain_http: Option<(tokio::net::TcpListener, String)>,
+    /// Timeouts and limits of both listeners' connections.
+    http: crate::http::server::ServerConfig,
 }
 
 async fn image_service<S: crate::store::Store>(
@@ -405,7 +436,8 @@ async fn image_service<S: crate::store::Store>(
     config.url_signer = url_signer;
     let images = crate::image::Images::new(store, catalog.clone(), Arc::new(config));
     tokio::spawn(images.clone().follow_store_changes());
-    Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener, tls, plain_http })
+    let http = args.server_config();
+    Ok(ImageService { images, catalog, agent_auth, data_dir, base_url, listener, tls, plain_http, http })
 }
 
 /// The plain-HTTP listener's URL for iPXE: the base URL's host, scheme http, the listener's port.
@@ -518,11 +550,11 @@ async fn run<S: crate::store::Store>(
             allow: crate::api::served_over_plain_http,
             refusal: crate::api::PLAIN_HTTP_REFUSAL,
         });
-        tokio::spawn(crate::http::server::serve(listener, gate, Default::default(), stop.clone()))
+        tokio::spawn(crate::http::server::serve(listener, gate, svc.http.clone(), stop.clone()))
     });
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let config = crate::http::server::ServerConfig { tls: svc.tls, ..Default::default() };
+    let config = crate::http::server::ServerConfig { tls: svc.tls, ..svc.http };
     // The accept loop runs on a runtime worker, not on this thread (`block_on`): a connection spawned
     // from a worker runs next on that worker, where one spawned from here waits for a worker to be
     // woken. That hand-off was on every new connection's time to first byte.

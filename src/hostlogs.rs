@@ -201,6 +201,12 @@ fn multipart_error(e: multer::Error) -> LogsError {
         multer::Error::FieldSizeExceeded { .. } | multer::Error::StreamSizeExceeded { .. } => {
             refuse(413, format!("the logs are larger than the {MAX_LOGS_BYTES} bytes accepted"))
         }
+        // The server ends an upload that stalls (no data for its body timeout) with TimedOut.
+        multer::Error::StreamReadFailed(e)
+            if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut) =>
+        {
+            refuse(408, format!("reading the upload: {e}"))
+        }
         multer::Error::StreamReadFailed(e) => refuse(400, format!("reading the upload: {e}")),
         e => refuse(400, format!("the upload is not valid multipart/form-data: {e}")),
     }

@@ -28,11 +28,15 @@ fn start_download(addr: &str, path: &str) -> (TcpStream, u16) {
 /// A server with `--max-downloads MAX` and an InfraEnv over a 64 MiB image (far more than the sockets
 /// buffer), with its image created; the directory holds the image.
 fn server_with_a_large_image(max: &str) -> (Server, serde_json::Value, tempfile::TempDir) {
+    server_with_a_large_image_and(max, &[])
+}
+
+fn server_with_a_large_image_and(max: &str, extra: &[&str]) -> (Server, serde_json::Value, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let iso = dir.path().join("base.iso");
     std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
     let image = format!("4.20:x86_64:{}", iso.display());
-    let server = Server::start(&["--max-downloads", max, "--os-image", &image]);
+    let server = Server::start(&[&["--max-downloads", max, "--os-image", &image], extra].concat());
     server.apply_ok(INFRAENV);
     let ie = server.wait_image_created("t", "pool", "True");
     (server, ie, dir)
@@ -94,4 +98,43 @@ fn a_download_through_hyper_keeps_its_place_until_its_body_is_written() {
         assert!(Instant::now() < deadline, "the place never came back");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Readers that stop reading give their places back at the write timeout, on either server path:
+/// three stalled clients (one on the fast path, two through hyper with a chunked GET, one of them
+/// on the rootfs, which needs no token) must not keep everyone else at 503.
+#[test]
+fn stalled_readers_give_their_places_back_at_the_write_timeout_on_both_paths() {
+    let (server, ie, _dir) = server_with_a_large_image_and("3", &["--write-timeout", "2"]);
+    let iso_path = server.path_of(ie["status"]["isoDownloadURL"].as_str().unwrap());
+    let rootfs_path = server.path_of(ie["status"]["bootArtifacts"]["rootfs"].as_str().unwrap());
+
+    let stall = |path: &str, chunked: bool| {
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        let framing = if chunked { "Transfer-Encoding: chunked\r\n\r\n0\r\n" } else { "" };
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{framing}\r\n").unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "{path}");
+        s
+    };
+    let _fast = stall(&iso_path, false);
+    let _hyper = stall(&iso_path, true);
+    let _anonymous = stall(&rootfs_path, true);
+    let stalled_at = Instant::now();
+    assert_eq!(server.get(&iso_path).status, 503, "three downloads are in flight");
+
+    // The stalled clients keep their sockets open and read nothing; their places come back once
+    // their writes have made no progress for 2 s.
+    let deadline = stalled_at + Duration::from_secs(10);
+    loop {
+        let held: Vec<_> = (0..3).map(|_| start_download(&server.addr, &iso_path)).collect();
+        let free = held.iter().filter(|(_, status)| *status == 200).count();
+        if free == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after {:?} only {free} of 3 places came back", stalled_at.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(stalled_at.elapsed() >= Duration::from_millis(1500), "places came back before the write timeout");
 }

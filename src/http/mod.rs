@@ -40,7 +40,8 @@ impl Body {
     }
 }
 
-/// Response extension naming the route that answered, for metrics labels (bounded cardinality).
+/// Response extension naming the route that answered, for metrics labels (bounded cardinality);
+/// a response with one is reported to [`Handler::completed`].
 #[derive(Clone, Copy, Debug)]
 pub struct RouteLabel(pub &'static str);
 
@@ -60,6 +61,21 @@ pub struct Completion {
 /// A request body taken as a stream: uploads too large to collect in memory.
 pub type UploadBody = std::pin::Pin<Box<dyn futures_util::Stream<Item = std::io::Result<Bytes>> + Send>>;
 
+/// What the server does with a request, decided from its head alone, before any body byte is read:
+/// a request that will be refused (no token, another tenant's token, a method the route does not
+/// take) costs the server its head and nothing more, whatever body it announces.
+#[derive(Debug)]
+pub enum Admission {
+    /// Collect a body of at most this many bytes (and at most the server's `max_body_bytes`) for
+    /// [`Handler::handle`]; a larger one is answered 413 unread.
+    Body { max_bytes: usize },
+    /// Stream the body to [`Handler::handle_upload`], which bounds its size; the server bounds the
+    /// time between its pieces.
+    Upload,
+    /// Answer with this, without reading the body.
+    Refuse(http::Response<Body>),
+}
+
 /// The application behind the server.
 pub trait Handler: Send + Sync + 'static {
     fn handle(
@@ -67,10 +83,9 @@ pub trait Handler: Send + Sync + 'static {
         req: http::Request<Bytes>,
     ) -> impl Future<Output = http::Response<Body>> + Send;
 
-    /// Whether this request's body goes to [`Handler::handle_upload`] as a stream, instead of being
-    /// collected (up to the server's `max_body_bytes`) for [`Handler::handle`].
-    fn takes_upload(&self, _head: &http::request::Parts) -> bool {
-        false
+    /// Called with every request's head before its body is read (see [`Admission`]).
+    fn admit(&self, _head: &http::request::Parts) -> Admission {
+        Admission::Body { max_bytes: usize::MAX }
     }
 
     fn handle_upload(
@@ -81,7 +96,9 @@ pub trait Handler: Send + Sync + 'static {
         async { text(http::StatusCode::NOT_FOUND, "no uploads here") }
     }
 
-    /// Called once per request after the response was written or the connection failed.
+    /// Called once per response the handler made (one carrying a [`RouteLabel`]: from `handle`,
+    /// `handle_upload` or a refusal of `admit`) after it was written or the connection failed.
+    /// The server's own answers (a body too large or too slow, a head too large) are not reported.
     fn completed(&self, _completion: Completion) {}
 }
 
@@ -125,10 +142,26 @@ impl<H: Handler> Handler for Restricted<H> {
         if (self.allow)(req.uri()) {
             self.inner.clone().handle(req).await
         } else {
-            let mut resp = text(http::StatusCode::NOT_FOUND, self.refusal);
-            resp.extensions_mut().insert(RouteLabel("other"));
-            resp
+            // Not reported to `inner` (no RouteLabel): it never saw the request.
+            text(http::StatusCode::NOT_FOUND, self.refusal)
         }
+    }
+
+    fn admit(&self, head: &http::request::Parts) -> Admission {
+        if (self.allow)(&head.uri) {
+            self.inner.admit(head)
+        } else {
+            Admission::Refuse(text(http::StatusCode::NOT_FOUND, self.refusal))
+        }
+    }
+
+    async fn handle_upload(
+        self: std::sync::Arc<Self>,
+        head: http::request::Parts,
+        body: UploadBody,
+    ) -> http::Response<Body> {
+        // Only what `admit` let through comes here.
+        self.inner.clone().handle_upload(head, body).await
     }
 
     fn completed(&self, completion: Completion) {

@@ -28,13 +28,18 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use super::{Body, Completion, Handler, RouteLabel};
+use super::{Admission, Body, Completion, Handler, RouteLabel};
 use crate::plan::{BaseFile, Segment, ZEROS};
 
+/// Limits every connection gets, on either path (ours and hyper's).
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Time allowed to receive a complete request head once it started (slowloris guard).
+    /// Time allowed to receive a complete request head once it started (slowloris guard). On
+    /// connections hyper serves, the wait for a keep-alive connection's next request counts too.
     pub header_timeout: Duration,
+    /// Time allowed to receive a whole collected request body after its head; for a streamed
+    /// upload, the longest wait for its next piece.
+    pub body_timeout: Duration,
     /// Time an idle keep-alive connection is kept open.
     pub idle_timeout: Duration,
     /// Time allowed for a single write to make progress.
@@ -51,6 +56,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(75),
             write_timeout: Duration::from_secs(60),
             max_connections: 16_384,
@@ -190,6 +196,7 @@ async fn serve_connection<S: Connection, H: Handler>(
             HeadRead::TooLarge => {
                 let resp = super::text(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large");
                 let _ = write_response(&mut stream, resp, false, false, config).await;
+                linger_close(&mut stream).await;
                 return Ok(());
             }
             HeadRead::Invalid => {
@@ -204,40 +211,101 @@ async fn serve_connection<S: Connection, H: Handler>(
         }
         let Head { request, len: head_len, keep_alive, body_len, .. } = *head;
         let (parts, _) = request.into_parts();
-        if body_len > 0 && handler.takes_upload(&parts) {
-            return hand_to_hyper(stream, buf.freeze(), handler, config).await;
-        }
-        match read_body(&mut stream, &mut buf, head_len + body_len, config).await? {
-            BodyRead::Complete => {}
-            BodyRead::Closed => return Ok(()),
-            BodyRead::Stalled => {
-                let resp = super::text(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time");
-                let _ = write_response(&mut stream, resp, false, false, config).await;
-                return Ok(());
-            }
-        }
-        let _ = buf.split_to(head_len);
-        let body = buf.split_to(body_len).freeze();
         let head_only = parts.method == Method::HEAD;
         let method = parts.method.clone();
         let started = Instant::now();
-        let resp = handler.clone().handle(Request::from_parts(parts, body)).await;
-        let route = resp.extensions().get::<RouteLabel>().map(|r| r.0).unwrap_or("other");
+        // The handler decides from the head whether a body is read at all, and how much of one.
+        let mut body_unread = false;
+        let (resp, keep_alive) = match handler.admit(&parts) {
+            Admission::Upload => return hand_to_hyper(stream, buf.freeze(), handler, config).await,
+            Admission::Refuse(resp) => {
+                // Refused unread: the connection goes on only if the whole body came with the head.
+                let whole = buf.len() >= head_len + body_len;
+                if whole {
+                    let _ = buf.split_to(head_len + body_len);
+                }
+                body_unread = !whole;
+                (resp, keep_alive && whole)
+            }
+            Admission::Body { max_bytes } if body_len > max_bytes.min(config.max_body_bytes) => {
+                body_unread = true;
+                (body_too_large(max_bytes.min(config.max_body_bytes)), false)
+            }
+            Admission::Body { .. } => {
+                match read_body(&mut stream, &mut buf, head_len + body_len, config).await? {
+                    BodyRead::Complete => {}
+                    BodyRead::Closed => return Ok(()),
+                    BodyRead::Stalled => {
+                        let _ = write_response(&mut stream, body_timed_out(), false, false, config).await;
+                        linger_close(&mut stream).await;
+                        return Ok(());
+                    }
+                }
+                let _ = buf.split_to(head_len);
+                let body = buf.split_to(body_len).freeze();
+                (handler.clone().handle(Request::from_parts(parts, body)).await, keep_alive)
+            }
+        };
+        // Only what the handler answered is reported to it (see `Handler::completed`).
+        let route = resp.extensions().get::<RouteLabel>().map(|r| r.0);
         let status = resp.status();
         let result = write_response(&mut stream, resp, head_only, keep_alive, config).await;
         let (body_bytes, complete) = match &result {
             Ok(n) => (*n, true),
             Err(e) => (e.written, false),
         };
-        handler.completed(Completion { route, method, status, body_bytes, complete, elapsed: started.elapsed() });
+        if let Some(route) = route {
+            handler.completed(Completion { route, method, status, body_bytes, complete, elapsed: started.elapsed() });
+        }
         if let Err(e) = result {
             return Err(e.error);
         }
         if !keep_alive {
-            let _ = stream.shutdown().await;
+            if body_unread {
+                linger_close(&mut stream).await;
+            } else {
+                let _ = stream.shutdown().await;
+            }
             return Ok(());
         }
     }
+}
+
+/// Most a refused client's unread bytes are drained on the way out, and for how long.
+const LINGER_BYTES: usize = 1 << 20;
+const LINGER_TIME: Duration = Duration::from_secs(1);
+
+/// Ends a connection whose client may still be sending what the server will not read (a refused
+/// body, a head too large): the answer is followed by a FIN, then what arrives is read and dropped
+/// for a moment. Closing with unread bytes would make the kernel reset the connection, and a reset
+/// can destroy the answer before the client has read it.
+async fn linger_close<S: Connection>(stream: &mut S) {
+    use tokio::io::AsyncReadExt;
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
+    let mut sink = [0u8; 16 * 1024];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => return,
+        }
+    }
+}
+
+/// 413 for a body larger than its route takes, sent without reading it.
+fn body_too_large(max: usize) -> Response<Body> {
+    super::text(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is larger than the {max} bytes this route takes"),
+    )
+}
+
+/// 408 for a body that did not arrive within the body timeout.
+fn body_timed_out() -> Response<Body> {
+    super::text(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")
 }
 
 struct Head {
@@ -273,7 +341,9 @@ async fn read_head<S: Connection>(
                 Ok(Some(head)) => return Ok(HeadRead::Head(Box::new(head))),
                 Ok(None) if buf.len() >= MAX_HEAD_BYTES => return Ok(HeadRead::TooLarge),
                 Ok(None) => {}
-                Err(()) => return Ok(HeadRead::Invalid),
+                // The same limit hyper is given: more headers than that is 431 on either path.
+                Err(Unparsed::TooManyHeaders) => return Ok(HeadRead::TooLarge),
+                Err(Unparsed::Other) => return Ok(HeadRead::Invalid),
             }
         }
         // Waiting for a new request on an idle connection gets the idle timeout; once a request has
@@ -307,7 +377,7 @@ enum BodyRead {
     Stalled,
 }
 
-/// Reads until `buf` holds `total` bytes (the head and its body), within the header timeout.
+/// Reads until `buf` holds `total` bytes (the head and its body), within the body timeout.
 async fn read_body<S: Connection>(
     stream: &mut S,
     buf: &mut BytesMut,
@@ -319,7 +389,7 @@ async fn read_body<S: Connection>(
         return Ok(BodyRead::Complete);
     }
     buf.reserve(total - buf.len());
-    let deadline = tokio::time::Instant::now() + config.header_timeout;
+    let deadline = tokio::time::Instant::now() + config.body_timeout;
     while buf.len() < total {
         match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
             Err(_) => return Ok(BodyRead::Stalled),
@@ -331,17 +401,27 @@ async fn read_body<S: Connection>(
     Ok(BodyRead::Complete)
 }
 
+/// Why a head is not one this path serves.
+#[derive(Debug, PartialEq, Eq)]
+enum Unparsed {
+    /// More than [`MAX_HEADERS`] headers: refused (431), as hyper refuses them.
+    TooManyHeaders,
+    /// Anything else (odd syntax, a preface of another protocol): hyper's to answer.
+    Other,
+}
+
 /// Parses a request head from the start of `buf`. `Ok(None)` = incomplete.
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, Unparsed> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(()),
+        Err(httparse::Error::TooManyHeaders) => return Err(Unparsed::TooManyHeaders),
+        Err(_) => return Err(Unparsed::Other),
     };
     let version = if req.version == Some(1) { Version::HTTP_11 } else { Version::HTTP_10 };
-    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes()).map_err(|_| ())?;
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes()).map_err(|_| Unparsed::Other)?;
     let mut builder = Request::builder().method(method.clone()).uri(req.path.unwrap_or("/")).version(version);
     let mut connection_close = version == Version::HTTP_10;
     let mut content_length: Option<u64> = None;
@@ -361,9 +441,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
             }
         } else if name.eq_ignore_ascii_case("content-length") {
             // Repeated Content-Length headers must agree (RFC 9112 §6.3); anything else is hyper's to refuse.
-            let n: u64 = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).ok_or(())?;
+            let n: u64 =
+                std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).ok_or(Unparsed::Other)?;
             if content_length.is_some_and(|c| c != n) {
-                return Err(());
+                return Err(Unparsed::Other);
             }
             content_length = Some(n);
         } else if name.eq_ignore_ascii_case("transfer-encoding")
@@ -372,9 +453,9 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ()> {
         {
             special = true;
         }
-        builder = builder.header(name, HeaderValue::from_bytes(h.value).map_err(|_| ())?);
+        builder = builder.header(name, HeaderValue::from_bytes(h.value).map_err(|_| Unparsed::Other)?);
     }
-    let request = builder.body(Bytes::new()).map_err(|_| ())?;
+    let request = builder.body(Bytes::new()).map_err(|_| Unparsed::Other)?;
     let body_len = content_length.unwrap_or(0);
     let fast_path = !special && body_len <= MAX_FAST_BODY_BYTES as u64;
     let body_len = if fast_path { body_len as usize } else { 0 };
@@ -681,65 +762,108 @@ async fn copy_file<S: Connection>(
     Ok(())
 }
 
-/// Serves the rest of a connection with hyper, replaying the bytes already read.
+/// Serves the rest of a connection with hyper, replaying the bytes already read. hyper is given the
+/// same head limits as the fast path; the body, idle and write deadlines it does not keep itself
+/// are kept by [`hyper_request`] and [`Deadlines`].
 async fn hand_to_hyper<S: Connection, H: Handler>(
     stream: S,
     prefix: Bytes,
     handler: Arc<H>,
     config: &ServerConfig,
 ) -> io::Result<()> {
-    let io = hyper_util::rt::TokioIo::new(Rewind { prefix, inner: stream });
-    let max_body = config.max_body_bytes;
+    let io = hyper_util::rt::TokioIo::new(Deadlines::new(Rewind { prefix, inner: stream }, config));
+    let limits = Arc::new(config.clone());
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let handler = handler.clone();
-        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, max_body).await) }
+        let (handler, limits) = (handler.clone(), limits.clone());
+        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, &limits).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(config.header_timeout);
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(config.header_timeout)
+        .max_headers(MAX_HEADERS)
+        .max_header_size(MAX_HEAD_BYTES);
     builder.serve_connection(io, service).await.map_err(io::Error::other)
 }
 
 type HyperBody = http_body_util::combinators::BoxBody<Bytes, io::Error>;
 
+/// Makes hyper close the connection after this response: its request body was not read (whole).
+fn closing(mut resp: Response<Body>) -> Response<Body> {
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// The body a request announces with Content-Length, if it does.
+fn declared_length(head: &http::request::Parts) -> Option<u64> {
+    head.headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// An upload's pieces, each of which must arrive within `timeout` of the one before.
+fn upload_stream(body: hyper::body::Incoming, timeout: Duration) -> super::UploadBody {
+    use futures_util::StreamExt;
+    let pieces = http_body_util::BodyStream::new(body).filter_map(|frame| async move {
+        match frame {
+            Ok(frame) => frame.into_data().ok().map(Ok),
+            Err(e) => Some(Err(io::Error::other(e))),
+        }
+    });
+    let timed = futures_util::stream::unfold(Some(Box::pin(pieces)), move |state| async move {
+        let mut pieces = state?;
+        match tokio::time::timeout(timeout, pieces.next()).await {
+            Ok(Some(piece)) => Some((piece, Some(pieces))),
+            Ok(None) => None,
+            Err(_) => Some((
+                Err(io::Error::new(io::ErrorKind::TimedOut, "the upload stalled: no data for the body timeout")),
+                None,
+            )),
+        }
+    });
+    Box::pin(timed)
+}
+
 async fn hyper_request<H: Handler>(
     handler: Arc<H>,
     req: Request<hyper::body::Incoming>,
-    max_body: usize,
+    config: &ServerConfig,
 ) -> Response<HyperBody> {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();
-    let resp = if handler.takes_upload(&parts) {
-        use futures_util::StreamExt;
-        let data = http_body_util::BodyStream::new(body).filter_map(|frame| async move {
-            match frame {
-                Ok(frame) => frame.into_data().ok().map(Ok),
-                Err(e) => Some(Err(io::Error::other(e))),
-            }
-        });
-        handler.clone().handle_upload(parts, Box::pin(data)).await
-    } else {
-        match http_body_util::Limited::new(body, max_body).collect().await {
-            Ok(c) => handler.clone().handle(Request::from_parts(parts, c.to_bytes())).await,
-            Err(e) => {
-                let status = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                    StatusCode::PAYLOAD_TOO_LARGE
-                } else {
-                    StatusCode::BAD_REQUEST
-                };
-                super::text(status, format!("request body: {e}"))
+    let resp = match handler.admit(&parts) {
+        Admission::Refuse(resp) => closing(resp),
+        Admission::Upload => {
+            let resp = handler.clone().handle_upload(parts, upload_stream(body, config.body_timeout)).await;
+            // A refused or failed upload may have left part of its body unread.
+            if resp.status().is_success() { resp } else { closing(resp) }
+        }
+        Admission::Body { max_bytes } => {
+            let max = max_bytes.min(config.max_body_bytes);
+            if declared_length(&parts).is_some_and(|n| n > max as u64) {
+                closing(body_too_large(max))
+            } else {
+                let collect = http_body_util::Limited::new(body, max).collect();
+                match tokio::time::timeout(config.body_timeout, collect).await {
+                    Ok(Ok(c)) => handler.clone().handle(Request::from_parts(parts, c.to_bytes())).await,
+                    Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                        closing(body_too_large(max))
+                    }
+                    Ok(Err(e)) => closing(super::text(StatusCode::BAD_REQUEST, format!("request body: {e}"))),
+                    Err(_) => closing(body_timed_out()),
+                }
             }
         }
     };
-    let route = resp.extensions().get::<RouteLabel>().map(|r| r.0).unwrap_or("other");
-    handler.completed(Completion {
-        route,
-        method: method.clone(),
-        status: resp.status(),
-        body_bytes: if method == Method::HEAD { 0 } else { resp.body().len() },
-        complete: true,
-        elapsed: started.elapsed(),
-    });
+    if let Some(&RouteLabel(route)) = resp.extensions().get::<RouteLabel>() {
+        handler.completed(Completion {
+            route,
+            method: method.clone(),
+            status: resp.status(),
+            body_bytes: if method == Method::HEAD { 0 } else { resp.body().len() },
+            complete: true,
+            elapsed: started.elapsed(),
+        });
+    }
     let (mut parts, body) = resp.into_parts();
     // hyper drops the response head once it is written; what the handler attached to the response
     // (a download's place in the limit) must live until the body is written, so it goes with the body.
@@ -815,6 +939,123 @@ fn plan_body(plan: crate::plan::Plan) -> HyperBody {
     http_body_util::StreamBody::new(stream).boxed()
 }
 
+/// A connection served by hyper, with the deadlines hyper does not keep: a write that makes no
+/// progress for `write_timeout` fails, as on the fast path (a reader that stops reading an image
+/// must not hold its download's place), and a read fails after waiting `idle_timeout` with no
+/// byte moving either way. Written bytes count as the connection moving: hyper also polls reads
+/// while it writes a response, to see the client leave, and a long download is not idle.
+struct Deadlines<S> {
+    inner: S,
+    idle_timeout: Duration,
+    write_timeout: Duration,
+    /// Since when a read has been waiting (none while bytes move).
+    read_waiting: Option<tokio::time::Instant>,
+    /// Since when a write (or flush, or shutdown) has been waiting.
+    write_waiting: Option<tokio::time::Instant>,
+    read_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    write_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> Deadlines<S> {
+    fn new(inner: S, config: &ServerConfig) -> Deadlines<S> {
+        Deadlines {
+            inner,
+            idle_timeout: config.idle_timeout,
+            write_timeout: config.write_timeout,
+            read_waiting: None,
+            write_waiting: None,
+            read_timer: None,
+            write_timer: None,
+        }
+    }
+}
+
+/// Whether the wait that started at `since` has lasted `limit`; if not, `timer` wakes the task
+/// when it will have.
+fn waited_too_long(
+    timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    since: tokio::time::Instant,
+    limit: Duration,
+    cx: &mut Context<'_>,
+) -> bool {
+    let deadline = since + limit;
+    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+    if timer.deadline() != deadline {
+        timer.as_mut().reset(deadline);
+    }
+    timer.as_mut().poll(cx).is_ready()
+}
+
+impl<S: AsyncWrite + Unpin> Deadlines<S> {
+    /// Runs one write-side poll under the write deadline.
+    fn write_side<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match poll(Pin::new(&mut self.inner), cx) {
+            Poll::Ready(r) => {
+                self.write_waiting = None;
+                // The connection is moving: a read waiting meanwhile starts over.
+                if self.read_waiting.is_some() {
+                    self.read_waiting = Some(tokio::time::Instant::now());
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let since = *self.write_waiting.get_or_insert_with(tokio::time::Instant::now);
+                if waited_too_long(&mut self.write_timer, since, self.write_timeout, cx) {
+                    Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                this.read_waiting = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let since = *this.read_waiting.get_or_insert_with(tokio::time::Instant::now);
+                if waited_too_long(&mut this.read_timer, since, this.idle_timeout, cx) {
+                    Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "connection idle")))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlines<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.write_side(cx, |s, cx| s.poll_write(cx, buf))
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.write_side(cx, |s, cx| s.poll_flush(cx))
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.write_side(cx, |s, cx| s.poll_shutdown(cx))
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.write_side(cx, |s, cx| s.poll_write_vectored(cx, bufs))
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
 /// A stream that first yields bytes already read from it.
 struct Rewind<S> {
     prefix: Bytes,
@@ -872,7 +1113,7 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let config = ServerConfig { header_timeout: Duration::from_millis(300), ..Default::default() };
+        let config = ServerConfig { body_timeout: Duration::from_millis(300), ..Default::default() };
         tokio::spawn(serve(listener, Arc::new(BodyLength), config, std::future::pending()));
 
         let mut whole = TcpStream::connect(addr).await.unwrap();
@@ -887,6 +1128,193 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), stalled.read_to_string(&mut answer)).await.unwrap().unwrap();
         assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
         assert!(answer.contains("connection: close\r\n"), "{answer}");
+    }
+
+    /// What the tests below serve: `/big` answers 64 MiB (more than the sockets buffer); `/locked`
+    /// refuses without a `Key` header and takes bodies of at most 1 KiB; anything else answers with
+    /// the length of its body.
+    struct Guarded;
+
+    impl Handler for Guarded {
+        async fn handle(self: Arc<Self>, req: Request<Bytes>) -> Response<Body> {
+            let mut resp = if req.uri().path() == "/big" {
+                Response::new(Body::Bytes(Bytes::from(vec![b'x'; 64 << 20])))
+            } else {
+                super::super::text(StatusCode::OK, req.body().len().to_string())
+            };
+            resp.extensions_mut().insert(RouteLabel("test"));
+            resp
+        }
+
+        fn admit(&self, head: &http::request::Parts) -> Admission {
+            if head.uri.path() != "/locked" {
+                return Admission::Body { max_bytes: usize::MAX };
+            }
+            match head.headers.get("key") {
+                None => Admission::Refuse(super::super::text(StatusCode::UNAUTHORIZED, "no key")),
+                Some(_) => Admission::Body { max_bytes: 1024 },
+            }
+        }
+    }
+
+    /// A server with short timeouts (header 400 ms, body 300 ms, idle 1 s, write 500 ms).
+    async fn guarded_server() -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = ServerConfig {
+            header_timeout: Duration::from_millis(400),
+            body_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(1),
+            write_timeout: Duration::from_millis(500),
+            ..Default::default()
+        };
+        tokio::spawn(serve(listener, Arc::new(Guarded), config, std::future::pending()));
+        addr
+    }
+
+    /// How a test request reaches a path: as the fast path takes it, or with a chunked body, which
+    /// hands the connection to hyper.
+    #[derive(Clone, Copy, Debug)]
+    enum Path {
+        Fast,
+        Hyper,
+    }
+
+    /// A request head for `path` announcing a body of `len` bytes, on the server path `via`.
+    fn head(via: Path, method: &str, path: &str, extra: &str, len: usize) -> String {
+        match via {
+            Path::Fast => format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{extra}Content-Length: {len}\r\n\r\n"),
+            Path::Hyper => format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{extra}Transfer-Encoding: chunked\r\n\r\n"),
+        }
+    }
+
+    /// Reads what the server sends until it closes the connection (or `limit` passes: a panic).
+    async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> String {
+        use tokio::io::AsyncReadExt;
+        let mut out = Vec::new();
+        tokio::time::timeout(limit, s.read_to_end(&mut out)).await.expect("the server kept the connection open").ok();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_is_answered_before_its_body_on_both_paths() {
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            // A large body is announced and never sent: the answer must not wait for it.
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(head(via, "POST", "/locked", "", 200_000).as_bytes()).await.unwrap();
+            let started = Instant::now();
+            let answer = read_until_closed(&mut s, Duration::from_secs(5)).await;
+            assert!(answer.starts_with("HTTP/1.1 401"), "{via:?}: {answer}");
+            assert!(started.elapsed() < Duration::from_millis(250), "{via:?}: answered after {:?}", started.elapsed());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_routes_limit_is_413_unread_on_both_paths() {
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let mut req = head(via, "POST", "/locked", "Key: k\r\n", 5000).into_bytes();
+            match via {
+                Path::Fast => req.extend_from_slice(&[b'a'; 2000]),
+                Path::Hyper => req.extend_from_slice(format!("7d0\r\n{}\r\n", "a".repeat(2000)).as_bytes()),
+            }
+            s.write_all(&req).await.unwrap();
+            let answer = read_until_closed(&mut s, Duration::from_secs(5)).await;
+            assert!(answer.starts_with("HTTP/1.1 413"), "{via:?}: {answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_trickles_gets_408_at_the_body_timeout_on_both_paths() {
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(head(via, "POST", "/", "", 1_000_000).as_bytes()).await.unwrap();
+            let started = Instant::now();
+            // A byte every 50 ms: always moving, never done.
+            let trickle = async {
+                loop {
+                    let piece: &[u8] = match via {
+                        Path::Fast => b"a",
+                        Path::Hyper => b"1\r\na\r\n",
+                    };
+                    if s.write_all(piece).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(3), trickle).await;
+            let waited = started.elapsed();
+            let answer = read_until_closed(&mut s, Duration::from_secs(2)).await;
+            assert!(answer.starts_with("HTTP/1.1 408"), "{via:?}: {answer}");
+            assert!(waited < Duration::from_millis(1500), "{via:?}: the trickle went on for {waited:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn heads_over_the_limits_get_431_on_both_paths() {
+        let addr = guarded_server().await;
+        let many: String = (0..70).map(|i| format!("X-H{i}: v\r\n")).collect();
+        let long = format!("X-Long: {}\r\n", "v".repeat(20_000));
+        for extra in [many, long] {
+            // Fast path: the first request on a connection.
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n").as_bytes()).await.unwrap();
+            let answer = read_until_closed(&mut s, Duration::from_secs(2)).await;
+            assert!(answer.starts_with("HTTP/1.1 431"), "fast path: {answer:.200}");
+            // Hyper: a chunked request moves the connection there; the next head is hyper's to read.
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let first = format!("{}0\r\n\r\n", head(Path::Hyper, "POST", "/", "", 0));
+            s.write_all(format!("{first}GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n").as_bytes()).await.unwrap();
+            let answer = read_until_closed(&mut s, Duration::from_secs(2)).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.200}");
+            assert!(answer.contains("HTTP/1.1 431"), "hyper: {answer:.300}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_stops_is_cut_off_at_the_write_timeout_on_both_paths() {
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let mut req = head(via, "GET", "/big", "", 0);
+            if let Path::Hyper = via {
+                req.push_str("0\r\n\r\n");
+            }
+            s.write_all(req.as_bytes()).await.unwrap();
+            // Nothing is read for a while: the server's writes stop making progress.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let got = read_until_closed(&mut s, Duration::from_secs(5)).await;
+            assert!(got.starts_with("HTTP/1.1 200"), "{via:?}");
+            assert!(got.len() < 64 << 20, "{via:?}: the whole body came, the writer never gave up");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_on_both_paths() {
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let mut req = head(via, "POST", "/", "", 0);
+            if let Path::Hyper = via {
+                req.push_str("0\r\n\r\n");
+            }
+            s.write_all(req.as_bytes()).await.unwrap();
+            let started = Instant::now();
+            let got = read_until_closed(&mut s, Duration::from_secs(5)).await;
+            assert!(got.starts_with("HTTP/1.1 200"), "{via:?}: {got}");
+            // The fast path keeps an idle connection for the idle timeout; hyper for its header
+            // timeout (its wait for a next head).
+            let (least, most) = match via {
+                Path::Fast => (Duration::from_millis(900), Duration::from_millis(2000)),
+                Path::Hyper => (Duration::from_millis(300), Duration::from_millis(1500)),
+            };
+            let held = started.elapsed();
+            assert!(held >= least && held < most, "{via:?}: closed after {held:?}");
+        }
     }
 
     /// `TCP_INFO`'s count of data segments the socket has sent, and whether it is corked.
