@@ -427,10 +427,11 @@ impl<S: Store> App<S> {
             }
             ["api", "assisted-install", "v2", "infra-envs", id, "downloads", "files"] => {
                 // The Ignition carries the pull secret, the iPXE script a signed initrd URL.
-                if let Some(refused) = self.image_refusal(&req, id) {
-                    return refused;
-                }
-                self.infraenv_file(&req, id).await
+                let token = match self.image_token(&req, id) {
+                    Ok(token) => token,
+                    Err(refused) => return refused,
+                };
+                self.infraenv_file(&req, id, token.as_deref()).await
             }
             _ => {
                 let resource_path = matches!(segs.as_slice(), ["apis", ..] | ["api", "v1", ..]);
@@ -487,7 +488,15 @@ impl<S: Store> App<S> {
     /// `Image-Token` header, else `Authorization: Bearer`. The refusal (401, or 403 for another
     /// InfraEnv's token) carries no image bytes.
     fn image_refusal(&self, req: &Request<Bytes>, id: &str) -> Option<Response<Body>> {
-        let signer = self.images.config.url_signer.as_ref()?;
+        self.image_token(req, id).err()
+    }
+
+    /// The token a request for InfraEnv `id`'s image or files presented, verified (see
+    /// [`Self::image_refusal`]); None where URLs are not signed. URLs an answer hands out carry this
+    /// same token, never a new one: a URL must not outlive the one it was found through.
+    #[allow(clippy::result_large_err)] // the error is the response itself
+    fn image_token(&self, req: &Request<Bytes>, id: &str) -> Result<Option<String>, Response<Body>> {
+        let Some(signer) = self.images.config.url_signer.as_ref() else { return Ok(None) };
         let q = query_map(req.uri());
         let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
         let token = q
@@ -496,12 +505,13 @@ impl<S: Store> App<S> {
             .map(String::as_str)
             .or_else(|| header("image-token"))
             .or_else(|| header("authorization").and_then(|v| v.strip_prefix("Bearer ")))
+            .map(str::trim)
             .filter(|t| !t.is_empty());
         let result = match token {
             None => Err(crate::urlsign::TokenError::Missing),
-            Some(t) => signer.verify_for(t.trim(), id, std::time::SystemTime::now()).map(drop),
+            Some(t) => signer.verify_for(t, id, std::time::SystemTime::now()).map(|_| Some(t.to_string())),
         };
-        result.err().map(|e| text(e.http_status(), e.to_string()))
+        result.map_err(|e| text(e.http_status(), e.to_string()))
     }
 
     async fn iso_file(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str, file: &str) -> Response<Body> {
@@ -522,6 +532,8 @@ impl<S: Store> App<S> {
         }
         let ie = self.images.infraenv_by_id(id).await?;
         let content = self.images.content(&ie).await?;
+        // An InfraEnv whose image failed answers every download of its files with that failure.
+        self.images.verdict(&ie, &content).await?;
         Ok((ie, content))
     }
 
@@ -622,7 +634,7 @@ impl<S: Store> App<S> {
     }
 
     /// `GET /api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=...`
-    async fn infraenv_file(&self, req: &Request<Bytes>, id: &str) -> Response<Body> {
+    async fn infraenv_file(&self, req: &Request<Bytes>, id: &str, token: Option<&str>) -> Response<Body> {
         let q = query_map(req.uri());
         let file_name = q.get("file_name").map(String::as_str).unwrap_or("");
         let script_type = q.get("ipxe_script_type").map(String::as_str);
@@ -656,17 +668,14 @@ impl<S: Store> App<S> {
                 let script = if order_control && mac.is_none() {
                     // Redirect script: iPXE fills in the MAC; the answer for that MAC decides whether the
                     // host boots discovery or falls through to its disk.
-                    let api_key = match &self.images.config.url_signer {
-                        Some(signer) => format!("&api_key={}", signer.sign(id, std::time::SystemTime::now())),
-                        None => String::new(),
-                    };
+                    let api_key = token.map(|t| format!("&api_key={}", crate::image::enc(t))).unwrap_or_default();
                     Ok(format!(
                         "#!ipxe\nchain {}/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=ipxe-script{api_key}&mac=${{net0/mac}}\n",
                         self.images.config.ipxe_base_url()
                     ))
                 } else {
                     match self.images.selected_base(&ie) {
-                        Ok(base) => self.images.ipxe_script(&ie, &base, &content),
+                        Ok(base) => self.images.ipxe_script(&ie, &base, &content, token),
                         Err(e) => Err(e),
                     }
                 };

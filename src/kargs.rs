@@ -23,6 +23,63 @@ pub enum KargsError {
     NonAsciiFill { what: &'static str, byte: u8 },
     #[error("invalid UTF-8 in karg area")]
     InvalidUtf8,
+    /// An argument that is not one plain kernel argument (see [`check_argument`]). The value is
+    /// shown escaped, so that a control character in it cannot reach a log line or a condition raw.
+    #[error(
+        "{arg:?} is not a kernel argument bootstream can write into boot loader configs and iPXE scripts: {reason}"
+    )]
+    Unsafe { arg: String, reason: &'static str },
+}
+
+/// Characters no argument may hold anywhere, quoted or not: each means something to one of the
+/// parsers a kernel argument passes through before the kernel's. iPXE expands `${...}`, ends a
+/// command at a `;`, `&&` or `||` token and skips from a token starting with `#`; GRUB's script
+/// syntax (the ISO's `grub.cfg` carries the karg area) treats `$ ; & | < > { }`, quotes and `\` as
+/// syntax and `#` as a comment; ISOLINUX and the kernel know only spaces and double quotes.
+const BOOT_LOADER_METACHARACTERS: &[u8] = b"$;&|<>{}#\\'`";
+
+/// Checks that `arg` is one kernel argument (`param` or `param=value`) that every parser on its way
+/// reads the same: printable ASCII; spaces only between double quotes, which must pair up (the
+/// kernel's own quoting, as assisted-service's API pattern `^(?:(?:[^ \t\n\r"]+)|(?:"[^"]*"))+$`
+/// allows); and none of [`BOOT_LOADER_METACHARACTERS`]. assisted-service's pattern lets a line
+/// break or an iPXE command through between quotes (`x="a ; chain http://... #"`); this does not.
+pub fn check_argument(arg: &str) -> Result<(), KargsError> {
+    let refuse = |reason| Err(KargsError::Unsafe { arg: arg.to_string(), reason });
+    if arg.is_empty() {
+        return refuse("it is empty");
+    }
+    if arg.bytes().any(|b| b.is_ascii_control()) {
+        return refuse("control characters (line breaks, tabs...) would end or split the boot loader line");
+    }
+    if !arg.is_ascii() {
+        return refuse("only printable ASCII is written into boot loader configs");
+    }
+    if arg.bytes().any(|b| BOOT_LOADER_METACHARACTERS.contains(&b)) {
+        return refuse("$ ; & | < > { } # \\ ' and ` mean something to iPXE or GRUB");
+    }
+    let mut quoted = false;
+    for b in arg.bytes() {
+        match b {
+            b'"' => quoted = !quoted,
+            b' ' if !quoted => return refuse("a space outside double quotes makes two arguments"),
+            _ => {}
+        }
+    }
+    if quoted {
+        return refuse("an unpaired double quote would take in the arguments after it");
+    }
+    Ok(())
+}
+
+/// Checks one requested edit: its argument, and for `replace` the `KEY=OLD=NEW` form.
+pub fn check_op(op: &KargOp) -> Result<(), KargsError> {
+    match op {
+        KargOp::Append(arg) | KargOp::Delete(arg) => check_argument(arg.trim()),
+        KargOp::Replace(spec) => {
+            check_argument(spec.trim())?;
+            parse_replace(spec).map(drop)
+        }
+    }
 }
 
 /// One requested change to a kernel command line.
@@ -117,6 +174,55 @@ fn check_fill(end: u8, pad: u8) -> Result<(), KargsError> {
 mod tests {
     use super::KargOp::*;
     use super::*;
+
+    #[test]
+    fn real_kernel_arguments_pass() {
+        for arg in [
+            "quiet",
+            "rd.net.timeout.carrier=60",
+            "isolcpus=1,2,10-20,100-2000:2/25",
+            "console=ttyS0,115200n8",
+            "ip=192.168.1.10::192.168.1.1:255.255.255.0:host-0:ens3:none",
+            "ip=[fd00::10]::[fd00::1]:64:host-0:ens3:none",
+            "nameserver=[fd00::53]",
+            "rd.znet=qeth,0.0.bdf0,0.0.bdf1,0.0.bdf2,layer2=1,portno=0",
+            "vfio-pci.ids=10de:1eb8",
+            "coreos.inst.persistent-kargs=\"console=tty1 console=ttyS1,115200n8\"",
+            "systemd.unit=multi-user.target",
+            "module_blacklist=nouveau,i915",
+            "coreos.live.rootfs_url=http://hub.example:8080/boot-artifacts/4.20/x86_64/rootfs.img",
+        ] {
+            assert_eq!(check_argument(arg), Ok(()), "{arg}");
+        }
+        assert_eq!(check_op(&Replace("console=tty0=ttyS0".into())), Ok(()));
+    }
+
+    #[test]
+    fn arguments_other_parsers_would_read_differently_are_refused() {
+        for (arg, reason) in [
+            ("x=\"a ; chain http://127.0.0.1:9/pwned.ipxe #\"", "mean something to iPXE or GRUB"),
+            ("x=\"a\nb\"", "control characters"),
+            ("a\tb", "control characters"),
+            ("a b", "a space outside double quotes"),
+            ("x=\"a b", "unpaired double quote"),
+            ("x=${net0/mac}", "mean something to iPXE or GRUB"),
+            ("x=a;reboot", "mean something to iPXE or GRUB"),
+            ("url=http://h/p?a=1&b=2", "mean something to iPXE or GRUB"),
+            ("x=a||y", "mean something to iPXE or GRUB"),
+            ("#x", "mean something to iPXE or GRUB"),
+            ("x=\\n", "mean something to iPXE or GRUB"),
+            ("x='a'", "mean something to iPXE or GRUB"),
+            ("x=caf\u{e9}", "printable ASCII"),
+            ("", "empty"),
+        ] {
+            let err = check_argument(arg).expect_err(arg).to_string();
+            assert!(err.contains(reason), "{arg:?}: {err}");
+            // The value is quoted escaped: no raw control character reaches a condition or a log.
+            assert!(!err.bytes().any(|b| b.is_ascii_control()), "{err:?}");
+        }
+        assert!(check_op(&Replace("a=b".into())).is_err(), "a replace must be KEY=OLD=NEW");
+        assert!(check_op(&Delete("a;b".into())).is_err());
+    }
 
     fn apply(current: &str, ops: &[KargOp]) -> String {
         apply_ops(current, ops).unwrap()

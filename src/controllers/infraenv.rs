@@ -124,15 +124,10 @@ struct Built {
 /// Builds every artifact once (checking sizes and kernel arguments), without serving anything.
 async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv, token: Option<&str>) -> Result<Built, ImageError> {
     let content = images.content(ie).await?;
-    let base = images.selected_base(ie)?;
+    // The same verdict every download of the InfraEnv's files asks for.
+    let base = images.verdict(ie, &content).await?;
     let kind = images.image_type(ie);
-    images.iso(ie, &base, &content, kind).await?;
-    images.pxe_initrd(ie, &base, &content)?;
     let urls = images.urls_with_token(ie, &base, token);
-    // The iPXE script is made when it is fetched; here only its kernel arguments must apply. Making
-    // the script here signed a token of its own on every reconcile, and the reconciles the status
-    // write wakes ran beside a new InfraEnv's first download.
-    crate::image::ipxe_kernel_arguments(&urls.rootfs, &content)?;
     Ok(Built {
         urls,
         digest: Images::<S>::image_digest(&content, &base, kind),
