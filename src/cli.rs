@@ -284,9 +284,12 @@ pub fn main() -> ExitCode {
         return crds(out.as_deref());
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Each event is one line, whatever a value in it holds (see `logwriter`). No colors: they are
+    // the same ESC sequences a value could carry, and the writer escapes every one it sees.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(crate::logwriter::EscapedLines::new(std::io::stderr))
         .init();
     let result = match cli.command {
         Command::Serve(args) => {

@@ -100,12 +100,25 @@ fn with_port(urls: &str, port: u16, path: &str) -> Result<String, IronicError> {
     Ok(out.join(","))
 }
 
-/// A value for a systemd `Environment=`/`ExecStart=` line: refuse what could break the unit file.
+/// A value for a systemd `Environment=` line: refuse what systemd would split, unquote or
+/// un-escape there (blanks, either quote, backslashes) and control characters; `%` doubled
+/// (specifiers).
 fn unit_safe(what: &str, v: &str) -> Result<String, IronicError> {
-    if v.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\' || c.is_control()) {
-        return Err(IronicError::Invalid(format!("{what} {v:?} contains whitespace, quotes or backslashes")));
+    if v.chars().any(|c| c.is_whitespace() || c == '"' || c == '\'' || c == '\\' || c.is_control()) {
+        return Err(IronicError::Invalid(format!(
+            "{what} {v:?} contains whitespace, quotes, backslashes or control characters"
+        )));
     }
     Ok(v.replace('%', "%%"))
+}
+
+/// A word of an `Exec*=` line: as [`unit_safe`], and neither empty (the word would vanish) nor with
+/// `$` (systemd expands `$NAME` and `${NAME}` there; no image reference has one).
+fn exec_word_safe(what: &str, v: &str) -> Result<String, IronicError> {
+    if v.is_empty() || v.contains('$') {
+        return Err(IronicError::Invalid(format!("{what} {v:?} is empty or contains '$'")));
+    }
+    unit_safe(what, v)
 }
 
 /// The Ignition 3.2 fragment as JSON text.
@@ -125,7 +138,7 @@ pub fn ignition_fragment(cfg: &IronicConfig) -> Result<String, IronicError> {
         "enable_vlan_interfaces = all\n"
     });
 
-    let image = unit_safe("ironic agent image", &cfg.agent_image)?;
+    let image = exec_word_safe("ironic agent image", &cfg.agent_image)?;
     let mut env = String::new();
     for (names, value) in [
         (["HTTP_PROXY", "http_proxy"], &cfg.http_proxy),

@@ -9,7 +9,7 @@
 //! - [`http`]: the HTTP server (zero-copy fast path for downloads, hyper for the rest) and HTTP semantics.
 //! - [`resources`], [`store`], [`controllers`], [`api`]: the InfraEnv resource model, its SQLite store,
 //!   the reconcilers and the REST API.
-//! - [`cli`]: the `bootstream` command line.
+//! - [`cli`]: the `bootstream` command line; [`logwriter`]: its log, one line per event.
 
 pub mod agentapi;
 pub mod api;
@@ -29,6 +29,7 @@ pub mod ironic;
 pub mod iso9660;
 pub mod kargs;
 pub mod liveiso;
+pub mod logwriter;
 pub mod metrics;
 pub mod miniso;
 pub mod plan;

@@ -807,3 +807,383 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Proxy values (and the ironic agent's image) in units and scripts
+
+/// A unit file as systemd reads it (systemd.syntax(7)): a line ending in `\` continues on the next
+/// (the backslash becoming a blank), blanks trimmed, `#` and `;` lines are comments, `[Section]`
+/// headers, `Key=Value` split at the first `=`. `(section, key, value)` in order; `Err` for a line
+/// systemd would not read.
+fn unit_lines(text: &str) -> Result<Vec<(String, String, String)>, String> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut pending = String::new();
+    for raw in text.split('\n') {
+        if let Some(continued) = raw.strip_suffix('\\') {
+            pending.push_str(continued);
+            pending.push(' ');
+            continue;
+        }
+        let line = std::mem::take(&mut pending) + raw;
+        let line = line.trim_matches(|c: char| " \t\r".contains(c));
+        if line.is_empty() || line.starts_with(['#', ';']) {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[') {
+            section = name.strip_suffix(']').ok_or(format!("bad section header {line:?}"))?.to_string();
+        } else if let Some((key, value)) = line.split_once('=') {
+            out.push((section.clone(), key.trim().to_string(), value.trim().to_string()));
+        } else {
+            return Err(format!("not a unit file line: {line:?}"));
+        }
+    }
+    Ok(out)
+}
+
+/// The words of an `Environment=` or `Exec*=` value as systemd splits them: at blanks outside
+/// quotes, `"…"` and `'…'` unquoted, backslash escapes resolved. `Err` for unbalanced quotes or a
+/// trailing backslash (systemd ignores such a line).
+fn unit_words(value: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        match (c, quote) {
+            ('\\', _) => {
+                let escaped = chars.next().ok_or("trailing backslash")?;
+                word.get_or_insert_default().push(match escaped {
+                    'n' => '\n',
+                    't' => '\t',
+                    'r' => '\r',
+                    's' => ' ',
+                    other => other,
+                });
+            }
+            ('"' | '\'', None) => {
+                quote = Some(c);
+                word.get_or_insert_default();
+            }
+            (c, Some(q)) if c == q => quote = None,
+            (' ' | '\t', None) => words.extend(word.take()),
+            (c, _) => word.get_or_insert_default().push(c),
+        }
+    }
+    if quote.is_some() {
+        return Err(format!("unbalanced quote in {value:?}"));
+    }
+    words.extend(word);
+    Ok(words)
+}
+
+/// A word after systemd's specifier expansion (`%%` is `%`); `Err` for a specifier, which would
+/// put something else in the value. On `Exec*=` lines (`exec`), also `$$` is `$` and `$NAME` or
+/// `${NAME}` an expansion.
+fn unit_expanded(word: &str, exec: bool) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = word.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '%' => match chars.next() {
+                Some('%') => out.push('%'),
+                other => return Err(format!("specifier %{} in {word:?}", other.map(String::from).unwrap_or_default())),
+            },
+            '$' if exec => match chars.peek() {
+                Some('$') => {
+                    chars.next();
+                    out.push('$');
+                }
+                Some(&n) if n == '{' || n == '_' || n.is_ascii_alphabetic() => {
+                    return Err(format!("variable expansion in {word:?}"));
+                }
+                _ => out.push('$'),
+            },
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// The `NAME=value` assignments of a unit's `Environment=` lines, as systemd reads them.
+fn unit_environment(unit: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (_, key, value) in unit_lines(unit)? {
+        if key != "Environment" {
+            continue;
+        }
+        for word in unit_words(&value)? {
+            let word = unit_expanded(&word, false)?;
+            let (name, value) = word.split_once('=').ok_or(format!("not an assignment: {word:?}"))?;
+            out.push((name.to_string(), value.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// The keys of a unit but `Environment=`, in order, with the number of words of each.
+fn unit_shape(unit: &str) -> Vec<(String, String, usize)> {
+    unit_lines(unit)
+        .unwrap()
+        .into_iter()
+        .filter(|(_, key, _)| key != "Environment")
+        .map(|(section, key, value)| (section, key, unit_words(&value).map_or(0, |w| w.len())))
+        .collect()
+}
+
+/// What a login shell gets from `/etc/profile.d/proxy.sh`: the script sourced by a real `sh` in an
+/// empty environment, and its environment read back (without what the shell sets itself).
+fn sourced_environment(script: &[u8]) -> BTreeMap<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.sh");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("/bin/sh")
+        .args(["-c", ". \"$1\" && exec /usr/bin/env -0", "sh"])
+        .arg(&path)
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sourcing proxy.sh: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+        .split(|&b| b == 0)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let entry = String::from_utf8(entry.to_vec()).unwrap();
+            let (name, value) = entry.split_once('=').unwrap();
+            (name.to_string(), value.to_string())
+        })
+        .filter(|(name, _)| !matches!(name.as_str(), "PWD" | "OLDPWD" | "SHLVL" | "_"))
+        .collect()
+}
+
+/// `lower`/`UPPER` pairs of each set value, in the order `names` lists them.
+fn proxy_pairs(values: &[(&str, Option<String>)], upper_first: bool) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, value) in values {
+        if let Some(value) = value {
+            let (first, second) = if upper_first {
+                (name.to_ascii_uppercase(), name.to_string())
+            } else {
+                (name.to_string(), name.to_ascii_uppercase())
+            };
+            out.push((first, value.clone()));
+            out.push((second, value.clone()));
+        }
+    }
+    out
+}
+
+/// Pieces with a meaning to systemd, the shell or a URL parser, and ordinary ones.
+const PROXY_PIECES: &[&str] = &[
+    "\n",
+    "\r",
+    "\t",
+    "\0",
+    "\x1b",
+    "\u{85}",
+    "\u{2028}",
+    "\u{202e}",
+    "\nExecStart=/bin/evil",
+    "\n[Service]",
+    " ",
+    "'",
+    "\"",
+    "`",
+    "\\",
+    "\\n",
+    "$",
+    "$HOME",
+    "${PATH}",
+    "$(id)",
+    "%",
+    "%n",
+    "%%",
+    ";",
+    "#",
+    "=",
+    "&",
+    "|",
+    ",",
+    "é",
+    "user:p@ss@",
+    "proxy.example",
+    ":3128",
+    "/",
+    "10.0.0.0/8",
+    ".cluster.local",
+];
+
+/// The pieces no unit or script check should refuse (systemd and the shell take them as they are,
+/// once `%` is doubled), so that many values get through and their units and scripts are compared.
+const CARRIED_PROXY_PIECES: &[&str] = &[
+    "$",
+    "$HOME",
+    "${PATH}",
+    "$(id)",
+    "%",
+    "%n",
+    "%%",
+    ";",
+    "#",
+    "=",
+    "&",
+    "|",
+    ",",
+    "é",
+    "user:p@ss@",
+    "proxy.example",
+    ":3128",
+    "/",
+    "10.0.0.0/8",
+    ".cluster.local",
+    "[Service]",
+];
+
+fn proxy_value(prefix: &'static str) -> impl Strategy<Value = Option<String>> {
+    let any = prop::collection::vec(prop::sample::select(PROXY_PIECES), 0..5).prop_map(|p| p.concat());
+    let carried = prop::collection::vec(prop::sample::select(CARRIED_PROXY_PIECES), 1..5).prop_map(|p| p.concat());
+    let pieces = prop_oneof![1 => any, 2 => carried];
+    prop::option::weighted(
+        0.8,
+        (prop::bool::weighted(0.7), pieces).prop_map(
+            move |(prefixed, rest)| {
+                if prefixed { format!("{prefix}{rest}") } else { rest }
+            },
+        ),
+    )
+}
+
+fn set(value: &Option<String>) -> Option<String> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_string)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Whatever the proxy settings hold, the discovery Ignition is refused (with a message quoting
+    /// nothing raw), or `agent.service` reads back, as systemd reads it, with exactly the intended
+    /// `Environment=` assignments and otherwise the lines of a plain proxy, and `proxy.sh`, sourced
+    /// by a real shell, exports exactly the intended variables and nothing else happens in it.
+    #[test]
+    fn proxy_values_reach_the_agent_unit_and_the_profile_as_they_are_or_not_at_all(
+        http in proxy_value("http://"),
+        https in proxy_value("https://"),
+        no_proxy in proxy_value(""),
+    ) {
+        let mut i = input();
+        i.proxy = Some(Proxy { http_proxy: http.clone(), https_proxy: https.clone(), no_proxy: no_proxy.clone() });
+        let config = match render_discovery_ignition(&i) {
+            Err(e) => {
+                let message = e.to_string();
+                prop_assert!(!message.chars().any(char::is_control), "{message:?}");
+                return Ok(());
+            }
+            Ok(text) => serde_json::from_str::<Value>(&text).unwrap(),
+        };
+        let (http, https) = (set(&http), set(&https));
+        let proxied = http.is_some() || https.is_some();
+        let no_proxy = no_proxy
+            .as_deref()
+            .map(|n| n.split(',').map(str::trim).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(","))
+            .filter(|n| proxied && !n.is_empty());
+        let intended = proxy_pairs(&[("http_proxy", http.clone()), ("https_proxy", https.clone()), ("no_proxy", no_proxy.clone())], true);
+
+        let agent = unit(&config, "agent.service").unwrap()["contents"].as_str().unwrap();
+        prop_assert_eq!(unit_environment(agent), Ok(intended.clone()), "{}", agent);
+        let mut plain = input();
+        plain.proxy = Some(Proxy { http_proxy: Some("http://proxy.example:3128".into()), ..Proxy::default() });
+        let plain = render(&plain);
+        let plain_agent = unit(&plain, "agent.service").unwrap()["contents"].as_str().unwrap();
+        prop_assert_eq!(unit_shape(agent), unit_shape(plain_agent));
+
+        let files = files(&config);
+        match files.get(ignition::PROFILE_PROXY_PATH) {
+            None => prop_assert!(!proxied),
+            Some(script) => {
+                prop_assert_eq!(sourced_environment(script), intended.iter().cloned().collect::<BTreeMap<_, _>>());
+                // And nothing but comments and `export NAME='value'` lines, so nothing else runs.
+                for line in String::from_utf8(script.clone()).unwrap().lines() {
+                    let export = line
+                        .strip_prefix("export ")
+                        .and_then(|l| l.split_once("='"))
+                        .and_then(|(name, rest)| Some((name, rest.strip_suffix('\'')?)));
+                    prop_assert!(
+                        line.is_empty() || line.starts_with('#') || export.is_some_and(|(name, value)| {
+                            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !value.contains('\'')
+                        }),
+                        "{:?}", line
+                    );
+                }
+            }
+        }
+    }
+
+    /// The same for the live rootfs download's drop-in in the static-network ramdisk, and for the
+    /// ironic agent's unit (whose image, from an InfraEnv annotation, is also on its command lines).
+    #[test]
+    fn proxy_values_reach_the_ramdisk_dropin_and_the_ironic_unit_as_they_are_or_not_at_all(
+        http in proxy_value("http://"),
+        https in proxy_value("https://"),
+        no_proxy in proxy_value(""),
+        image in proxy_value("quay.io/x/ipa:"),
+    ) {
+        use bootstream::staticnet::{PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, ramdisk_files};
+        let proxy = ProxyEnv { http_proxy: http.as_deref(), https_proxy: https.as_deref(), no_proxy: no_proxy.as_deref() };
+        match ramdisk_files(&RamdiskInput { hosts: &[], proxy: Some(proxy) }) {
+            Err(e) => {
+                let message = e.to_string();
+                prop_assert!(!message.chars().any(char::is_control), "{message:?}");
+            }
+            Ok(entries) => {
+                let dropin = entries.iter().find_map(|e| match e {
+                    RamdiskEntry::File { path, contents, .. } if path == PROXY_DROPIN_PATH => Some(String::from_utf8(contents.clone()).unwrap()),
+                    _ => None,
+                });
+                let intended = proxy_pairs(&[("http_proxy", set(&http)), ("https_proxy", set(&https)), ("no_proxy", set(&no_proxy))], false);
+                match dropin {
+                    None => prop_assert!(intended.is_empty()),
+                    Some(dropin) => {
+                        prop_assert_eq!(unit_environment(&dropin), Ok(intended), "{}", dropin);
+                        let keys: Vec<(String, String)> = unit_lines(&dropin).unwrap().into_iter().map(|(s, k, _)| (s, k)).collect();
+                        prop_assert!(keys.iter().all(|(s, k)| s == "Service" && k == "Environment"), "{:?}", keys);
+                    }
+                }
+            }
+        }
+
+        let config = |image: &str| bootstream::ironic::IronicConfig {
+            base_url: "https://10.0.0.5".into(),
+            inspector_url: None,
+            agent_image: image.to_string(),
+            http_proxy: http.clone(),
+            https_proxy: https.clone(),
+            no_proxy: no_proxy.clone(),
+            has_static_network: false,
+        };
+        let image = image.unwrap_or_default();
+        match bootstream::ironic::ignition_fragment(&config(&image)) {
+            Err(e) => {
+                let message = e.to_string();
+                prop_assert!(!message.chars().any(char::is_control), "{message:?}");
+            }
+            Ok(fragment) => {
+                let unit_of = |fragment: &str| {
+                    let v: Value = serde_json::from_str(fragment).unwrap();
+                    v["systemd"]["units"][0]["contents"].as_str().unwrap().to_string()
+                };
+                let ironic = unit_of(&fragment);
+                let given = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+                let intended = proxy_pairs(&[("http_proxy", given(&http)), ("https_proxy", given(&https)), ("no_proxy", given(&no_proxy))], true);
+                prop_assert_eq!(unit_environment(&ironic), Ok(intended), "{}", ironic);
+                let plain = unit_of(&bootstream::ironic::ignition_fragment(&config("quay.io/x/ipa:1")).unwrap());
+                prop_assert_eq!(unit_shape(&ironic), unit_shape(&plain), "{}", ironic);
+                for (_, key, value) in unit_lines(&ironic).unwrap() {
+                    if key.starts_with("ExecStart") {
+                        let words = unit_words(&value).unwrap();
+                        prop_assert_eq!(unit_expanded(words.last().unwrap(), true), Ok(image.trim().to_string()), "{}", value);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -260,6 +260,40 @@ fn invalid_and_oversize_inputs_give_a_condition_and_an_http_error() {
     check("ignition over 256 KiB", "is over the maximum allowable size (256 KiB)");
 }
 
+/// The NMStateConfig: a DNS search domain and an interface description whose line breaks
+/// would add `[ipv4] method=disabled` and `[connection] autoconnect=false` to the keyfile. The
+/// InfraEnv gets ImageCreated=False naming both fields, with the line break shown escaped, and its
+/// downloads answer 409; nothing is served with the injected keys.
+#[test]
+fn an_nmstateconfig_whose_strings_would_add_keyfile_lines_is_refused() {
+    let e = env();
+    let injected = nmstate("n", "injected", 0x50, "192.168.126.60")
+        .replace(
+            "        state: up\n",
+            "        state: up\n        description: \"uplink\\n[connection]\\nautoconnect=false\"\n",
+        )
+        .replace(
+            "    dns-resolver:\n      config:\n",
+            "    dns-resolver:\n      config:\n        search:\n          - \"example.com\\n[ipv4]\\nmethod=disabled\"\n",
+        );
+    assert!(injected.contains("search:") && injected.contains("description:"), "{injected}");
+    e.server.apply_ok(&injected);
+    let ie = e.server.wait_image_created("n", "ie", "False");
+    let message = condition(&ie, "ImageCreated").unwrap()["message"].as_str().unwrap().to_string();
+    let prefix = "failed to validate network yaml for host 0, ";
+    let expect = ["interfaces[0].description", "dns-resolver.config.search[0]"]
+        .map(|field| format!("{prefix}{field} contains the control character '\\n' (U+000A)"))
+        .join("; ");
+    assert_eq!(message, format!("Failed to create image: static network config: {expect}"));
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+    let id = ie["metadata"]["uid"].as_str().unwrap();
+    for path in [format!("/byid/{id}/4.19/x86_64/full.iso"), format!("/images/{id}/pxe-initrd?version=4.19")] {
+        let r = e.server.get(&path);
+        assert_eq!(r.status, 409, "{path}: {}", r.text());
+        assert!(r.text().contains("dns-resolver.config.search[0]"), "{path}: {}", r.text());
+    }
+}
+
 /// More static network config than the embed area holds is refused with the sizes. (Hosts with eight
 /// NICs each, so that a few thousand NMStateConfigs overflow it; see the capacity test below.)
 #[test]

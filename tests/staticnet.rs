@@ -12,6 +12,7 @@ use bootstream::staticnet::{
     self, HostStaticConfig, MacInterface, ProxyEnv, RamdiskEntry, RamdiskInput, StaticNetError, keyfiles, normalize,
     ramdisk, ramdisk_files, validate,
 };
+use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -617,6 +618,488 @@ fn problems_of_all_hosts_are_collected() {
             "failed to validate network yaml for host 1, cannot generate configuration with an empty host YAML",
         ]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strings nmstate copies into keyfiles
+
+/// nmstate writes string values into keyfiles as they are. A line break in one ends its line, and
+/// the rest becomes keys and groups of its own: the issue's `dns-resolver.config.search` adding an
+/// `[ipv4] method=disabled` and `description` adding `[connection] autoconnect=false`, and the same
+/// through every other string field (DHCP client ids, 802.1x identities, bond options, OVS
+/// external ids and their keys...). Any such string is refused, naming where it is and showing the
+/// character escaped; so are the other strings that would change what NetworkManager reads.
+#[test]
+fn strings_that_would_change_a_keyfile_are_refused_naming_the_field() {
+    let m = &[(MAC_A, "eth0"), (MAC_B, "eth1")];
+    let prefix = "failed to validate network yaml for host 0, ";
+    let with_search = |search: &str| format!("{ETH0_STATIC}dns-resolver:\n  config:\n    search: [{search}]\n");
+    let with_eth0 = |field: &str| ETH0_STATIC.replace("    state: up\n", &format!("    state: up\n    {field}\n"));
+    let bond = |options: &str| {
+        format!(
+            "interfaces:\n- name: bond0\n  type: bond\n  state: up\n  link-aggregation: {{mode: active-backup, port: [eth0], options: {options}}}\n"
+        )
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            with_search(r#""example.com\n[ipv4]\nmethod=disabled""#),
+            r"dns-resolver.config.search[0] contains the control character '\n' (U+000A)",
+        ),
+        (
+            with_eth0(r#"description: "uplink\n[connection]\nautoconnect=false""#),
+            r"interfaces[0].description contains the control character '\n' (U+000A)",
+        ),
+        (
+            ETH0_STATIC.replace("      dhcp: false\n", "      dhcp: true\n      dhcp-client-id: \"id\\r\\n[x]\"\n"),
+            r"interfaces[0].ipv4.dhcp-client-id contains the control character '\r' (U+000D)",
+        ),
+        (
+            with_eth0(r#"802.1x: {identity: "me\u001b[2J", eap-methods: [tls]}"#),
+            r"interfaces[0].802.1x.identity contains the control character '\u{1b}' (U+001B)",
+        ),
+        (bond(r#"{primary: "eth0\u0085"}"#), r"interfaces[0].link-aggregation.options.primary contains the control character '\u{85}' (U+0085)"),
+        (
+            with_eth0(r#"description: "nul\u0000""#),
+            r"interfaces[0].description contains the control character '\0' (U+0000)",
+        ),
+        // nmstate refuses this address, but its message would quote the line break as it is.
+        (
+            format!("{ETH0_STATIC}routes:\n  config:\n  - {{destination: \"0.0.0.0/0\\n[x]\", next-hop-address: 192.0.2.1, next-hop-interface: eth0}}\n"),
+            r"routes.config[0].destination contains the control character '\n' (U+000A)",
+        ),
+        // GKeyFile reads `\n` in a value as a line break, and `\;` as a ';' inside an item.
+        (with_search(r#""a\\;b""#), r"dns-resolver.config.search[0] contains a backslash, which NetworkManager would read as an escape"),
+        // nmstate joins list items with ';'.
+        (with_search(r#"ok.example, "a;b""#), "dns-resolver.config.search[1] contains ';', which separates list items in a keyfile"),
+        (with_search(r#"" lead.example""#), "dns-resolver.config.search[0] starts with a blank, which NetworkManager would drop"),
+        // Keys of OVS maps become keyfile keys (`data.<key>`).
+        (
+            "interfaces:\n- name: br0\n  type: ovs-bridge\n  state: up\n  bridge: {port: [{name: ovs0}]}\n  ovs-db: {external_ids: {\"a=b\": v}}\n- {name: ovs0, type: ovs-interface, state: up}\n".to_string(),
+            r#"interfaces[0].ovs-db.external_ids has a key "a=b" that contains '=', which a keyfile key cannot carry"#,
+        ),
+        (
+            "interfaces:\n- name: \"e\\tth0\"\n  type: ethernet\n  state: up\n".to_string(),
+            r"interfaces[0].name contains the control character '\t' (U+0009)",
+        ),
+    ];
+    for (yaml, expect) in &cases {
+        let err = one_host_error(yaml, m);
+        assert_eq!(err, format!("{prefix}{expect}"), "{yaml}");
+    }
+    // Every string of a document is reported, in document order.
+    let two =
+        with_search(r#""a\nb", "c\rd""#).replace("    state: up\n", "    state: up\n    description: \"x\\u007f\"\n");
+    assert_eq!(
+        one_host_error(&two, m),
+        format!(
+            "{prefix}interfaces[0].description contains the control character '\\u{{7f}}' (U+007F); \
+             {prefix}dns-resolver.config.search[0] contains the control character '\\n' (U+000A); \
+             {prefix}dns-resolver.config.search[1] contains the control character '\\r' (U+000D)"
+        )
+    );
+}
+
+/// What can stay: `=`, `#`, `[`, `]`, ';' outside lists and blanks inside or at the end of a
+/// value are nothing special after `key=`, and Unicode is UTF-8 like any value. The keyfile carries
+/// them as they are.
+#[test]
+fn strings_a_keyfile_carries_as_they_are_are_accepted() {
+    let description = "rack 3; port=7 #2 [uplink] ünï\u{2028}\u{202e}名 ";
+    let yaml = ETH0_STATIC.replace(
+        "    state: up\n",
+        &format!("    state: up\n    description: {}\n", serde_json::to_string(description).unwrap()),
+    );
+    validate(&[host(&yaml, &[(MAC_A, "eth0")])]).unwrap();
+    let files = keyfiles(&yaml).unwrap();
+    assert!(files[0].1.contains(&format!("\nnmstate.interface.description={description}\n")), "{}", files[0].1);
+}
+
+/// Messages show MAC map values escaped too, also where they are not the value at fault.
+#[test]
+fn mac_map_values_are_shown_escaped() {
+    let bad_mac = "02:00:00:00:00:0a\n[x]";
+    let err = one_host_error(ETH0_STATIC, &[(bad_mac, "my\nnic")]);
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert_eq!(
+        err,
+        "invalid MAC address \"02:00:00:00:00:0a\\n[x]\" for interface \"my\\nnic\" of host 0; \
+         invalid interface name \"my\\nnic\" for MAC 02:00:00:00:00:0a\\n[x] of host 0; \
+         mac-interface mapping for interface eth0 is missing and not a physical interface"
+    );
+    // The same bad MAC in two hosts is reported where it is invalid, not again as shared.
+    let err = error_of(&[host(ETH0_STATIC, &[(bad_mac, "eth0")]), host(ETH0_STATIC, &[(bad_mac, "eth0")])]);
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+}
+
+/// Behind the check of the document: each keyfile nmstate writes must read back, line by line, as
+/// groups and keys, none twice. `keyfiles` (which applies only nmstate's checks) shows it.
+#[test]
+fn keyfiles_that_do_not_read_back_are_refused() {
+    let description = ETH0_STATIC
+        .replace("    state: up\n", "    state: up\n    description: \"x\\n[connection]\\nautoconnect=false\"\n");
+    let err = keyfiles(&description).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "nmstate wrote eth0.nmconnection so that it does not read back as the keys it was generated from \
+         (line 20 repeats a group: \"[connection]\")"
+    );
+    let client_id = ETH0_STATIC.replace("      dhcp: false\n", "      dhcp: true\n      dhcp-client-id: \"a\\nb\"\n");
+    let err = keyfiles(&client_id).unwrap_err().to_string();
+    assert!(err.contains("is neither a group, a key nor a comment: \"b\""), "{err}");
+}
+
+/// A field of an nmstate document that the property below fills with generated strings.
+struct Slot {
+    /// The document, `{V}` standing for the field's value (a YAML double-quoted string).
+    yaml: &'static str,
+    /// Its path, as problems name it.
+    path: &'static str,
+    /// A value nmstate accepts and writes as it is.
+    placeholder: &'static str,
+    /// How the value reaches the keyfiles.
+    kind: SlotKind,
+    /// Whether the MAC map names the interface after the value (the interface name).
+    map_named: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum SlotKind {
+    /// Copied into one value (or, `list`, one list item) as it is.
+    Verbatim { list: bool },
+    /// Parsed by nmstate (addresses, routes): only the groups and keys are compared.
+    Typed,
+}
+
+const SLOTS: &[Slot] = &[
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: false, address: [{ip: 192.0.2.10, prefix-length: 24}]}\ndns-resolver: {config: {search: [{V}], server: [192.0.2.53]}}\n",
+        path: "dns-resolver.config.search[0]",
+        placeholder: "placeholder.example",
+        kind: SlotKind::Verbatim { list: true },
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: false, address: [{ip: 192.0.2.10, prefix-length: 24}]}\ndns-resolver: {config: {server: [{V}]}}\n",
+        path: "dns-resolver.config.server[0]",
+        placeholder: "192.0.2.53",
+        kind: SlotKind::Typed,
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  description: {V}\n",
+        path: "interfaces[0].description",
+        placeholder: "placeholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: {V}\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: false, address: [{ip: 192.0.2.10, prefix-length: 24}]}\n",
+        path: "interfaces[0].name",
+        placeholder: "ifplaceholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: true,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: true, dhcp-client-id: {V}}\n",
+        path: "interfaces[0].ipv4.dhcp-client-id",
+        placeholder: "placeholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  802.1x: {identity: {V}, eap-methods: [tls]}\n",
+        path: "interfaces[0].802.1x.identity",
+        placeholder: "placeholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: bond0\n  type: bond\n  state: up\n  link-aggregation: {mode: active-backup, port: [eth0], options: {primary: {V}}}\n",
+        path: "interfaces[0].link-aggregation.options.primary",
+        placeholder: "placeholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: br0\n  type: ovs-bridge\n  state: up\n  bridge: {port: [{name: ovs0}]}\n  ovs-db: {external_ids: {id: {V}}}\n- {name: ovs0, type: ovs-interface, state: up}\n",
+        path: "interfaces[0].ovs-db.external_ids.id",
+        placeholder: "placeholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: false,
+    },
+    Slot {
+        // The value is a key of the map (`data.<key>` in the keyfile).
+        yaml: "interfaces:\n- name: br0\n  type: ovs-bridge\n  state: up\n  bridge: {port: [{name: ovs0}]}\n  ovs-db: {external_ids: {{V}: x}}\n- {name: ovs0, type: ovs-interface, state: up}\n",
+        path: "interfaces[0].ovs-db.external_ids",
+        placeholder: "placeholder",
+        kind: SlotKind::Verbatim { list: false },
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: false, address: [{ip: {V}, prefix-length: 24}]}\n",
+        path: "interfaces[0].ipv4.address[0].ip",
+        placeholder: "192.0.2.10",
+        kind: SlotKind::Typed,
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: false, address: [{ip: 192.0.2.10, prefix-length: 24}]}\nroutes: {config: [{destination: {V}, next-hop-address: 192.0.2.1, next-hop-interface: eth0}]}\n",
+        path: "routes.config[0].destination",
+        placeholder: "198.51.100.0/24",
+        kind: SlotKind::Typed,
+        map_named: false,
+    },
+    Slot {
+        yaml: "interfaces:\n- name: eth0\n  type: ethernet\n  state: up\n  ipv4: {enabled: true, dhcp: false, address: [{ip: 192.0.2.10, prefix-length: 24}]}\nroutes: {config: [{destination: 0.0.0.0/0, next-hop-address: {V}, next-hop-interface: eth0}]}\n",
+        path: "routes.config[0].next-hop-address",
+        placeholder: "192.0.2.1",
+        kind: SlotKind::Typed,
+        map_named: false,
+    },
+];
+
+/// `value` as a YAML double-quoted scalar: everything but printable ASCII escaped, so that the
+/// document's parser sees exactly `value` (YAML 1.1 parsers break lines at U+2028 and U+0085).
+fn yaml_quoted(value: &str) -> String {
+    let mut out = String::from("\"");
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            c if u32::from(c) <= 0xffff => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A keyfile as GLib's GKeyFile (NetworkManager's reader) reads it: lines split at `\n` (a `\r`
+/// before it dropped), leading blanks skipped, `#` comments, `[group]` headers (a group named again
+/// continues), `key=value` split at the first `=` with blanks trimmed after the key and before the
+/// value; a later value of a key replaces the earlier one. Values stay escaped. `Err` for a line
+/// GKeyFile refuses, which makes NetworkManager ignore the whole file.
+fn gkeyfile(text: &str) -> Result<BTreeMap<(String, String), String>, String> {
+    let mut out = BTreeMap::new();
+    let mut group: Option<String> = None;
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line).trim_start_matches(|c: char| c.is_ascii_whitespace());
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('[') {
+            let name = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')).ok_or(format!("bad group {line:?}"))?;
+            group = Some(name.to_string());
+        } else if let Some((key, value)) = line.split_once('=') {
+            let group = group.clone().ok_or(format!("key before any group: {line:?}"))?;
+            let key = key.trim_end_matches(|c: char| c.is_ascii_whitespace()).to_string();
+            let value = value.trim_start_matches(|c: char| c.is_ascii_whitespace()).to_string();
+            out.insert((group, key), value);
+        } else {
+            return Err(format!("not a key file line: {line:?}"));
+        }
+    }
+    Ok(out)
+}
+
+/// A value as NetworkManager reads it with GKeyFile's string getters: `\s`, `\n`, `\t`, `\r`, `\\`
+/// un-escaped; as a list, split at the `;` not escaped (`\;` un-escaped), a final empty item dropped.
+fn gkeyfile_value(raw: &str, list: bool) -> Vec<String> {
+    let mut items = vec![String::new()];
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('s') => items.last_mut().unwrap().push(' '),
+                Some('n') => items.last_mut().unwrap().push('\n'),
+                Some('t') => items.last_mut().unwrap().push('\t'),
+                Some('r') => items.last_mut().unwrap().push('\r'),
+                Some(';') if list => items.last_mut().unwrap().push(';'),
+                Some(other) => items.last_mut().unwrap().push(other),
+                None => {}
+            },
+            ';' if list => items.push(String::new()),
+            c => items.last_mut().unwrap().push(c),
+        }
+    }
+    if list && items.last().is_some_and(String::is_empty) {
+        items.pop();
+    }
+    items
+}
+
+/// The keyfiles the ramdisk carries for one host, by file name.
+fn shipped_keyfiles(config: &HostStaticConfig) -> BTreeMap<String, String> {
+    let entries = ramdisk_files(&RamdiskInput { hosts: std::slice::from_ref(config), proxy: None }).unwrap();
+    entries
+        .into_iter()
+        .filter_map(|e| match e {
+            RamdiskEntry::File { path, contents, .. } if path.ends_with(".nmconnection") => {
+                Some((path.rsplit('/').next().unwrap().to_string(), String::from_utf8(contents).unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Pieces with a meaning somewhere between YAML, nmstate, GKeyFile, NetworkManager and the boot
+/// script, and ordinary ones.
+const PIECES: &[&str] = &[
+    "\n",
+    "\r",
+    "\t",
+    "\0",
+    "\x1b",
+    "\x7f",
+    "\u{85}",
+    "\u{9b}",
+    "\u{2028}",
+    "\u{202e}",
+    "\u{feff}",
+    "\n[ipv4]\nmethod=disabled",
+    "\n[connection]\nautoconnect=false",
+    "\nextra=1",
+    "[x]",
+    "=",
+    ";",
+    "#",
+    "\"",
+    "'",
+    "`",
+    "\\",
+    "\\n",
+    "\\s",
+    "\\;",
+    " ",
+    ",",
+    "%",
+    "$",
+    "/",
+    ".",
+    ":",
+    "é",
+    "名",
+    "a",
+    "eth",
+    "0",
+    "1",
+    "example.com",
+    "192.0.2.9",
+    "::1",
+    "/24",
+];
+
+/// Pieces a keyfile carries as they are, so that a good part of the values get through the checks
+/// and their keyfiles are compared; with a blank or `;` inside and maybe a blank at the end.
+const CARRIED_PIECES: &[&str] = &[
+    "a",
+    "eth",
+    "0",
+    "1",
+    "-",
+    "_",
+    ".",
+    ":",
+    "/",
+    "example.com",
+    "192.0.2.9",
+    "::1",
+    "/24",
+    "=",
+    "#",
+    "[x]",
+    "]",
+    "\"",
+    "'",
+    "`",
+    ",",
+    "%",
+    "$",
+    "é",
+    "名",
+    "\u{2028}",
+    "\u{202e}",
+    "\u{feff}",
+    "\u{a0}",
+];
+
+fn field_value() -> impl Strategy<Value = String> {
+    let any = prop::collection::vec(prop::sample::select(PIECES), 1..6).prop_map(|pieces| pieces.concat());
+    let carried = (
+        prop::collection::vec(prop::sample::select(CARRIED_PIECES), 1..5),
+        prop::sample::select(&[" ", ";", ""][..]),
+        prop::sample::select(&[" ", ""][..]),
+    )
+        .prop_map(|(mut pieces, inner, last)| {
+            pieces.insert(pieces.len() / 2 + 1, inner);
+            pieces.push(last);
+            pieces.concat()
+        });
+    prop_oneof![any, carried]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Whatever string a field holds, the document is refused with a problem (naming the field when
+    /// the string has a control character, and quoting nothing raw), or its keyfiles read back, as
+    /// NetworkManager reads them, as the same groups and keys as with a plain value in that field,
+    /// and, for fields nmstate copies, the same values with the string in place of the plain one.
+    #[test]
+    fn any_string_field_is_refused_or_gives_the_intended_keys(slot in 0..SLOTS.len(), value in field_value()) {
+        let slot = &SLOTS[slot];
+        let config = |value: &str| {
+            let name = if slot.map_named { value } else { "eth0" };
+            host(&slot.yaml.replace("{V}", &yaml_quoted(value)), &[(MAC_A, name)])
+        };
+        let intended = shipped_keyfiles(&config(slot.placeholder));
+        match validate(&[config(&value)]) {
+            Err(StaticNetError::Invalid(problems)) => {
+                let message = StaticNetError::Invalid(problems).to_string();
+                prop_assert!(!message.chars().any(char::is_control), "a raw control character in {message:?}");
+                if value.chars().any(char::is_control) {
+                    prop_assert!(
+                        message.contains(&format!("{} contains the control character", slot.path))
+                            || message.contains(&format!("{} has a key", slot.path))
+                            || (slot.map_named && message.contains("invalid interface name")),
+                        "{value:?} refused, but not for its control character: {message}"
+                    );
+                }
+            }
+            Err(e) => prop_assert!(false, "{e:?}"),
+            Ok(()) => {
+                let got = shipped_keyfiles(&config(&value));
+                let rename = |name: &str| if slot.map_named { name.replace(slot.placeholder, &value) } else { name.to_string() };
+                let intended_names: Vec<String> = intended.keys().map(|n| rename(n)).collect();
+                prop_assert_eq!(got.keys().cloned().collect::<Vec<_>>(), intended_names);
+                for (name, text) in &intended {
+                    // Keys named after the value (`data.<key>` of OVS maps) are expected under its name.
+                    let want: BTreeMap<(String, String), String> = gkeyfile(text)
+                        .unwrap()
+                        .into_iter()
+                        .map(|((group, key), raw)| ((group, key.replace(slot.placeholder, &value)), raw))
+                        .collect();
+                    let have = gkeyfile(&got[&rename(name)]);
+                    prop_assert!(have.is_ok(), "{value:?} gives a keyfile NetworkManager refuses: {:?}", have);
+                    let have = have.unwrap();
+                    prop_assert_eq!(have.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{:?}", value);
+                    let SlotKind::Verbatim { list } = slot.kind else { continue };
+                    for (key, raw) in &want {
+                        if key.1 == "uuid" {
+                            continue; // derived from the interface name
+                        }
+                        let wanted: Vec<String> = gkeyfile_value(raw, list)
+                            .into_iter()
+                            .map(|v| v.replace(slot.placeholder, &value))
+                            .collect();
+                        let read = gkeyfile_value(&have[key], list);
+                        prop_assert_eq!(&read, &wanted, "{:?} in {} [{}] {}", value, name, key.0, key.1);
+                    }
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

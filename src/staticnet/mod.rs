@@ -14,6 +14,7 @@
 //! keyfiles to the live system (`etc/coreos-firstboot-network`). Only this keyfile mode is
 //! produced; assisted-service's nmstatectl mode (OpenShift ≥ 4.18) is not.
 
+mod keyfile;
 mod ramdisk;
 mod validate;
 
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::initrd::InitrdError;
 
+pub use keyfile::{TextFault, UnsafeString};
 pub(crate) use ramdisk::ramdisk_files_of;
 pub use ramdisk::{
     COMMON_SCRIPT_PATH, NETWORK_DIR, PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, SCRIPT_PATH,
@@ -86,16 +88,16 @@ pub enum Problem {
     #[error("invalid MAC address {mac:?} for interface {interface:?} of host {host}")]
     InvalidMapMac { host: usize, interface: String, mac: String },
     /// A logical NIC name the boot script could not carry (empty, blanks, control characters, `/`).
-    #[error("invalid interface name {interface:?} for MAC {mac} of host {host}")]
+    #[error("invalid interface name {interface:?} for MAC {} of host {host}", Escaped(.mac))]
     InvalidNicName { host: usize, interface: String, mac: String },
     /// The YAML is rejected by nmstate or by the checks nmstate does not make.
     #[error("failed to validate network yaml for host {host}, {reason}")]
     NetworkYaml { host: usize, reason: YamlProblem },
     /// An ethernet interface, bond port or VLAN base that the boot script cannot map to a NIC.
-    #[error("mac-interface mapping for interface {interface} is missing and not a physical interface")]
+    #[error("mac-interface mapping for interface {} is missing and not a physical interface", Escaped(.interface))]
     MissingMapping { host: usize, interface: String },
     /// The same MAC in two configs: a machine with it would match both host directories.
-    #[error("MAC address {mac} is used by host {first} and host {second}")]
+    #[error("MAC address {} is used by host {first} and host {second}", Escaped(.mac))]
     DuplicateMac { mac: String, first: usize, second: usize },
 }
 
@@ -106,8 +108,16 @@ pub enum YamlProblem {
     #[error("cannot generate configuration with an empty host YAML")]
     Empty,
     /// nmstate's own error, as it words it.
-    #[error("{0}")]
+    #[error("{}", Escaped(.0))]
     Nmstate(String),
+    /// A string nmstate would copy into a keyfile that cannot go there as it is (see
+    /// [`UnsafeString`]).
+    #[error("{0}")]
+    UnsafeString(UnsafeString),
+    /// A keyfile nmstate wrote that does not read back as the groups and keys it was generated
+    /// from: a value got past the checks of the document. Nothing is built with it.
+    #[error("nmstate wrote {file} so that it does not read back as the keys it was generated from ({reason})")]
+    MalformedKeyfile { file: String, reason: String },
     #[error("nmstate generated an empty NetworkManager config file content")]
     NoKeyfiles,
     /// nmstate named a keyfile after an interface name that is no plain file name.
@@ -115,19 +125,45 @@ pub enum YamlProblem {
     UnsafeFileName { name: String },
     #[error("interface name not found in networks configuration")]
     MissingName,
-    #[error("interface {interface} has no type")]
+    #[error("interface {} has no type", Escaped(.interface))]
     MissingType { interface: String },
     /// A type nmstate does not know; it would silently configure an ethernet profile instead.
-    #[error("interface {interface} has unknown type {kind:?}")]
+    #[error("interface {} has unknown type {kind:?}", Escaped(.interface))]
     UnknownType { interface: String, kind: String },
-    #[error("interface {interface} has an invalid {field} {value:?}")]
+    #[error("interface {} has an invalid {field} {value:?}", Escaped(.interface))]
     InvalidMac { interface: String, field: &'static str, value: String },
-    #[error("VLAN {interface} has id {id}, outside 1..4094")]
+    #[error("VLAN {} has id {}, outside 1..4094", Escaped(.interface), Escaped(.id))]
     VlanIdOutOfRange { interface: String, id: String },
-    #[error("bond {bond} has port {port}, which is neither defined in interfaces nor in the MAC map")]
+    #[error(
+        "bond {} has port {}, which is neither defined in interfaces nor in the MAC map",
+        Escaped(.bond),
+        Escaped(.port)
+    )]
     UndefinedBondPort { bond: String, port: String },
-    #[error("route to {destination} goes through interface {interface}, which is not defined in interfaces")]
+    #[error(
+        "route to {} goes through interface {}, which is not defined in interfaces",
+        Escaped(.destination),
+        Escaped(.interface)
+    )]
     UndefinedRouteInterface { destination: String, interface: String },
+}
+
+/// A value from input in a message, with its control characters and line separators escaped
+/// (`\n`, `\u{1b}`), so that no message carries a line break or terminal escape it was given.
+/// Everything else is shown as it is.
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                write!(f, "{}", c.escape_debug())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Problems<'a>(&'a [Problem]);
@@ -148,7 +184,8 @@ impl fmt::Display for Problems<'_> {
 /// process: `(file name, contents)` sorted by file name, as nmstate writes them (the ramdisk
 /// adds `autoconnect-priority`, see [`with_autoconnect`]).
 ///
-/// Only nmstate's own checks apply here; [`validate`] adds the rest.
+/// Only nmstate's own checks apply here, and the check that each keyfile reads back as groups and
+/// keys (a value with a line break can make it read otherwise); [`validate`] adds the rest.
 pub fn keyfiles(network_yaml: &str) -> Result<Vec<(String, String)>, StaticNetError> {
     Ok(generate(network_yaml)?)
 }
@@ -171,13 +208,19 @@ fn generate_from(state: &nmstate::NetworkState) -> Result<Vec<(String, String)>,
     if files.is_empty() {
         return Err(YamlProblem::NoKeyfiles);
     }
-    for (name, _) in &files {
+    for (name, contents) in &files {
         if !is_plain_file_name(name) {
             return Err(YamlProblem::UnsafeFileName { name: name.clone() });
         }
+        check_generated(name, contents)?;
     }
     files.sort();
     Ok(files)
+}
+
+/// [`keyfile::check_keyfile`] of a generated keyfile, as a problem.
+fn check_generated(name: &str, contents: &str) -> Result<(), YamlProblem> {
+    keyfile::check_keyfile(contents).map_err(|reason| YamlProblem::MalformedKeyfile { file: name.to_string(), reason })
 }
 
 /// A name that stays one file inside the host directory.

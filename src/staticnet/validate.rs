@@ -1,13 +1,17 @@
 //! [`validate`]: assisted-service's `ValidateStaticConfigParamsYAML` rules, plus the checks
 //! nmstate 2.2 does not make (it turns an unknown interface type into ethernet, copies a
-//! malformed MAC through, accepts VLAN id 5000 and invents ethernet profiles for bond ports
-//! nobody defined), plus MACs shared between hosts.
+//! malformed MAC through, accepts VLAN id 5000, invents ethernet profiles for bond ports
+//! nobody defined, and copies any string into a keyfile as it is, line breaks included), plus
+//! MACs shared between hosts.
 
 use std::collections::{HashMap, HashSet};
 
 use yaml_serde::Value;
 
-use super::{HostStaticConfig, MacInterface, Problem, StaticNetError, YamlProblem, generate_from, parse};
+use super::{
+    HostStaticConfig, MacInterface, Problem, StaticNetError, YamlProblem, check_generated, generate_from, keyfile,
+    parse,
+};
 
 /// Interface types nmstate 2.2 knows, as written in YAML, plus `802-3-ethernet`, which
 /// assisted-service treats as ethernet (nmstate does the same by accident: it maps every type
@@ -46,12 +50,14 @@ const MAC_FIELDS: &[&str] = &["mac-address", "permanent-mac-address"];
 ///    Interfaces for host <i> must be unique" (MACs compared case-insensitively); each MAC
 ///    `xx:xx:xx:xx:xx:xx`; each name usable as an interface name.
 /// 2. The YAML, each failure as "failed to validate network yaml for host <i>, <reason>":
+///    a string (value or mapping key, in any field) that cannot go into a keyfile as it is (a
+///    control character, a backslash, ...; see the `keyfile` submodule), each named by its path;
 ///    empty; rejected by nmstate; an interface without name or type, or with a type nmstate
 ///    does not know; a malformed `mac-address`/`permanent-mac-address` (6 octets, or 20 for
 ///    InfiniBand); a VLAN id outside 1..4094; a bond port defined neither in `interfaces` nor in
 ///    the MAC map; a route whose `next-hop-interface` is not in `interfaces`; nmstate's
-///    `gen_conf` failing or producing no keyfile. The first step that fails ends the host's
-///    YAML checks.
+///    `gen_conf` failing, producing no keyfile, or a keyfile that does not read back as groups
+///    and keys. The first step that fails ends the host's YAML checks.
 /// 3. Interface mapping (assisted-service's rule; skipped when the map is empty, which 1.
 ///    reports already): every ethernet interface, bond port and
 ///    (an addition) VLAN base interface not defined in `interfaces` must be in the MAC map,
@@ -189,6 +195,17 @@ fn yaml_outcome(config: &HostStaticConfig) -> std::sync::Arc<YamlOutcome> {
 
 fn check_yaml(config: &HostStaticConfig, map_names: &HashSet<&str>) -> YamlOutcome {
     let mut outcome = YamlOutcome { problems: Vec::new(), unmapped: Vec::new(), keyfiles: None };
+    // The document untyped, for what nmstate's types hide (unknown type strings) or do not check.
+    let doc: Result<Value, _> = yaml_serde::from_str(&config.network_yaml);
+    // First its strings, before nmstate sees them: it copies them into keyfiles as they are, and
+    // its messages quote them as they are.
+    if let Ok(doc) = &doc {
+        let found = keyfile::unsafe_strings(doc);
+        if !found.is_empty() {
+            outcome.problems = found.into_iter().map(YamlProblem::UnsafeString).collect();
+            return outcome;
+        }
+    }
     let state = match parse(&config.network_yaml) {
         Ok(state) => state,
         Err(e) => {
@@ -196,9 +213,7 @@ fn check_yaml(config: &HostStaticConfig, map_names: &HashSet<&str>) -> YamlOutco
             return outcome;
         }
     };
-    // nmstate accepted it, so it is a YAML (or JSON) document; look at it untyped for what
-    // nmstate's types hide (unknown type strings) or do not check.
-    let doc: Value = match yaml_serde::from_str(&config.network_yaml) {
+    let doc = match doc {
         Ok(doc) => doc,
         Err(e) => {
             outcome.problems.push(YamlProblem::Nmstate(e.to_string()));
@@ -217,11 +232,18 @@ fn check_yaml(config: &HostStaticConfig, map_names: &HashSet<&str>) -> YamlOutco
         outcome.problems = found;
         return outcome;
     }
-    match generate_from(&state) {
-        Ok(keyfiles) => {
-            outcome.keyfiles =
-                Some(keyfiles.into_iter().map(|(name, contents)| (name, super::with_autoconnect(&contents))).collect())
-        }
+    let keyfiles = generate_from(&state).and_then(|keyfiles| {
+        keyfiles
+            .into_iter()
+            .map(|(name, contents)| {
+                // What the ramdisk carries, checked again after the autoconnect keys went in.
+                let contents = super::with_autoconnect(&contents);
+                check_generated(&name, &contents).map(|()| (name, contents))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match keyfiles {
+        Ok(keyfiles) => outcome.keyfiles = Some(keyfiles.into()),
         Err(e) => {
             outcome.problems.push(e);
             return outcome;
@@ -373,7 +395,8 @@ fn unmapped_interfaces(ifaces: &[Iface<'_>], map_names: &HashSet<&str>) -> Vec<S
 fn check_macs_across_hosts(hosts: &[&HostStaticConfig], problems: &mut Vec<Problem>) {
     let mut first_host: HashMap<String, usize> = HashMap::new();
     for (host, config) in hosts.iter().enumerate() {
-        for entry in &config.mac_interface_map {
+        // A malformed MAC is reported as such already; it matches no machine.
+        for entry in config.mac_interface_map.iter().filter(|e| is_mac(&e.mac_address, &[6])) {
             let key = entry.mac_address.to_ascii_lowercase();
             match first_host.get(&key) {
                 Some(&first) if first != host => {

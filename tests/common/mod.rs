@@ -40,6 +40,9 @@ pub struct Server {
     pub url: String,
     pub addr: String,
     pub data_dir: tempfile::TempDir,
+    /// Where the server's standard error goes, when the test reads it ([`Server::start_logged`]);
+    /// otherwise it is the test's.
+    log: Option<tempfile::NamedTempFile>,
 }
 
 impl Server {
@@ -64,7 +67,34 @@ impl Server {
         Self::spawn(data_dir, listen, &[&["--unsigned-image-urls"], extra].concat())
     }
 
+    /// [`Server::start`] with the server's standard error (its log) written to a file that
+    /// [`Server::log`] reads.
+    pub fn start_logged(extra: &[&str]) -> Server {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        Self::spawn_with_log(
+            tempfile::tempdir().unwrap(),
+            "127.0.0.1:0",
+            &[&["--unsigned-image-urls"], extra].concat(),
+            Some(log),
+        )
+    }
+
+    /// Everything the server has logged so far (only for [`Server::start_logged`] servers).
+    pub fn log(&self) -> String {
+        let log = self.log.as_ref().expect("a server started with Server::start_logged");
+        String::from_utf8_lossy(&std::fs::read(log.path()).unwrap()).into_owned()
+    }
+
     fn spawn(data_dir: tempfile::TempDir, listen: &str, extra: &[&str]) -> Server {
+        Self::spawn_with_log(data_dir, listen, extra, None)
+    }
+
+    fn spawn_with_log(
+        data_dir: tempfile::TempDir,
+        listen: &str,
+        extra: &[&str],
+        log: Option<tempfile::NamedTempFile>,
+    ) -> Server {
         let token = data_dir.path().join("api-token");
         if !token.exists() {
             std::fs::write(&token, TEST_API_TOKEN).unwrap();
@@ -78,7 +108,10 @@ impl Server {
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(match &log {
+                Some(file) => Stdio::from(file.reopen().unwrap()),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .expect("spawning bootstream serve");
         let stdout = child.stdout.take().unwrap();
@@ -90,7 +123,7 @@ impl Server {
             .and_then(|s| s.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
             .to_string();
-        let server = Server { child, url: format!("http://{addr}"), addr, data_dir };
+        let server = Server { child, url: format!("http://{addr}"), addr, data_dir, log };
         server.wait_ready();
         server
     }
