@@ -132,6 +132,8 @@ pub enum YamlProblem {
     UnknownType { interface: String, kind: String },
     #[error("interface {} has an invalid {field} {value:?}", Escaped(.interface))]
     InvalidMac { interface: String, field: &'static str, value: String },
+    #[error("DNS server {} is not an IP address (nmstate would leave it out)", Escaped(.value))]
+    InvalidDnsServer { value: String },
     #[error("VLAN {} has id {}, outside 1..4094", Escaped(.interface), Escaped(.id))]
     VlanIdOutOfRange { interface: String, id: String },
     #[error(

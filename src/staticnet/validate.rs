@@ -336,7 +336,27 @@ fn gap_checks(doc: &Value, ifaces: &[Iface<'_>], map_names: &HashSet<&str>) -> V
             });
         }
     }
+    // nmstate leaves a DNS server it cannot read as an address out of the keyfiles, without a
+    // word: the host would boot without the resolver its config names.
+    let servers = doc.get("dns-resolver").and_then(|d| d.get("config")).and_then(|c| c.get("server"));
+    for server in servers.and_then(Value::as_sequence).into_iter().flatten() {
+        if !server.as_str().is_some_and(is_dns_server_address) {
+            found.push(YamlProblem::InvalidDnsServer { value: scalar_text(server) });
+        }
+    }
     found
+}
+
+/// An IPv4 or IPv6 address, or an IPv6 link-local address with its interface (`fe80::1%eth0`).
+fn is_dns_server_address(s: &str) -> bool {
+    match s.split_once('%') {
+        None => s.parse::<std::net::IpAddr>().is_ok(),
+        Some((ip, interface)) => {
+            ip.parse::<std::net::Ipv6Addr>().is_ok_and(|ip| ip.is_unicast_link_local())
+                && !interface.is_empty()
+                && interface.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        }
+    }
 }
 
 /// Port names of a bond: `link-aggregation` (or its alias `bond`), `port` (or `ports`) and the
