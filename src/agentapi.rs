@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use crate::auth::{AGENT_AUTH_HEADER, AgentAuth};
 use crate::backend::{ApiError, Backend};
-use crate::hosts::Host;
 use crate::hosts::instructions::{self, BootArtifactUrls};
+use crate::hosts::{Host, HostKey};
 use crate::http::Body;
 use crate::image::Images;
 use crate::resources::agent::{Agent, AgentSpec, ClusterDeploymentReference};
@@ -150,7 +150,7 @@ impl<S: Store> AgentApi<S> {
             Ok(sha) => sha,
             Err(e) => return error(e.status, &e.message),
         };
-        match self.backend.logs_uploaded(host_id, sha256).await {
+        match self.backend.logs_uploaded(&host.key(), sha256).await {
             Ok(_) => Response::builder().status(StatusCode::NO_CONTENT).body(Body::Empty).expect("valid response"),
             Err(e) => api_error(&e),
         }
@@ -170,20 +170,20 @@ impl<S: Store> AgentApi<S> {
         None
     }
 
+    /// The record of host `host_id` of InfraEnv `infra_env_id`: the InfraEnv of the path, which the
+    /// request's token was checked for. Records are keyed by both, so no id a request names can
+    /// reach another InfraEnv's host.
     async fn own_host(&self, infra_env_id: &str, host_id: &str) -> Result<Host, Response<Body>> {
-        match self.backend.host(host_id).await {
-            Some(h) if h.infra_env_id == infra_env_id => Ok(h),
-            _ => Err(not_in_infraenv(infra_env_id, host_id)),
-        }
+        self.backend
+            .host(&HostKey::new(infra_env_id, host_id))
+            .await
+            .ok_or_else(|| not_in_infraenv(infra_env_id, host_id))
     }
 
     /// Like [`Self::own_host`], for requests that do not need the record.
-    async fn check_own_host(&self, infra_env_id: &str, host_id: &str) -> Result<(), Response<Body>> {
-        if self.backend.is_host_of(host_id, infra_env_id).await {
-            Ok(())
-        } else {
-            Err(not_in_infraenv(infra_env_id, host_id))
-        }
+    async fn check_own_host(&self, infra_env_id: &str, host_id: &str) -> Result<HostKey, Response<Body>> {
+        let key = HostKey::new(infra_env_id, host_id);
+        if self.backend.has_host(&key).await { Ok(key) } else { Err(not_in_infraenv(infra_env_id, host_id)) }
     }
 
     async fn infraenv(&self, infra_env_id: &str) -> Result<InfraEnv, Response<Body>> {
@@ -224,12 +224,16 @@ impl<S: Store> AgentApi<S> {
             },
             None => None,
         };
-        let (host, moved) =
-            match self.backend.register_host(infra_env_id, &host_id, &agent_version, bound_cluster).await {
+        let ns = ie.metadata.namespace.clone().unwrap_or_default();
+        let (host, replaced) =
+            match self.backend.register_host(infra_env_id, &ns, &host_id, &agent_version, bound_cluster).await {
                 Ok(x) => x,
                 Err(e) => return api_error(&e),
             };
-        if let Err(e) = self.ensure_agent(&ie, &host, moved).await {
+        if let Some(old) = &replaced {
+            tracing::info!(host = %host_id, from = %old.infra_env_id, to = %infra_env_id, namespace = %ns, "host moved to another infra-env of its namespace");
+        }
+        if let Err(e) = self.ensure_agent(&ie, &host, replaced.is_some()).await {
             return error(500, &format!("failed to create the Agent of host {host_id}: {e}"));
         }
         let mut view = host_view(&host);
@@ -244,7 +248,8 @@ impl<S: Store> AgentApi<S> {
 
     /// Gives every host record its Agent. Registration writes the host, then creates the Agent: a
     /// process killed in between leaves a host that no controller sees and whose agent, still running,
-    /// never registers again. Run at start, before serving. Returns how many Agents were created.
+    /// never registers again. Also records the namespace of host records written before it was
+    /// kept. Run at start, before serving. Returns how many Agents were created.
     pub async fn restore_missing_agents(&self) -> Result<usize, StoreError> {
         let mut created = 0;
         let mut infraenvs: std::collections::HashMap<String, Option<InfraEnv>> = Default::default();
@@ -255,6 +260,14 @@ impl<S: Store> AgentApi<S> {
             }
             let Some(ie) = &infraenvs[&host.infra_env_id] else { continue };
             let ns = ie.metadata.namespace.clone().unwrap_or_default();
+            let mut host = host;
+            if host.namespace.is_empty() {
+                if let Err(e) = self.backend.set_namespace(&host.key(), &ns).await {
+                    tracing::warn!(host = %host.id, namespace = %ns, "host record without its namespace: {e}");
+                    continue;
+                }
+                host.namespace = ns.clone();
+            }
             if self.images.store.get::<Agent>(&ns, &host.id).await?.is_none() {
                 tracing::info!(host = %host.id, namespace = %ns, "creating the Agent of a host registered before a crash");
                 self.ensure_agent(ie, &host, false).await?;
@@ -264,19 +277,21 @@ impl<S: Store> AgentApi<S> {
         Ok(created)
     }
 
-    /// Creates the host's Agent (§3.11), or resets the spec of an Agent whose host moved here from
-    /// another InfraEnv.
+    /// Creates the host's Agent (§3.11), or resets the spec of the Agent of its name when the host
+    /// moved here from another InfraEnv of the namespace (`moved`: its record there is gone), or
+    /// when that Agent names another InfraEnv by both its label and its owner.
     async fn ensure_agent(&self, ie: &InfraEnv, host: &Host, moved: bool) -> Result<(), StoreError> {
         let store = &self.images.store;
         let ns = ie.metadata.namespace.clone().unwrap_or_default();
         let ie_name = ie.metadata.name.clone().unwrap_or_default();
+        let ie_uid = ie.metadata.uid.clone().unwrap_or_default();
         let mut labels: BTreeMap<String, String> = ie.spec.agent_labels.clone();
         labels.insert(INFRAENV_NAME_LABEL.to_string(), ie_name.clone());
         let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: "agent-install.openshift.io/v1beta1".into(),
             kind: "InfraEnv".into(),
             name: ie_name,
-            uid: ie.metadata.uid.clone().unwrap_or_default(),
+            uid: ie_uid.clone(),
             ..Default::default()
         };
         let cluster_ref = ie
@@ -284,27 +299,55 @@ impl<S: Store> AgentApi<S> {
             .cluster_ref
             .as_ref()
             .map(|r| ClusterDeploymentReference { name: r.name.clone(), namespace: r.namespace.clone() });
-        match store.get::<Agent>(&ns, &host.id).await? {
-            Some(_) if !moved => Ok(()),
-            Some(mut agent) => {
-                agent.metadata.labels = Some(labels);
-                agent.metadata.owner_references = Some(vec![owner]);
-                agent.spec = AgentSpec { cluster_deployment_name: cluster_ref, ..Default::default() };
-                store.update(&agent).await.map(|_| ())
-            }
-            None => {
-                let mut agent =
-                    Agent::new(&host.id, AgentSpec { cluster_deployment_name: cluster_ref, ..Default::default() });
-                agent.metadata.namespace = Some(ns);
-                agent.metadata.labels = Some(labels);
-                agent.metadata.owner_references = Some(vec![owner]);
-                match store.create(&agent).await {
-                    Ok(_) => Ok(()),
-                    // A retried registration raced with the first one.
-                    Err(StoreError::AlreadyExists { .. }) => Ok(()),
-                    Err(e) => Err(e),
+        let of_this_infraenv = |agent: &Agent| {
+            agent
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|o| o.kind == "InfraEnv" && o.uid == ie_uid))
+                || agent.metadata.labels.as_ref().and_then(|l| l.get(INFRAENV_NAME_LABEL)) == Some(&owner.name)
+        };
+        // The agent controller may write the Agent meanwhile (its host just left the other
+        // InfraEnv): a conflicting update is made again on the Agent as it is then.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result = match store.get::<Agent>(&ns, &host.id).await? {
+                Some(agent) if !moved && of_this_infraenv(&agent) => Ok(()),
+                Some(mut agent) => {
+                    agent.metadata.labels = Some(labels.clone());
+                    agent.metadata.owner_references = Some(vec![owner.clone()]);
+                    agent.spec = AgentSpec { cluster_deployment_name: cluster_ref.clone(), ..Default::default() };
+                    store.update(&agent).await.map(|_| ())
                 }
+                None => self.create_agent(host, &ns, &labels, &owner, &cluster_ref).await,
+            };
+            match result {
+                Err(e) if e.is_conflict() && attempts < 5 => continue,
+                other => return other,
             }
+        }
+    }
+
+    async fn create_agent(
+        &self,
+        host: &Host,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+        owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+        cluster_ref: &Option<ClusterDeploymentReference>,
+    ) -> Result<(), StoreError> {
+        let store = &self.images.store;
+        let mut agent =
+            Agent::new(&host.id, AgentSpec { cluster_deployment_name: cluster_ref.clone(), ..Default::default() });
+        agent.metadata.namespace = Some(ns.to_string());
+        agent.metadata.labels = Some(labels.clone());
+        agent.metadata.owner_references = Some(vec![owner.clone()]);
+        match store.create(&agent).await {
+            Ok(_) => Ok(()),
+            // A retried registration raced with the first one.
+            Err(StoreError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -314,10 +357,11 @@ impl<S: Store> AgentApi<S> {
     }
 
     async fn next_steps(&self, infra_env_id: &str, host_id: &str) -> Response<Body> {
-        if let Err(r) = self.check_own_host(infra_env_id, host_id).await {
-            return r;
-        }
-        let host = match self.backend.check_in(host_id).await {
+        let key = match self.check_own_host(infra_env_id, host_id).await {
+            Ok(key) => key,
+            Err(r) => return r,
+        };
+        let host = match self.backend.check_in(&key).await {
             Ok(h) => h,
             Err(e) => return api_error(&e),
         };
@@ -348,22 +392,23 @@ impl<S: Store> AgentApi<S> {
     }
 
     async fn step_reply(&self, infra_env_id: &str, host_id: &str, body: &Bytes) -> Response<Body> {
-        if let Err(r) = self.check_own_host(infra_env_id, host_id).await {
-            return r;
-        }
+        let key = match self.check_own_host(infra_env_id, host_id).await {
+            Ok(key) => key,
+            Err(r) => return r,
+        };
         let reply: StepReply = match parse(body, "step-reply") {
             Ok(r) => r,
             Err(r) => return r,
         };
         let result = match reply.step_type.as_str() {
-            "inventory" if reply.exit_code == 0 => self.backend.update_inventory(host_id, reply.output).await,
+            "inventory" if reply.exit_code == 0 => self.backend.update_inventory(&key, reply.output).await,
             "download-boot-artifacts" => {
                 if reply.exit_code != 0 {
                     tracing::warn!(host = host_id, step = %reply.step_id, "reclaim download failed: {}", reply.error);
                 }
-                self.backend.reclaim_download_done(host_id, reply.exit_code == 0).await.map(|_| ())
+                self.backend.reclaim_download_done(&key, reply.exit_code == 0).await.map(|_| ())
             }
-            _ => self.backend.touch(host_id).await,
+            _ => self.backend.touch(&key).await,
         };
         match result {
             Ok(_) => Response::builder().status(StatusCode::NO_CONTENT).body(Body::Empty).expect("valid response"),
@@ -372,14 +417,15 @@ impl<S: Store> AgentApi<S> {
     }
 
     async fn progress(&self, infra_env_id: &str, host_id: &str, body: &Bytes) -> Response<Body> {
-        if let Err(r) = self.check_own_host(infra_env_id, host_id).await {
-            return r;
-        }
+        let key = match self.check_own_host(infra_env_id, host_id).await {
+            Ok(key) => key,
+            Err(r) => return r,
+        };
         let p: HostProgress = match parse(body, "host-progress") {
             Ok(p) => p,
             Err(r) => return r,
         };
-        match self.backend.update_progress(host_id, &p.current_stage, &p.progress_info).await {
+        match self.backend.update_progress(&key, &p.current_stage, &p.progress_info).await {
             Ok(_) => Response::builder().status(StatusCode::OK).body(Body::Empty).expect("valid response"),
             Err(e) => api_error(&e),
         }

@@ -389,7 +389,7 @@ impl<S: Store> App<S> {
                 };
                 let result = async {
                     let base = self.catalog.lookup(version, "s390x")?;
-                    let (ie, content) = self.infraenv(id).await?;
+                    let (ie, content, base) = self.image_of(id, Some(base)).await?;
                     self.images.initrd_addrsize(&ie, &base, &content)
                 }
                 .await;
@@ -532,15 +532,31 @@ impl<S: Store> App<S> {
         }
         let ie = self.images.infraenv_by_id(id).await?;
         let content = self.images.content(&ie).await?;
-        // An InfraEnv whose image failed answers every download of its files with that failure.
-        self.images.verdict(&ie, &content).await?;
         Ok((ie, content))
+    }
+
+    /// InfraEnv `id`, its content, and the base image a download is over (`base`, else the one the
+    /// InfraEnv selects), once [`Images::verdict`] says that image can be made whole: an InfraEnv
+    /// whose image failed answers every download of its files with that failure.
+    async fn image_of(
+        &self,
+        id: &str,
+        base: Option<Arc<crate::catalog::BaseImage>>,
+    ) -> Result<(InfraEnv, Arc<crate::image::DiscoveryContent>, Arc<crate::catalog::BaseImage>), ImageError> {
+        let (ie, content) = self.infraenv(id).await?;
+        let base = match base {
+            Some(base) => base,
+            None => self.images.selected_base(&ie)?,
+        };
+        self.images.verdict(&ie, &content, &base).await?;
+        Ok((ie, content, base))
     }
 
     async fn iso(&self, req: &Request<Bytes>, id: &str, version: &str, arch: &str, kind: ImageType) -> Response<Body> {
         let result = async {
             let (ie, content) = self.infraenv(id).await?;
             let base = self.catalog.lookup(version, arch)?;
+            self.images.verdict(&ie, &content, &base).await?;
             self.images.iso(&ie, &base, &content, kind).await
         }
         .await;
@@ -555,7 +571,7 @@ impl<S: Store> App<S> {
             Err(e) => return text(StatusCode::BAD_REQUEST, format!("version for {version} {arch}, not found: {e}")),
         };
         let result = async {
-            let (ie, content) = self.infraenv(id).await?;
+            let (ie, content, base) = self.image_of(id, Some(base)).await?;
             self.images.pxe_initrd(&ie, &base, &content)
         }
         .await;
@@ -620,8 +636,11 @@ impl<S: Store> App<S> {
         };
         let not_found = || text(StatusCode::NOT_FOUND, format!("no logs of host {host_id} in cluster {cluster_id}"));
         let (Some(backend), Some(agent_api)) = (&self.backend, &self.agent_api) else { return controller_only() };
-        let Some(host) = backend.host(host_id).await else { return not_found() };
-        if host.cluster_id.as_deref() != Some(cluster_id) || host.logs_collected_at.is_none() {
+        // A cluster has one host of each id (`Backend::bind_host`): the logs URL names the cluster,
+        // which its token is for, and the host in it.
+        let hosts = backend.cluster_hosts(cluster_id).await;
+        let Some(host) = hosts.iter().find(|h| h.id == *host_id) else { return not_found() };
+        if host.logs_collected_at.is_none() {
             return not_found();
         }
         let cluster_name = backend.cluster(cluster_id).await.map(|c| c.name).unwrap_or_default();
@@ -641,7 +660,7 @@ impl<S: Store> App<S> {
         if script_type.is_some() && file_name != "ipxe-script" {
             return text(StatusCode::BAD_REQUEST, "ipxe_script_type is only valid with file_name=ipxe-script");
         }
-        let (ie, content) = match self.infraenv(id).await {
+        let (ie, content, base) = match self.image_of(id, None).await {
             Ok(x) => x,
             Err(e) => return image_error(&e),
         };
@@ -674,10 +693,7 @@ impl<S: Store> App<S> {
                         self.images.config.ipxe_base_url()
                     ))
                 } else {
-                    match self.images.selected_base(&ie) {
-                        Ok(base) => self.images.ipxe_script(&ie, &base, &content, token),
-                        Err(e) => Err(e),
-                    }
+                    self.images.ipxe_script(&ie, &base, &content, token)
                 };
                 match script {
                     Ok(s) => {

@@ -337,9 +337,11 @@ fn too_many_nmstateconfigs_for_the_embed_area_are_refused_with_the_sizes() {
     let r = e.server.get(&format!("/byid/{id}/4.19/x86_64/full.iso"));
     assert_eq!(r.status, 409);
     assert!(r.text().contains("over the size of the ISO's Ignition embed area"), "{}", r.text());
-    // The PXE initrd has no embed area to fit in: it is still served, with every host.
+    // The InfraEnv has no image (its condition says so, its status has no URLs): its PXE initrd,
+    // which would fit, is refused with the same message, as every other download of its files.
     let r = e.server.get(&format!("/images/{id}/pxe-initrd?version=4.19"));
-    assert_eq!(r.status, 200);
+    assert_eq!(r.status, 409);
+    assert!(r.text().contains("over the size of the ISO's Ignition embed area"), "{}", r.text());
 }
 
 /// How many NMStateConfigs like the assisted example (two NICs with static IPv4, DNS, two default

@@ -119,9 +119,11 @@ pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
     }
 
     // §2.9: an Agent whose host record is gone (a restored backup) gets it back.
-    let Some(mut host) = ctx.backend.host(name).await else {
+    // The record is the one of this Agent's namespace: an Agent never reaches a host of another.
+    let Some(mut host) = ctx.backend.host_of_agent(ns, name).await else {
         return restore_host(ctx, agent).await;
     };
+    let host_key = host.key();
 
     // §2.8: once an unbound host is back in the pool, remove its node from the cluster it left.
     let mut requeue: Option<Duration> = None;
@@ -163,7 +165,7 @@ pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
     }
     let metadata_unwritten = metadata_changed && agent.metadata.resource_version == version_before_sync;
     // Reread: binding and unbinding change the host.
-    let host = ctx.backend.host(name).await;
+    let host = ctx.backend.host(&host_key).await;
     update_status(ctx, agent, host.as_ref(), &sync, metadata_unwritten).await?;
     Ok(requeue.map(Action::RequeueAfter).unwrap_or(Action::Done))
 }
@@ -212,7 +214,8 @@ async fn sync_spec<S: Store>(
             match cluster_id {
                 None => {
                     let arch = infraenv.map(|ie| ie.cpu_architecture()).unwrap_or_else(|| "x86_64".into());
-                    *host = ctx.backend.bind_host(&host.id, &cluster.id, &arch).await.map_err(SyncError::from_api)?;
+                    *host =
+                        ctx.backend.bind_host(&host.key(), &cluster.id, &arch).await.map_err(SyncError::from_api)?;
                     return Ok(());
                 }
                 Some(cid) if *cid != cluster.id => return unbind(ctx, agent, host, infraenv).await,
@@ -287,7 +290,7 @@ async fn sync_spec<S: Store>(
     let params_allowed = host.status.accepts_host_parameters();
     *host = ctx
         .backend
-        .update_host(&host.id, |h| {
+        .update_host(&host.key(), |h| {
             h.approved = spec.approved;
             if params_allowed {
                 if let Some(v) = spec.hostname.as_deref().filter(|v| !v.is_empty()) {
@@ -319,7 +322,7 @@ async fn sync_spec<S: Store>(
     if host.kind == HostKind::AddToExistingClusterHost && host.status == HostStatus::Known && host.approved {
         *host = ctx
             .backend
-            .fire_event(&host.id, crate::hosts::machine::Event::InstallHost)
+            .fire_event(&host.key(), crate::hosts::machine::Event::InstallHost)
             .await
             .map_err(SyncError::from_api)?;
     }
@@ -404,7 +407,7 @@ async fn unbind<S: Store>(
     }
     let ie_cluster =
         infraenv.and_then(|ie| ie.spec.cluster_ref.as_ref()).map(|r| format!("{}/{}", r.namespace, r.name));
-    *host = ctx.backend.unbind_host(&host.id, reclaim, ie_cluster.as_deref()).await.map_err(SyncError::from_api)?;
+    *host = ctx.backend.unbind_host(&host.key(), reclaim, ie_cluster.as_deref()).await.map_err(SyncError::from_api)?;
     let status = agent.status.get_or_insert_default();
     if deprovision.is_some() {
         status.deprovision_info = deprovision;
@@ -487,7 +490,7 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
     if !agent.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == AGENT_FINALIZER)) {
         return Ok(Action::Done);
     }
-    let host = ctx.backend.host(&name).await;
+    let host = ctx.backend.host_of_agent(&ns, &name).await;
     let spoke_resources_exist = host.as_ref().is_some_and(|h| h.progress.current_stage == "Done")
         || agent.status.as_ref().is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()))
         || spoke_bmh_created(ctx, &agent).await?;
@@ -528,7 +531,9 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
             tracing::info!(agent = %name, "skipping spoke resource removal for deleted cluster");
         }
     }
-    if let Err(e) = ctx.backend.deregister_host(&name).await {
+    if let Some(host) = &host
+        && let Err(e) = ctx.backend.deregister_host(&host.key()).await
+    {
         tracing::warn!(agent = %name, "failed to deregister host: {e}");
         return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
     }
@@ -593,6 +598,7 @@ async fn restore_host<S: Store>(ctx: &AgentContext<S>, agent: Agent) -> Result<A
     let created = agent.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_else(crate::resources::now_seconds);
     let mut host =
         Host::new_registered(&name, ie.metadata.uid.as_deref().unwrap_or_default(), cluster_id.clone(), "", created);
+    host.namespace = ns.clone();
     host.checked_in_at = Some(created);
     host.status = annotations.get(STATE_ANNOTATION).and_then(|s| s.parse().ok()).unwrap_or(if cluster_id.is_some() {
         HostStatus::Known
@@ -610,6 +616,10 @@ async fn restore_host<S: Store>(ctx: &AgentContext<S>, agent: Agent) -> Result<A
     }
     host.approved = agent.spec.approved;
     if let Err(e) = ctx.backend.restore_host(host).await {
+        // The Agent's host registered (or moved here) meanwhile: nothing to restore.
+        if ctx.backend.host_of_agent(&ns, &name).await.is_some() {
+            return Ok(Action::RequeueAfter(Duration::ZERO));
+        }
         let mut agent = agent;
         let status = agent.status.get_or_insert_default();
         set_condition(

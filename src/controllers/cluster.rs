@@ -183,7 +183,7 @@ async fn advance_installation<S: Store>(
         let backend = ctx.backend.clone();
         async move {
             for h in hosts.into_iter().filter(|h| h.status == from) {
-                if let Err(e) = backend.fire_event(&h.id, event.clone()).await {
+                if let Err(e) = backend.fire_event(&h.key(), event.clone()).await {
                     tracing::warn!(host = %h.id, "install flow: {e}");
                 }
             }
@@ -252,7 +252,7 @@ async fn assign_roles<S: Store>(ctx: &ClusterContext<S>, hosts: &[Host], aci: &A
         }
         let _ = ctx
             .backend
-            .update_host(&h.id, |host| {
+            .update_host(&h.key(), |host| {
                 host.suggested_role = role.clone();
                 host.bootstrap = bootstrap;
                 Ok(())
@@ -374,7 +374,7 @@ async fn delete_install<S: Store>(
         ) {
             for h in ctx.backend.cluster_hosts(&cluster.id).await {
                 if h.status.is_installing() || h.status == HostStatus::Installed || h.status == HostStatus::Error {
-                    let _ = ctx.backend.fire_event(&h.id, Event::CancelInstallation).await;
+                    let _ = ctx.backend.fire_event(&h.key(), Event::CancelInstallation).await;
                 }
             }
         }

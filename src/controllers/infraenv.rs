@@ -124,8 +124,9 @@ struct Built {
 /// Builds every artifact once (checking sizes and kernel arguments), without serving anything.
 async fn build<S: Store>(images: &Images<S>, ie: &InfraEnv, token: Option<&str>) -> Result<Built, ImageError> {
     let content = images.content(ie).await?;
+    let base = images.selected_base(ie)?;
     // The same verdict every download of the InfraEnv's files asks for.
-    let base = images.verdict(ie, &content).await?;
+    images.verdict(ie, &content, &base).await?;
     let kind = images.image_type(ie);
     let urls = images.urls_with_token(ie, &base, token);
     Ok(Built {
@@ -211,7 +212,7 @@ async fn handle_deletion<S: Store>(
     for h in hosts {
         let ns = ie.metadata.namespace.clone().unwrap_or_default();
         if images.store.get::<crate::resources::Agent>(&ns, &h.id).await?.is_none() {
-            let _ = backend.deregister_host(&h.id).await;
+            let _ = backend.deregister_host(&h.key()).await;
         }
     }
     let mut ie = ie;

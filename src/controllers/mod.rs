@@ -408,7 +408,10 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
+                // Records written before namespaces were kept (until the start fills them in) are
+                // found through their InfraEnv.
                 let ns = match namespaces.get(&change.infra_env_id) {
+                    _ if !change.namespace.is_empty() => change.namespace.clone(),
                     Some(ns) => ns.clone(),
                     None => match store.get_by_uid::<crate::resources::InfraEnv>(&change.infra_env_id).await {
                         Ok(Some(ie)) => {

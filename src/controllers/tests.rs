@@ -173,8 +173,11 @@ impl<S: Store> World<S> {
     async fn pool_host(&self, ie: &str, index: usize) -> String {
         let ie_uid = self.ie_uid(ie).await;
         let id = uuid::Uuid::new_v4().to_string();
-        self.backend.register_host(&ie_uid, &id, "v1", None).await.unwrap();
-        self.backend.update_inventory(&id, crate::simulate::inventory(index).to_string()).await.unwrap();
+        self.backend.register_host(&ie_uid, NS, &id, "v1", None).await.unwrap();
+        self.backend
+            .update_inventory(&self.key(&id).await, crate::simulate::inventory(index).to_string())
+            .await
+            .unwrap();
         self.apply(
             Kind::Agent,
             json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
@@ -186,13 +189,18 @@ impl<S: Store> World<S> {
         id
     }
 
+    /// The key of the record of the Agent `id` of the test namespace.
+    async fn key(&self, id: &str) -> crate::hosts::HostKey {
+        self.backend.host_of_agent(NS, id).await.expect("the host exists").key()
+    }
+
     async fn ie_uid(&self, name: &str) -> String {
         self.store.get::<InfraEnv>(NS, name).await.unwrap().expect("the InfraEnv exists").metadata.uid.unwrap()
     }
 
     /// The host's agent starts again (after an `exit` step or a reboot into discovery) and registers.
     async fn register_again(&self, id: &str) {
-        self.backend.register_host(&self.ie_uid("pool").await, id, "v1", None).await.unwrap();
+        self.backend.register_host(&self.ie_uid("pool").await, NS, id, "v1", None).await.unwrap();
     }
 
     async fn reconcile(&self, name: &str) -> Action {
@@ -209,7 +217,7 @@ impl<S: Store> World<S> {
     }
 
     async fn status(&self, id: &str) -> HostStatus {
-        self.backend.host(id).await.expect("the host exists").status
+        self.backend.host_of_agent(NS, id).await.expect("the host exists").status
     }
 
     /// Points the Agent at `cd` (None: unbinds) and reconciles it.
@@ -223,7 +231,7 @@ impl<S: Store> World<S> {
 
     async fn set_host(&self, id: &str, status: HostStatus, stage: &str) {
         self.backend
-            .update_host(id, |h| {
+            .update_host(&self.key(id).await, |h| {
                 h.status = status;
                 h.progress.current_stage = stage.to_string();
                 Ok(())
@@ -238,14 +246,17 @@ impl<S: Store> World<S> {
         self.set_cluster(&id, Some(cd)).await;
         // Binding makes the agent restart: it registers again and sends its inventory.
         self.register_again(&id).await;
-        self.backend.update_inventory(&id, crate::simulate::inventory(index).to_string()).await.unwrap();
+        self.backend
+            .update_inventory(&self.key(&id).await, crate::simulate::inventory(index).to_string())
+            .await
+            .unwrap();
         self.set_host(&id, HostStatus::Installed, "Done").await;
         self.reconcile(&id).await;
         id
     }
 
     async fn hostname(&self, id: &str) -> String {
-        self.backend.host(id).await.unwrap().hostname()
+        self.backend.host_of_agent(NS, id).await.unwrap().hostname()
     }
 
     /// A spoke cluster holding the host's node, reachable through the CD's admin kubeconfig secret.
@@ -293,7 +304,7 @@ async fn scenario_25_agent_bind<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
     w.set_cluster(&id, Some("c1")).await;
-    let host = w.backend.host(&id).await.unwrap();
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
     assert_eq!((host.status, host.cluster_id.as_deref()), (HostStatus::Binding, Some(cid.as_str())));
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
@@ -309,7 +320,7 @@ async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers<S: Sto
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
     let cid = w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
-    assert_eq!(w.backend.host(&id).await.unwrap().cluster_id, Some(cid));
+    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().cluster_id, Some(cid));
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
@@ -320,7 +331,7 @@ async fn scenario_27_moving_an_agent_unbinds_it_first<S: Store>(w: World<S>) {
     w.set_cluster(&id, Some("a")).await;
     w.set_host(&id, HostStatus::Known, "").await;
     w.set_cluster(&id, Some("b")).await;
-    let host = w.backend.host(&id).await.unwrap();
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
     assert_eq!((host.status, host.cluster_id), (HostStatus::Unbinding, None));
 }
 
@@ -341,7 +352,7 @@ async fn scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_ho
     let day2 = w.pool_host("pool", 1).await;
     w.set_cluster(&day2, Some("c1")).await;
     w.backend
-        .update_host(&day2, |h| {
+        .update_host(&w.key(&day2).await, |h| {
             h.kind = HostKind::AddToExistingClusterHost;
             h.status = HostStatus::Installing;
             Ok(())
@@ -372,7 +383,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S
     assert!(spoke.get(&ds).is_some(), "no reclaim DaemonSet; spoke has {:?}", spoke.paths());
 
     // The reclaim agent downloads the boot artifacts, then reboots the node into discovery.
-    let host = w.backend.host(&id).await.unwrap();
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
     let urls = crate::hosts::instructions::BootArtifactUrls {
         kernel_url: "http://hub.example/kernel".into(),
         initrd_url: "http://hub.example/initrd".into(),
@@ -380,7 +391,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S
     };
     let steps = crate::hosts::instructions::next_steps(&host, Some(&urls), None);
     assert_eq!(steps.instructions[0].step_type, "download-boot-artifacts");
-    w.backend.reclaim_download_done(&id, true).await.unwrap();
+    w.backend.reclaim_download_done(&w.key(&id).await, true).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::ReclaimingRebooting);
     w.reconcile(&id).await;
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some(), "no clean-up before the host is back");
@@ -392,7 +403,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
     assert!(spoke.get(&ds).is_none());
     assert_eq!(deprovision(&w.agent(&id).await), None);
-    w.backend.update_inventory(&id, crate::simulate::inventory(0).to_string()).await.unwrap();
+    w.backend.update_inventory(&w.key(&id).await, crate::simulate::inventory(0).to_string()).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
@@ -483,7 +494,7 @@ async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke<S: S
     w.store.delete::<Agent>(NS, &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.requests().is_empty(), "{:?}", spoke.requests());
-    assert!(w.backend.host(&id).await.is_none(), "the host is deregistered");
+    assert!(w.backend.host_of_agent(NS, &id).await.is_none(), "the host is deregistered");
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none(), "the finalizer is removed");
 }
 
@@ -504,9 +515,9 @@ async fn scenario_40_an_agent_without_its_host_gets_it_back<S: Store>(w: World<S
     let mut a = w.agent(&id).await;
     a.metadata.annotations = None;
     w.store.update(&a).await.unwrap();
-    w.backend.deregister_host(&id).await.unwrap();
+    w.backend.deregister_host(&w.key(&id).await).await.unwrap();
     assert_eq!(w.reconcile(&id).await, Action::RequeueAfter(Duration::from_secs(60)));
-    let host = w.backend.host(&id).await.expect("recreated");
+    let host = w.backend.host_of_agent(NS, &id).await.expect("recreated");
     assert_eq!((host.status, host.cluster_id), (HostStatus::KnownUnbound, None));
 }
 
@@ -527,7 +538,7 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(
     w.infraenv("c1-hosts", Some("c1")).await;
     let ie_uid = w.ie_uid("c1-hosts").await;
     let id = uuid::Uuid::new_v4().to_string();
-    w.backend.register_host(&ie_uid, &id, "v1", Some(cid)).await.unwrap();
+    w.backend.register_host(&ie_uid, NS, &id, "v1", Some(cid)).await.unwrap();
     w.apply(
         Kind::Agent,
         json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
@@ -540,7 +551,7 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(
     w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
-    assert!(w.backend.host(&id).await.is_none());
+    assert!(w.backend.host_of_agent(NS, &id).await.is_none());
 }
 
 async fn scenario_57_preserve_on_delete_deletes_late_bound_agents<S: Store>(w: World<S>) {
@@ -565,7 +576,7 @@ async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor<S
     assert_eq!(w.status(&id).await, HostStatus::DisconnectedUnbound);
     w.reconcile(&id).await;
     assert_eq!(cond(&w.agent(&id).await, CONNECTED), ("False", "AgentIsDisconnected".into()));
-    w.backend.check_in(&id).await.unwrap();
+    w.backend.check_in(&w.key(&id).await).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
@@ -585,7 +596,7 @@ async fn infraenv_labels_named_for_propagation_become_node_labels<S: Store>(w: W
         a.metadata.annotations.as_ref().unwrap()["agent.agent-install.openshift.io/inherited-node-labels"],
         "rack,zone"
     );
-    assert_eq!(w.backend.host(&id).await.unwrap().node_labels, r#"{"rack":"r1","zone":"a"}"#);
+    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().node_labels, r#"{"rack":"r1","zone":"a"}"#);
     // A label set by hand stays; one the InfraEnv stops propagating goes.
     let mut a = w.agent(&id).await;
     a.spec.node_labels.as_mut().unwrap().insert("mine".into(), "yes".into());
@@ -594,7 +605,7 @@ async fn infraenv_labels_named_for_propagation_become_node_labels<S: Store>(w: W
     w.reconcile(&id).await;
     let a = w.agent(&id).await;
     assert_eq!(labels(&a), [("mine".to_string(), "yes".to_string()), ("zone".into(), "a".into())].into());
-    assert_eq!(w.backend.host(&id).await.unwrap().node_labels, r#"{"mine":"yes","zone":"a"}"#);
+    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().node_labels, r#"{"mine":"yes","zone":"a"}"#);
 }
 
 async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(w: World<S>) {
@@ -625,7 +636,7 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(
     )
     .await;
     set_ref(Some("tok")).await;
-    let host = w.backend.host(&id).await.unwrap();
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
     assert_eq!(host.ignition_endpoint_token, "s3cret");
     assert_eq!(host.ignition_endpoint_http_headers, r#"[{"key":"X-Origin","value":"hub"}]"#);
     set_ref(Some("empty")).await;
@@ -633,7 +644,7 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(
     assert_eq!(cond(&a, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()));
     assert!(cond_message(&a, SPEC_SYNCED).ends_with("secret empty did not contain key value"));
     set_ref(None).await;
-    assert_eq!(w.backend.host(&id).await.unwrap().ignition_endpoint_token, "");
+    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().ignition_endpoint_token, "");
 }
 
 /// A host of cluster c1 mid-installation (Configuring), its node in a reachable spoke: the setting of

@@ -143,6 +143,11 @@ pub struct Progress {
 pub struct Host {
     pub id: String,
     pub infra_env_id: String,
+    /// The namespace of the host's InfraEnv, where its Agent lives (assisted-service's
+    /// `kube_key_namespace`); empty in records written before it was kept, until the start fills
+    /// it in.
+    #[serde(default)]
+    pub namespace: String,
     pub cluster_id: Option<String>,
     pub status: HostStatus,
     pub status_info: String,
@@ -214,6 +219,27 @@ pub struct Host {
     pub ntp_sources: String,
 }
 
+/// A host record's identity: the InfraEnv it registered with and the id its agent gave (the
+/// machine's). As in assisted-service, the same machine registering with another InfraEnv is
+/// another host: nothing an agent of one InfraEnv says can reach the record of another's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostKey {
+    pub infra_env_id: String,
+    pub host_id: String,
+}
+
+impl HostKey {
+    pub fn new(infra_env_id: &str, host_id: &str) -> HostKey {
+        HostKey { infra_env_id: infra_env_id.to_string(), host_id: host_id.to_string() }
+    }
+}
+
+impl std::fmt::Display for HostKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of infra-env {}", self.host_id, self.infra_env_id)
+    }
+}
+
 impl Host {
     /// A host record before its first transition (status is overwritten by RegisterHost).
     pub fn new_registered(
@@ -226,6 +252,7 @@ impl Host {
         Host {
             id: id.to_string(),
             infra_env_id: infra_env_id.to_string(),
+            namespace: String::new(),
             cluster_id,
             status: HostStatus::DiscoveringUnbound,
             status_info: String::new(),
@@ -264,6 +291,11 @@ impl Host {
 
     pub fn is_unbound(&self) -> bool {
         self.cluster_id.is_none()
+    }
+
+    /// This record's identity.
+    pub fn key(&self) -> HostKey {
+        HostKey::new(&self.infra_env_id, &self.id)
     }
 
     /// The inventory, if the host sent one that parses.

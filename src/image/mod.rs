@@ -1000,27 +1000,31 @@ impl<S: Store> Images<S> {
         })
     }
 
-    /// Whether `ie`'s image can be made whole: the checks the InfraEnv controller makes before it
-    /// reports `ImageCreated=True` (the ISO of the InfraEnv's type over its selected base image,
-    /// with its embed area and karg area sizes; the PXE initrd; the iPXE kernel command line).
-    /// Every download of an InfraEnv's files asks this first, so that an InfraEnv whose image failed
-    /// answers all of them with the error its condition shows, never some of them with bytes.
-    /// Returns the selected base image. Remembered per content and base once it holds.
-    pub async fn verdict(&self, ie: &InfraEnv, content: &DiscoveryContent) -> Result<Arc<BaseImage>, ImageError> {
-        let base = self.selected_base(ie)?;
+    /// Whether `ie`'s image over `base` can be made whole: the checks the InfraEnv controller makes
+    /// before it reports `ImageCreated=True` (the ISO of the InfraEnv's type, with its embed area
+    /// and karg area sizes; the PXE initrd; the iPXE kernel command line). Every download of an
+    /// InfraEnv's files asks this first (over the base it is for, else the InfraEnv's), so that an
+    /// InfraEnv whose image failed answers all of them with the error its condition shows, never
+    /// some of them with bytes. Remembered per content and base once it holds.
+    pub async fn verdict(
+        &self,
+        ie: &InfraEnv,
+        content: &DiscoveryContent,
+        base: &Arc<BaseImage>,
+    ) -> Result<(), ImageError> {
         let kind = self.image_type(ie);
         let key = (base.file.sha256, kind);
         if content.verified.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
-            return Ok(base);
+            return Ok(());
         }
-        self.iso(ie, &base, content, kind).await?;
-        self.pxe_initrd(ie, &base, content)?;
-        ipxe_kernel_arguments(&self.urls_with_token(ie, &base, None).rootfs, content)?;
+        self.iso(ie, base, content, kind).await?;
+        self.pxe_initrd(ie, base, content)?;
+        ipxe_kernel_arguments(&self.urls_with_token(ie, base, None).rootfs, content)?;
         let mut verified = content.verified.lock().unwrap_or_else(|p| p.into_inner());
         if !verified.contains(&key) {
             verified.push(key);
         }
-        Ok(base)
+        Ok(())
     }
 
     /// The PXE initrd: the base initrd, the Ignition archive, the static-network ramdisk.

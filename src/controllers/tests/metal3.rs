@@ -345,7 +345,7 @@ async fn scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_throug
     // The machine boots the discovery ISO and its agent registers: back in the pool.
     w.register_again(&id).await;
     assert_eq!(w.status(&id).await, HostStatus::DiscoveringUnbound);
-    w.backend.update_inventory(&id, crate::simulate::inventory(0).to_string()).await.unwrap();
+    w.backend.update_inventory(&w.key(&id).await, crate::simulate::inventory(0).to_string()).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
