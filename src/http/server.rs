@@ -71,6 +71,8 @@ const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// ones go to hyper, which streams or limits them.
 const MAX_FAST_BODY_BYTES: usize = 256 * 1024;
 const MAX_HEADERS: usize = 64;
+/// A request body is read into room for at most this much more at a time.
+const BODY_READ_CHUNK: usize = 16 * 1024;
 /// One sendfile call at most (as nginx's sendfile_max_chunk): keeps one fast client from starving others.
 const SENDFILE_CHUNK: usize = 2 << 20;
 /// In-memory parts are written in pieces of at most this size, each under the write timeout.
@@ -243,7 +245,9 @@ async fn serve_connection<S: Connection, H: Handler>(
                 }
                 let _ = buf.split_to(head_len);
                 let body = buf.split_to(body_len).freeze();
-                (handler.clone().handle(Request::from_parts(parts, body)).await, keep_alive)
+                // Boxed: the handler's future is as large as its largest route's state, and inline it
+                // would be part of every connection's task, idle ones included, for their whole life.
+                (Box::pin(handler.clone().handle(Request::from_parts(parts, body))).await, keep_alive)
             }
         };
         // Only what the handler answered is reported to it (see `Handler::completed`).
@@ -285,7 +289,8 @@ async fn linger_close<S: Connection>(stream: &mut S) {
         return;
     }
     let deadline = tokio::time::Instant::now() + LINGER_TIME;
-    let mut sink = [0u8; 16 * 1024];
+    // On the heap: an array here would be part of every connection's task, lingering or not.
+    let mut sink = vec![0u8; 16 * 1024];
     let mut drained = 0;
     while drained < LINGER_BYTES {
         match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
@@ -388,9 +393,11 @@ async fn read_body<S: Connection>(
     if buf.len() >= total {
         return Ok(BodyRead::Complete);
     }
-    buf.reserve(total - buf.len());
     let deadline = tokio::time::Instant::now() + config.body_timeout;
     while buf.len() < total {
+        // Room for what may come next, not for all the head announced: a body that trickles in
+        // holds what arrived, not its announced length, while it does.
+        buf.reserve((total - buf.len()).min(BODY_READ_CHUNK));
         match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
             Err(_) => return Ok(BodyRead::Stalled),
             Ok(Ok(0)) => return Ok(BodyRead::Closed),
@@ -1374,6 +1381,29 @@ mod tests {
             assert_eq!(body.len(), 3000);
             assert!(body[..1000].iter().all(|&b| b == 7) && body[1000..2000].iter().all(|&b| b == 1));
         }
+    }
+
+    /// Every connection's task holds its serving future for the connection's whole life, idle
+    /// keep-alive time included: that future must not hold the handler's state (boxed while a
+    /// request runs) or buffers (on the heap, only while used). Ten thousand idle agents cost ten
+    /// thousand of these.
+    #[tokio::test]
+    async fn a_connections_task_is_small() {
+        /// A handler with 16 KiB of state across an await, as a deep route's future has.
+        struct Deep;
+        impl Handler for Deep {
+            async fn handle(self: Arc<Self>, _req: Request<Bytes>) -> Response<Body> {
+                let state = [7u8; 16 * 1024];
+                tokio::task::yield_now().await;
+                Response::new(Body::Bytes(Bytes::copy_from_slice(&state[..std::hint::black_box(1)])))
+            }
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let config = ServerConfig::default();
+        let serving = serve_connection(stream, Arc::new(Deep), &config);
+        let size = std::mem::size_of_val(&serving);
+        assert!(size <= 4096, "a connection's future is {size} bytes");
     }
 
     #[test]
