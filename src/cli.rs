@@ -233,16 +233,67 @@ struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The limits every connection of the listeners gets.
+    /// The limits every connection of the listeners gets. Connections are capped below the
+    /// process's open-files limit: past it `accept` fails (EMFILE) and the server can no longer open
+    /// its database or base images either.
     fn server_config(&self) -> crate::http::server::ServerConfig {
         let secs = |s: u64| std::time::Duration::from_secs(s.max(1));
+        let defaults = crate::http::server::ServerConfig::default();
+        let max_connections = match open_files_limit() {
+            Some(limit) => defaults.max_connections.min(limit.saturating_sub(RESERVED_DESCRIPTORS).max(64) as usize),
+            None => defaults.max_connections,
+        };
         crate::http::server::ServerConfig {
             header_timeout: secs(self.header_timeout),
             body_timeout: secs(self.body_timeout),
             idle_timeout: secs(self.idle_timeout),
             write_timeout: secs(self.write_timeout),
-            ..Default::default()
+            max_connections,
+            ..defaults
         }
+    }
+}
+
+/// Descriptors kept for what is not a client connection: the database and its WAL, base images,
+/// log uploads being written, connections to a Kubernetes API server and to spoke clusters.
+const RESERVED_DESCRIPTORS: u64 = 512;
+
+/// The soft open-files limit of this process.
+fn open_files_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the rlimit it is given.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur)
+}
+
+/// Raises the soft open-files limit to the hard limit, as a server holding one socket per client
+/// needs (the default soft limit, often 1,024, is a few hundred BMCs and agents). Logs what the
+/// limit is and how many connections it allows, so that an operator sees why a fleet is refused.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local rlimit.
+    let before = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let before = lim.rlim_cur;
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                lim.rlim_cur = before;
+            }
+        }
+        before
+    };
+    let connections = crate::http::server::ServerConfig::default()
+        .max_connections
+        .min(lim.rlim_cur.saturating_sub(RESERVED_DESCRIPTORS).max(64) as usize);
+    tracing::info!(limit = lim.rlim_cur, before, hard = lim.rlim_max, connections, "open files limit");
+    if connections < crate::http::server::ServerConfig::default().max_connections {
+        tracing::warn!(
+            "the open-files limit ({}) allows {connections} client connections at once; raise the hard limit \
+             (LimitNOFILE= in a systemd unit, ulimit -Hn) for larger fleets",
+            lim.rlim_cur
+        );
     }
 }
 
@@ -293,10 +344,12 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Serve(args) => {
+            raise_open_files_limit();
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(serve(args))
         }
         Command::Controller(args) => {
+            raise_open_files_limit();
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(controller(args))
         }
