@@ -884,15 +884,21 @@ mod tests {
             })
             .await
             .unwrap();
-        backend.register_host("ie-b", "tenant-b", HOST, "v1", None).await.unwrap();
-        let b = HostKey::new("ie-b", HOST);
-        backend
-            .update_host(&b, |h| {
-                h.status = HostStatus::KnownUnbound;
-                Ok(())
-            })
-            .await
-            .unwrap();
+        // A pool host whose inventory passed the validations.
+        let known_unbound = |ie: &'static str, ns: &'static str| {
+            let backend = backend.clone();
+            async move {
+                backend.register_host(ie, ns, HOST, "v1", None).await.unwrap();
+                let key = HostKey::new(ie, HOST);
+                let known = |h: &mut Host| {
+                    h.status = HostStatus::KnownUnbound;
+                    Ok(())
+                };
+                backend.update_host(&key, known).await.unwrap();
+                key
+            }
+        };
+        let b = known_unbound("ie-b", "tenant-b").await;
         backend.bind_host(&b, "c1", "x86_64").await.unwrap();
 
         let err = backend.register_host("ie-b2", "tenant-b", HOST, "v1", None).await.unwrap_err();
@@ -901,15 +907,7 @@ mod tests {
 
         // The same machine id through another tenant's InfraEnv is another host, which cannot join
         // c1 a second time.
-        backend.register_host("ie-a", "tenant-a", HOST, "v1", None).await.unwrap();
-        let a = HostKey::new("ie-a", HOST);
-        backend
-            .update_host(&a, |h| {
-                h.status = HostStatus::KnownUnbound;
-                Ok(())
-            })
-            .await
-            .unwrap();
+        let a = known_unbound("ie-a", "tenant-a").await;
         let err = backend.bind_host(&a, "c1", "x86_64").await.unwrap_err();
         assert_eq!(err.status, 409, "{err}");
         assert_eq!(backend.cluster_hosts("c1").await.iter().map(Host::key).collect::<Vec<_>>(), vec![b]);

@@ -977,20 +977,25 @@ impl<S> Deadlines<S> {
     }
 }
 
-/// Whether the wait that started at `since` has lasted `limit`; if not, `timer` wakes the task
-/// when it will have.
-fn waited_too_long(
+/// A side of the connection still waits (its poll was Pending): Pending while the wait, which
+/// started at `waiting` (now, if it just did), has lasted less than `limit`, with `timer` set to
+/// wake the task when it will have; then a `TimedOut` error saying `why`.
+fn still_waiting<T>(
+    waiting: &mut Option<tokio::time::Instant>,
     timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
-    since: tokio::time::Instant,
     limit: Duration,
     cx: &mut Context<'_>,
-) -> bool {
-    let deadline = since + limit;
+    why: &'static str,
+) -> Poll<io::Result<T>> {
+    let deadline = *waiting.get_or_insert_with(tokio::time::Instant::now) + limit;
     let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
     if timer.deadline() != deadline {
         timer.as_mut().reset(deadline);
     }
-    timer.as_mut().poll(cx).is_ready()
+    match timer.as_mut().poll(cx) {
+        Poll::Ready(()) => Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why))),
+        Poll::Pending => Poll::Pending,
+    }
 }
 
 impl<S: AsyncWrite + Unpin> Deadlines<S> {
@@ -1009,14 +1014,13 @@ impl<S: AsyncWrite + Unpin> Deadlines<S> {
                 }
                 Poll::Ready(r)
             }
-            Poll::Pending => {
-                let since = *self.write_waiting.get_or_insert_with(tokio::time::Instant::now);
-                if waited_too_long(&mut self.write_timer, since, self.write_timeout, cx) {
-                    Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")))
-                } else {
-                    Poll::Pending
-                }
-            }
+            Poll::Pending => still_waiting(
+                &mut self.write_waiting,
+                &mut self.write_timer,
+                self.write_timeout,
+                cx,
+                "client stopped reading",
+            ),
         }
     }
 }
@@ -1030,12 +1034,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
                 Poll::Ready(r)
             }
             Poll::Pending => {
-                let since = *this.read_waiting.get_or_insert_with(tokio::time::Instant::now);
-                if waited_too_long(&mut this.read_timer, since, this.idle_timeout, cx) {
-                    Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "connection idle")))
-                } else {
-                    Poll::Pending
-                }
+                still_waiting(&mut this.read_waiting, &mut this.read_timer, this.idle_timeout, cx, "connection idle")
             }
         }
     }
@@ -1195,6 +1194,14 @@ mod tests {
         }
     }
 
+    /// A whole request for `path` with an empty body, on the server path `via`.
+    fn bodiless(via: Path, method: &str, path: &str) -> String {
+        match via {
+            Path::Fast => head(via, method, path, "", 0),
+            Path::Hyper => format!("{}0\r\n\r\n", head(via, method, path, "", 0)),
+        }
+    }
+
     /// Reads what the server sends until it closes the connection (or `limit` passes: a panic).
     async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> String {
         use tokio::io::AsyncReadExt;
@@ -1274,7 +1281,7 @@ mod tests {
             assert!(answer.starts_with("HTTP/1.1 431"), "fast path: {answer:.200}");
             // Hyper: a chunked request moves the connection there; the next head is hyper's to read.
             let mut s = TcpStream::connect(addr).await.unwrap();
-            let first = format!("{}0\r\n\r\n", head(Path::Hyper, "POST", "/", "", 0));
+            let first = bodiless(Path::Hyper, "POST", "/");
             s.write_all(format!("{first}GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n").as_bytes()).await.unwrap();
             let answer = read_until_closed(&mut s, Duration::from_secs(2)).await;
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.200}");
@@ -1287,11 +1294,7 @@ mod tests {
         let addr = guarded_server().await;
         for via in [Path::Fast, Path::Hyper] {
             let mut s = TcpStream::connect(addr).await.unwrap();
-            let mut req = head(via, "GET", "/big", "", 0);
-            if let Path::Hyper = via {
-                req.push_str("0\r\n\r\n");
-            }
-            s.write_all(req.as_bytes()).await.unwrap();
+            s.write_all(bodiless(via, "GET", "/big").as_bytes()).await.unwrap();
             // Nothing is read for a while: the server's writes stop making progress.
             tokio::time::sleep(Duration::from_secs(2)).await;
             let got = read_until_closed(&mut s, Duration::from_secs(5)).await;
@@ -1305,11 +1308,7 @@ mod tests {
         let addr = guarded_server().await;
         for via in [Path::Fast, Path::Hyper] {
             let mut s = TcpStream::connect(addr).await.unwrap();
-            let mut req = head(via, "POST", "/", "", 0);
-            if let Path::Hyper = via {
-                req.push_str("0\r\n\r\n");
-            }
-            s.write_all(req.as_bytes()).await.unwrap();
+            s.write_all(bodiless(via, "POST", "/").as_bytes()).await.unwrap();
             let started = Instant::now();
             let got = read_until_closed(&mut s, Duration::from_secs(5)).await;
             assert!(got.starts_with("HTTP/1.1 200"), "{via:?}: {got}");
