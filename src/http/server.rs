@@ -1269,6 +1269,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_head_that_trickles_is_cut_off_at_the_header_timeout_on_both_paths() {
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            if let Path::Hyper = via {
+                // A chunked request first: the next head is hyper's to read.
+                s.write_all(bodiless(Path::Hyper, "POST", "/").as_bytes()).await.unwrap();
+            }
+            let started = Instant::now();
+            // A byte every 50 ms: the head always moving, never done.
+            let trickle = async {
+                for b in b"GET / HTTP/1.1\r\nHost: x\r\nX-Padding: ".iter().chain(std::iter::repeat(&b'a')) {
+                    if s.write_all(&[*b]).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(3), trickle).await;
+            let held = started.elapsed();
+            let got = read_until_closed(&mut s, Duration::from_secs(2)).await;
+            assert!(held < Duration::from_millis(1500), "{via:?}: a trickling head was held for {held:?}");
+            if let Path::Hyper = via {
+                assert!(got.starts_with("HTTP/1.1 200"), "{via:?}: {got}");
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn heads_over_the_limits_get_431_on_both_paths() {
         let addr = guarded_server().await;
         let many: String = (0..70).map(|i| format!("X-H{i}: v\r\n")).collect();
