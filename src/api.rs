@@ -132,6 +132,8 @@ impl<S: Store> Handler for App<S> {
         if route == "/apis" {
             return match self.api_refusal(&head.headers) {
                 Some(refused) => refuse(refused),
+                // Where the resources live in a cluster there is no resource API to send them to.
+                None if self.resources.is_none() => Admission::Body { max_bytes: MAX_UNUSED_BODY_BYTES },
                 None => Admission::Body { max_bytes: MAX_DOCUMENT_BYTES },
             };
         }
