@@ -28,6 +28,7 @@ pub mod initrd;
 pub mod ironic;
 pub mod iso9660;
 pub mod kargs;
+pub mod keylocks;
 pub mod liveiso;
 pub mod logwriter;
 pub mod metrics;

@@ -118,9 +118,10 @@ pub struct Backend {
     /// The record of each Agent, by the Agent's (namespace, name): a namespace holds at most one
     /// record per host id, since it can hold only one Agent of that name.
     agents: Mutex<HashMap<(String, String), HostKey>>,
-    /// Serializes the creation of host records, so that the one-record-per-Agent rule is checked
-    /// and kept in one step.
-    registrations: tokio::sync::Mutex<()>,
+    /// Creations and removals of the records behind one Agent name (namespace, host id) take
+    /// turns, so that the one-record-per-Agent rule is checked and kept in one step. A lock per
+    /// name, not one for all: a fleet registering at once must not wait for each other's writes.
+    agent_locks: crate::keylocks::KeyLocks,
     /// The committed cluster records. Every host change reads its cluster here, so this lock is held
     /// only to copy or replace an entry, never across a write to the database.
     clusters: Mutex<HashMap<String, Cluster>>,
@@ -180,7 +181,7 @@ impl Backend {
             config,
             hosts: Mutex::new(hosts),
             agents: Mutex::new(agents),
-            registrations: tokio::sync::Mutex::new(()),
+            agent_locks: Default::default(),
             clusters: Mutex::new(clusters),
             cluster_writes: tokio::sync::Mutex::new(()),
             members: Mutex::new(members),
@@ -267,7 +268,7 @@ impl Backend {
     /// Records the namespace of a record written before namespaces were kept (at start, before the
     /// controllers run). A namespace whose Agent name another record holds already is not taken.
     pub async fn set_namespace(&self, key: &HostKey, namespace: &str) -> Result<(), ApiError> {
-        let _creating = self.registrations.lock().await;
+        let _turn = self.agent_turn(namespace, &key.host_id).await;
         let agent = (namespace.to_string(), key.host_id.clone());
         if self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).is_some_and(|k| k != key) {
             return Err(ApiError::new(
@@ -394,7 +395,7 @@ impl Backend {
                 other => return Ok((other?.0, None)),
             }
         }
-        let _creating = self.registrations.lock().await;
+        let _turn = self.agent_turn(namespace, host_id).await;
         // Registered meanwhile by a retry of the same agent.
         if self.has_host(&key).await {
             return Ok((self.mutate(&key, register).await?.0, None));
@@ -444,7 +445,7 @@ impl Backend {
     }
 
     /// Persists a new record and makes it visible: the host map, the Agent index, the cluster's
-    /// members, the change feed. The caller holds `registrations`.
+    /// members, the change feed. The caller holds the record's Agent turn.
     async fn insert_host(&self, host: Host) -> Result<(), ApiError> {
         let key = host.key();
         self.persist(&host).await?;
@@ -651,11 +652,17 @@ impl Backend {
 
     /// `V2DeregisterHostInternal`: the host record goes (not found is fine).
     pub async fn deregister_host(&self, key: &HostKey) -> Result<(), ApiError> {
-        let _creating = self.registrations.lock().await;
+        let Some(namespace) = self.host(key).await.map(|h| h.namespace) else { return Ok(()) };
+        let _turn = self.agent_turn(&namespace, &key.host_id).await;
         self.remove_host(key).await
     }
 
-    /// Removes a record; the caller holds `registrations`.
+    /// The turn of the records behind the Agent `host_id` of `namespace` (see `agent_locks`).
+    async fn agent_turn(&self, namespace: &str, host_id: &str) -> crate::keylocks::KeyGuard<'_> {
+        self.agent_locks.lock(format!("{namespace}/{host_id}")).await
+    }
+
+    /// Removes a record; the caller holds its Agent turn.
     async fn remove_host(&self, key: &HostKey) -> Result<(), ApiError> {
         let Some(slot) = self.slot(key) else { return Ok(()) };
         let mut guard = slot.lock().await;
@@ -676,7 +683,7 @@ impl Backend {
 
     /// Restores a host record from what its Agent remembers (§2.9). `host.namespace` is the Agent's.
     pub async fn restore_host(&self, host: Host) -> Result<Host, ApiError> {
-        let _creating = self.registrations.lock().await;
+        let _turn = self.agent_turn(&host.namespace, &host.id).await;
         let key = host.key();
         let agent = (host.namespace.clone(), host.id.clone());
         let holder = self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).cloned();
