@@ -42,3 +42,20 @@ pub mod spoke;
 pub mod staticnet;
 pub mod store;
 pub mod urlsign;
+
+/// The compatibility corpus for unit tests (upstream fixture ISOs, the assisted CRDs and example
+/// CRs): `$BOOTSTREAM_COMPAT_DIR`, by default `../shared` beside the repository, as the integration
+/// tests find it (`tests/common`). Panics naming the setting when it is absent.
+#[cfg(test)]
+pub(crate) fn compat_path(rel: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("BOOTSTREAM_COMPAT_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    assert!(
+        dir.join("fixtures").is_dir(),
+        "the compatibility corpus is not at {} (no fixtures/ there): set BOOTSTREAM_COMPAT_DIR to the folder that \
+         holds its fixtures/ and docs/ (CI provides it as ../shared beside the repository)",
+        dir.display()
+    );
+    dir.join(rel)
+}

@@ -2,14 +2,16 @@
 //! `../shared/fixtures/assisted/crds/` exists in ours with the same type, the schemas are structural, and
 //! the upstream example objects survive a trip through our types.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use bootstream::resources::crds;
 use serde_json::Value;
 
-const SHARED_CRDS: &str = "../shared/fixtures/assisted/crds";
-const EXAMPLES: &str = "../shared/fixtures/assisted/examples";
+const SHARED_CRDS: &str = "fixtures/assisted/crds";
+const EXAMPLES: &str = "fixtures/assisted/examples";
 
 /// Differences from upstream that are accepted, as `Kind/version path` and the reason. Keep it empty
 /// unless a difference cannot be avoided.
@@ -21,7 +23,7 @@ fn ours() -> BTreeMap<String, Value> {
 
 fn shared() -> Vec<(String, Value)> {
     let mut out = vec![];
-    for entry in std::fs::read_dir(SHARED_CRDS).unwrap() {
+    for entry in std::fs::read_dir(common::shared(SHARED_CRDS)).unwrap() {
         let path = entry.unwrap().path();
         let v: Value = yaml_serde::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         out.push((path.file_name().unwrap().to_string_lossy().into_owned(), v));
@@ -337,7 +339,7 @@ fn upstream_examples_round_trip_through_our_types() {
         Agent, AgentClusterInstall, BareMetalHost, ClusterDeployment, ClusterImageSet, InfraEnv, NMStateConfig,
         PreprovisioningImage,
     };
-    let mut files: Vec<_> = std::fs::read_dir(EXAMPLES).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(common::shared(EXAMPLES)).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut problems = vec![];
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();

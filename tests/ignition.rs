@@ -5,6 +5,8 @@
 //! The interoperability tests need `coreos-installer` (`cargo install coreos-installer`) and
 //! `cpio` (Debian package `cpio`); they fail, rather than skip, when those are missing.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -66,9 +68,8 @@ fn unit<'a>(config: &'a Value, name: &str) -> Option<&'a Value> {
     config["systemd"]["units"].as_array()?.iter().find(|u| u["name"] == name)
 }
 
-/// `/work/shared` in development, `shared/` beside the clone in CI.
 fn shared_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
+    common::compat_dir()
 }
 
 fn example_override() -> String {

@@ -3,6 +3,8 @@
 //!
 //! Needs `coreos-installer` (in `PATH` or `~/.cargo/bin`) and `xz`; fails, never skips, without them.
 
+mod common;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,7 +20,7 @@ use proptest::prelude::*;
 const ROOTFS_URL: &str = "https://example.com/rootfs";
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/coreos-installer/iso")
+    common::shared("fixtures/coreos-installer/iso")
 }
 
 fn coreos_installer_path() -> PathBuf {

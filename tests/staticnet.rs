@@ -1,10 +1,12 @@
 //! Static network configuration: nmstate → keyfiles, validation, the static-network ramdisk and
 //! its boot script (run for real under `sh` and `bash` against a fake root and sysfs).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use bootstream::initrd::read_initrd;
@@ -18,9 +20,7 @@ use proptest::prelude::*;
 // Helpers
 
 fn shared(rel: &str) -> PathBuf {
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
-    let base = if beside.is_dir() { beside } else { PathBuf::from("/work/shared") };
-    base.join(rel)
+    common::shared(rel)
 }
 
 fn read_shared(rel: &str) -> String {

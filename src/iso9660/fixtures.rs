@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 /// Directory of the `*.iso.xz` fixtures (never copied into this repository).
 pub(crate) fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/coreos-installer/iso")
+    crate::compat_path("fixtures/coreos-installer/iso")
 }
 
 /// Decompresses fixture `name` (without `.xz`) into an anonymous temporary file.

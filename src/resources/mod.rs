@@ -788,7 +788,7 @@ mod tests {
     #[test]
     fn accepts_the_assisted_examples_unchanged() {
         for f in ["infraEnv.yaml", "infraEnvLateBinding.yaml", "pullsecret.yaml"] {
-            let text = std::fs::read_to_string(format!("../shared/fixtures/assisted/examples/{f}")).unwrap();
+            let text = std::fs::read_to_string(crate::compat_path(&format!("fixtures/assisted/examples/{f}"))).unwrap();
             let (kind, _) = validate_document(&yaml(&text)).unwrap_or_else(|e| panic!("{f}: {e}"));
             assert!(matches!(kind, Kind::InfraEnv | Kind::Secret));
         }
@@ -841,7 +841,7 @@ mod tests {
 
     #[test]
     fn nmstateconfig_example_is_accepted_and_bad_macs_are_not() {
-        let text = std::fs::read_to_string("../shared/fixtures/assisted/examples/nmstate.yaml").unwrap();
+        let text = std::fs::read_to_string(crate::compat_path("fixtures/assisted/examples/nmstate.yaml")).unwrap();
         let (kind, v) = validate_document(&yaml(&text)).unwrap();
         assert_eq!(kind, Kind::NMStateConfig);
         assert_eq!(v["spec"]["interfaces"][1]["macAddress"], "02:00:00:80:12:15");

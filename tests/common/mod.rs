@@ -29,9 +29,24 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/...`, read-only.
+/// The compatibility corpus (upstream fixture ISOs, nmstate inputs, initrds, the assisted CRDs and
+/// example CRs), read-only and never copied here: `$BOOTSTREAM_COMPAT_DIR`, by default `../shared`
+/// beside the repository (where CI puts it). A test that needs it and does not find it fails with
+/// this message, naming the setting.
+pub fn compat_dir() -> PathBuf {
+    let dir = std::env::var_os("BOOTSTREAM_COMPAT_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("../shared"));
+    assert!(
+        dir.join("fixtures").is_dir(),
+        "the compatibility corpus is not at {} (no fixtures/ there): set BOOTSTREAM_COMPAT_DIR to the folder that \
+         holds its fixtures/ and docs/ (CI provides it as ../shared beside the repository)",
+        dir.display()
+    );
+    dir
+}
+
+/// `rel` in the compatibility corpus (see [`compat_dir`]).
 pub fn shared(rel: &str) -> PathBuf {
-    repo().join("..").join("shared").join(rel)
+    compat_dir().join(rel)
 }
 
 /// A running `bootstream serve`.
@@ -310,7 +325,7 @@ pub fn try_request(
     Ok(Response { status, headers, body })
 }
 
-/// Decompresses `../shared/fixtures/coreos-installer/iso/NAME.iso.xz` into `dir` and returns the path.
+/// Decompresses the corpus's `fixtures/coreos-installer/iso/NAME.iso.xz` into `dir` and returns the path.
 pub fn fixture_iso(name: &str, dir: &Path) -> PathBuf {
     let src = shared(&format!("fixtures/coreos-installer/iso/{name}.iso.xz"));
     let out = dir.join(format!("{name}.iso"));
