@@ -34,6 +34,16 @@ struct Cli {
     /// PEM CA bundle to trust, besides the system's, for an https --server (`serve --tls-cert`).
     #[arg(long, global = true, env = "BOOTSTREAM_CA_FILE", value_name = "PATH")]
     certificate_authority: Option<PathBuf>,
+    /// How the log (standard error) is written: `text`, a line per event, or `json`, an object per
+    /// line for log collectors. Either way no value can start a line of its own.
+    #[arg(long, global = true, env = "BOOTSTREAM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -337,11 +347,15 @@ pub fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Each event is one line, whatever a value in it holds (see `logwriter`). No colors: they are
     // the same ESC sequences a value could carry, and the writer escapes every one it sees.
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_ansi(false)
-        .with_writer(crate::logwriter::EscapedLines::new(std::io::stderr))
-        .init();
+        .with_ansi(false);
+    match cli.log_format {
+        LogFormat::Text => log.with_writer(crate::logwriter::EscapedLines::new(std::io::stderr)).init(),
+        // The JSON formatter escapes ASCII controls itself; the writer escapes the line separators
+        // and bidirectional controls it leaves, as JSON escapes.
+        LogFormat::Json => log.json().with_writer(crate::logwriter::EscapedLines::json(std::io::stderr)).init(),
+    }
     let result = match cli.command {
         Command::Serve(args) => {
             raise_open_files_limit();

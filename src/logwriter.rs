@@ -27,11 +27,30 @@ use tracing_subscriber::fmt::MakeWriter;
 /// The formatter must not color its output (`with_ansi(false)`): colors are the same ESC
 /// sequences a value could carry, and this writer cannot tell them apart, so it escapes them too.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct EscapedLines<M>(M);
+pub struct EscapedLines<M> {
+    inner: M,
+    style: Escapes,
+}
+
+/// How an escaped character is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Escapes {
+    /// `\n`, `\x1b`, `\u{2028}`: for text lines.
+    #[default]
+    Text,
+    /// `\u000a`, `\u001b`, `\u2028`: for JSON lines, where they can only be inside strings (the
+    /// formatter escapes ASCII controls itself, and writes the rest, valid JSON, as they are).
+    Json,
+}
 
 impl<M> EscapedLines<M> {
     pub fn new(inner: M) -> Self {
-        Self(inner)
+        Self { inner, style: Escapes::Text }
+    }
+
+    /// For a formatter that writes an event as one JSON object.
+    pub fn json(inner: M) -> Self {
+        Self { inner, style: Escapes::Json }
     }
 }
 
@@ -39,11 +58,11 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for EscapedLines<M> {
     type Writer = EscapedEvent<M::Writer>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        EscapedEvent { inner: self.0.make_writer(), event: Vec::new() }
+        EscapedEvent { inner: self.inner.make_writer(), event: Vec::new(), style: self.style }
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
-        EscapedEvent { inner: self.0.make_writer_for(meta), event: Vec::new() }
+        EscapedEvent { inner: self.inner.make_writer_for(meta), event: Vec::new(), style: self.style }
     }
 }
 
@@ -53,6 +72,7 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for EscapedLines<M> {
 pub struct EscapedEvent<W: Write> {
     inner: W,
     event: Vec<u8>,
+    style: Escapes,
 }
 
 impl<W: Write> Write for EscapedEvent<W> {
@@ -73,13 +93,18 @@ impl<W: Write> Drop for EscapedEvent<W> {
             return;
         }
         // A log write that fails has nowhere to be reported; tracing's formatter drops such errors too.
-        let _ = self.inner.write_all(&escape_event(&self.event));
+        let _ = self.inner.write_all(&escape_event_as(&self.event, self.style));
         let _ = self.inner.flush();
     }
 }
 
 /// `event` with every control character escaped except a final `\n`.
 pub fn escape_event(event: &[u8]) -> Cow<'_, [u8]> {
+    escape_event_as(event, Escapes::Text)
+}
+
+/// [`escape_event`], with the escapes of `style`.
+pub fn escape_event_as(event: &[u8], style: Escapes) -> Cow<'_, [u8]> {
     let text = String::from_utf8_lossy(event);
     let (line, newline) = match text.strip_suffix('\n') {
         Some(line) => (line, true),
@@ -91,6 +116,7 @@ pub fn escape_event(event: &[u8]) -> Cow<'_, [u8]> {
     let mut out = String::with_capacity(text.len() + 16);
     for c in line.chars() {
         match c {
+            c if style == Escapes::Json && needs_escape(c) => out.push_str(&format!("\\u{:04x}", u32::from(c))),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -146,6 +172,34 @@ mod tests {
         assert_eq!(escaped(plain), plain);
         assert_eq!(escaped("no newline\r"), "no newline\\r");
         assert_eq!(escaped(""), "");
+    }
+
+    /// Through tracing's JSON formatter, as `cli --log-format json` sets it up: one object a line,
+    /// each valid JSON, whose strings read back as the values logged.
+    #[test]
+    fn json_events_are_one_valid_object_a_line() {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(EscapedLines::json(out.clone()))
+            .finish();
+        let agent_error = "x\nFAKE\r\u{2028}\u{2029}\u{85}\u{9b}\u{202e}\x1b[2J\u{0}é";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(host = "h1", "reclaim download failed: {}", agent_error);
+            tracing::info!(shown = %agent_error, "second event");
+        });
+        let text = out.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in &lines {
+            assert!(!line.chars().any(needs_escape), "{line:?}");
+        }
+        let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(first["fields"]["message"], format!("reclaim download failed: {agent_error}"));
+        let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(second["fields"]["shown"], agent_error);
     }
 
     /// A shared buffer standing for standard error.

@@ -13,9 +13,11 @@ const NS: &str = "fleet";
 /// A registered host's agent reports a failed reclaim download whose error holds a line break,
 /// a carriage return and terminal escapes: the server logs the error, and every line of the log
 /// is one the server wrote (the forged text stays inside the warning, escaped).
-#[test]
-fn an_agents_error_cannot_start_a_log_line() {
-    let s = Server::start_logged(&[]);
+const FORGED: &str = "FAKE LOG LINE level=ERROR";
+
+/// A registered host's agent reports a reclaim download that failed with `error`; returns the
+/// server's log once it has logged that.
+fn log_of_an_agent_error(s: &Server, error: &str) -> String {
     s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
     let ie = s.wait_image_created(NS, "pool", "True");
     let uid = ie["metadata"]["uid"].as_str().unwrap().to_string();
@@ -34,21 +36,26 @@ fn an_agents_error_cannot_start_a_log_line() {
     let registered = agent("POST", "", &json!({"host_id": host_id, "discovery_agent_version": "v1"}));
     assert_eq!(registered.status, 201, "{}", registered.text());
 
-    let forged = "FAKE LOG LINE level=ERROR";
-    let error = format!("disk full\n{forged}\r{forged}\u{2028}{forged}\x1b[2J\x1b[31m");
     let reply =
         json!({"step_type": "download-boot-artifacts", "step_id": "download-1", "exit_code": 1, "error": error});
     agent("POST", &format!("/{host_id}/instructions"), &reply);
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    let log = loop {
+    loop {
         let log = s.log();
         if log.contains("reclaim download failed") {
-            break log;
+            return log;
         }
         assert!(Instant::now() < deadline, "the server never logged the failed download:\n{log}");
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
+}
+
+#[test]
+fn an_agents_error_cannot_start_a_log_line() {
+    let s = Server::start_logged(&[]);
+    let forged = FORGED;
+    let log = log_of_an_agent_error(&s, &format!("disk full\n{forged}\r{forged}\u{2028}{forged}\x1b[2J\x1b[31m"));
     // Lines as a terminal would show them, and as tools splitting at any line break would.
     for line in log.split(['\n', '\r', '\u{2028}', '\u{2029}', '\u{85}']) {
         assert!(!line.trim_start().starts_with(forged), "a forged log line: {line:?}\nin:\n{log}");
@@ -58,4 +65,24 @@ fn an_agents_error_cannot_start_a_log_line() {
     let warning = log.lines().find(|l| l.contains("reclaim download failed")).unwrap();
     assert!(warning.contains("WARN"), "{warning}");
     assert!(warning.contains(&format!("disk full\\n{forged}\\r{forged}\\u{{2028}}{forged}")), "{warning}");
+}
+
+/// With `--log-format json` every line of the log is one JSON object, and the agent's error, line
+/// breaks and escapes included, is a string inside one of them.
+#[test]
+fn json_logs_keep_an_agents_error_inside_one_object() {
+    let s = Server::start_logged(&["--log-format", "json"]);
+    let error = format!("disk full\n{FORGED}\r{FORGED}\u{2028}{FORGED}\x1b[2J");
+    let log = log_of_an_agent_error(&s, &error);
+    let mut found = false;
+    for line in log.lines() {
+        let event: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON object: {line:?}: {e}"));
+        assert!(event["level"].is_string() && event["fields"].is_object(), "{line}");
+        if event["fields"]["message"].as_str().is_some_and(|m| m.contains("reclaim download failed")) {
+            assert!(event["fields"]["message"].as_str().unwrap().contains(&error), "{line}");
+            found = true;
+        }
+    }
+    assert!(found, "no event of the failed download in:\n{log}");
+    assert!(!log.contains('\x1b'), "a raw terminal escape in the log:\n{log:?}");
 }
