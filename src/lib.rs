@@ -45,7 +45,7 @@ pub mod urlsign;
 
 /// The compatibility corpus for unit tests (upstream fixture ISOs, the assisted CRDs and example
 /// CRs): `$BOOTSTREAM_COMPAT_DIR`, by default `../shared` beside the repository, as the integration
-/// tests find it (`tests/common`). Panics naming the setting when it is absent.
+/// tests find it (`tests/it/common`). Panics naming the setting when it is absent.
 #[cfg(test)]
 pub(crate) fn compat_path(rel: &str) -> std::path::PathBuf {
     let dir = std::env::var_os("BOOTSTREAM_COMPAT_DIR")

@@ -2,7 +2,7 @@
 //! the booted initramfs holds. The ISO boots through its bootloader (isolinux) from the served full ISO;
 //! iPXE fetches the served script, kernel and initrd over HTTP on a contained user network.
 
-mod common;
+use crate::common;
 
 use common::qemu::{self, GUEST_HOST_ADDR};
 use common::*;

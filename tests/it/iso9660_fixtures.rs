@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 
 use bootstream::iso9660::writer::IsoBuilder;
 use bootstream::iso9660::{Descriptor, IsoFs};

@@ -1,7 +1,7 @@
 //! OS images given as URLs: downloaded from a real local HTTP server, verified against their SHA-256,
 //! renamed into the data directory; a bad one is reported and not served while the others are.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

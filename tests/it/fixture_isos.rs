@@ -1,7 +1,7 @@
 //! Every real live-ISO fixture made by the CoreOS build tool, loaded as a base image and served as an
 //! InfraEnv's discovery ISO, read back with the real coreos-installer.
 
-mod common;
+use crate::common;
 
 use common::*;
 

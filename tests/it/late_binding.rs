@@ -1,7 +1,7 @@
 //! Late binding end to end, run the way a user runs it: `bootstream serve`, the CLI (`apply`, `patch`,
 //! `delete`, `get`) and `bootstream simulate` playing the hosts' discovery agents over the real agent API.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! off at its timeout, every idle connection still served afterwards, and the descriptors back to
 //! their idle level at the end.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! The rest of the image path: kernel-argument edits, iPXE variants, the ironic agent (converged flow)
 //! and the s390x initrd.addrsize file.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -23,7 +23,7 @@
 //!
 //! Wiring (the module only needs `std` and the `tempfile` dev-dependency):
 //! ```ignore
-//! // tests/common/mod.rs
+//! // tests/it/common/mod.rs
 //! pub mod qemu;
 //!
 //! // tests/boot_fixture.rs

@@ -3,7 +3,7 @@
 //!
 //! Needs `coreos-installer` (in `PATH` or `~/.cargo/bin`) and `xz`; fails, never skips, without them.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! embed area after the Ignition archive, and appended to the PXE initrd. Adding, changing and deleting
 //! one changes the served image and the InfraEnv's status; bad input gives a clear condition and HTTP error.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -379,7 +379,7 @@ fn embed_area_capacity_for_nmstateconfigs_like_the_example() {
         }
     };
     // A discovery Ignition of the usual size: render one through a real server-independent path is
-    // not needed; its gzip archive is ~6 KiB (measured in tests/ignition.rs territory), reserve 8 KiB.
+    // not needed; its gzip archive is ~6 KiB (measured in tests/it/ignition.rs territory), reserve 8 KiB.
     let budget = 262_144usize - 8 * 1024;
     let size = |n: u32| {
         let hosts: Vec<HostStaticConfig> = (0..n).map(host).collect();

@@ -1,6 +1,6 @@
 //! HTTP semantics a BMC, iPXE, curl or a browser relies on, checked on the wire against the real server.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 

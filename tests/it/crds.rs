@@ -2,7 +2,7 @@
 //! `../shared/fixtures/assisted/crds/` exists in ours with the same type, the schemas are structural, and
 //! the upstream example objects survive a trip through our types.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

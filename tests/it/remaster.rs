@@ -1,7 +1,7 @@
 //! Re-mastered minimal ISOs (base images without miniso.dat) and the El Torito support of the ISO
 //! writer: checked with coreos-installer, xorriso and our own reader, and booted under qemu.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -4,7 +4,7 @@
 //! records are keyed by (InfraEnv, host id): whatever it sends, the other tenant's record and Agent
 //! stay as they were.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

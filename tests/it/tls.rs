@@ -3,7 +3,7 @@
 //! plain-HTTP port for iPXE that serves nothing else; the certificate is reloaded when renewed.
 //! Certificates are made by openssl, clients are reqwest (rustls) and curl-free raw sockets.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

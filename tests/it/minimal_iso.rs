@@ -1,7 +1,7 @@
 //! Minimal discovery ISOs: from miniso.dat, bit-identical to `coreos-installer iso extract minimal-iso`
 //! outside the Ignition area; without miniso.dat, re-mastered (and booted under qemu).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

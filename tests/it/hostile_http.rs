@@ -3,7 +3,7 @@
 //! HTTP/1.1 fast path, and hyper, which takes chunked bodies, `Expect` and anything the fast parser
 //! does not). Each test sends what an attacker would and checks what the server holds afterwards.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

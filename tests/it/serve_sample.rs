@@ -1,7 +1,7 @@
 //! The embedded default, run as a user would: `bootstream serve` with no configuration generates the
 //! sample image; the assisted example YAML is applied unchanged; the status and the served ISO agree.
 
-mod common;
+use crate::common;
 
 use common::*;
 

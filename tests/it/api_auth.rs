@@ -1,7 +1,7 @@
 //! The embedded resource API requires the server's bearer token (issue 7): without it, or with
 //! another, 401 and nothing of the resources; the CLI finds the token next to a default `serve`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

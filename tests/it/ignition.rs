@@ -5,7 +5,7 @@
 //! The interoperability tests need `coreos-installer` (`cargo install coreos-installer`) and
 //! `cpio` (Debian package `cpio`); they fail, rather than skip, when those are missing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

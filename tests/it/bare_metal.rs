@@ -2,7 +2,7 @@
 //! `patch --subresource status` standing in for metal3's bare metal operator) and `bootstream simulate`
 //! playing the machine's discovery agent over the real agent API.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! every download of an InfraEnv whose image failed answers the same 409, and a URL handed out
 //! while answering a request never outlives the token that request presented.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -1,7 +1,7 @@
 //! Signed image URLs (issue 7), run as a user would: `bootstream serve` with its default, signed
 //! URLs. Each refusal is checked for its status and for carrying no image bytes.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -4,7 +4,7 @@
 //! `kubectl apply` would put it; hosts talk to the controller's agent API; images come from the
 //! stateless image server; a second controller waits for the Lease.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

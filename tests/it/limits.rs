@@ -1,7 +1,7 @@
 //! Limits (issue 7): past the most concurrent downloads a client gets 503 with Retry-After, and a
 //! client that goes away mid-download gives its place back.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! Static network configuration: nmstate → keyfiles, validation, the static-network ramdisk and
 //! its boot script (run for real under `sh` and `bash` against a fake root and sysfs).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -1,7 +1,7 @@
 //! What the server logs: values from requests cannot forge log lines or send terminal escapes to
 //! whoever reads the log, run against the real binary with its real log on standard error.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
