@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,15 +14,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
 const NS: &str = "metal";
 /// The NIC MAC of the first machine `bootstream simulate` plays.
 const MAC: &str = "52:54:00:00:00:00";
-
-struct Fleet(Child);
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn bmh_yaml(name: &str) -> String {
     format!(
@@ -94,7 +85,7 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     assert_eq!(s.request("HEAD", &s.path_of(&iso_url), &[]).status, 200);
 
     // The machine boots it and its agent registers: the Agent takes the BMH's settings.
-    let _fleet = Fleet(
+    let _fleet = KillOnDrop(
         Command::new(BIN)
             .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
             .args(["simulate", "--server", &s.url, "--infraenv", &format!("{NS}/pool"), "--hosts", "1"])

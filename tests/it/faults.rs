@@ -20,14 +20,6 @@ use serde_json::Value;
 
 const NS: &str = "faults";
 
-const IMAGE_SET: &str = "apiVersion: hive.openshift.io/v1\nkind: ClusterImageSet\nmetadata:\n  name: openshift-v4.20.0\nspec:\n  releaseImage: quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64\n";
-
-fn cluster_yaml(name: &str, masters: usize) -> String {
-    format!(
-        "apiVersion: hive.openshift.io/v1\nkind: ClusterDeployment\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  baseDomain: example.com\n  clusterName: {name}\n  clusterInstallRef:\n    group: extensions.hive.openshift.io\n    kind: AgentClusterInstall\n    name: {name}\n    version: v1beta1\n  platform:\n    agentBareMetal:\n      agentSelector: {{}}\n  pullSecretRef:\n    name: pull-secret\n---\napiVersion: extensions.hive.openshift.io/v1beta1\nkind: AgentClusterInstall\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  clusterDeploymentRef:\n    name: {name}\n  imageSetRef:\n    name: openshift-v4.20.0\n  networking:\n    clusterNetwork:\n    - cidr: 10.128.0.0/14\n      hostPrefix: 23\n    serviceNetwork:\n    - 172.30.0.0/16\n  provisionRequirements:\n    controlPlaneAgents: {masters}\n"
-    )
-}
-
 /// InfraEnv `ie-{i}` selecting NMStateConfig `nm-{i}`, both in one document stream.
 fn infraenv_with_nmstate(i: usize) -> String {
     let selector = format!("  nmStateConfigLabelSelector:\n    matchLabels:\n      ie: ie-{i}\n");
@@ -460,7 +452,7 @@ fn lifecycle_with_kills(rng: &mut Rng) {
     }
 
     // 3. Killed while agents are being bound to a ClusterDeployment.
-    s.apply_ok(&cluster_yaml("c1", 3));
+    s.apply_ok(&cluster_yaml(NS, "c1", 3));
     let to_bind = expected_hosts("zero", 3);
     let bound = Arc::new(AtomicUsize::new(0));
     let binder = {

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -12,24 +12,7 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
 const NS: &str = "fleet";
 
-fn cluster_yaml(name: &str, masters: usize) -> String {
-    format!(
-        "apiVersion: hive.openshift.io/v1\nkind: ClusterDeployment\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  baseDomain: example.com\n  clusterName: {name}\n  clusterInstallRef:\n    group: extensions.hive.openshift.io\n    kind: AgentClusterInstall\n    name: {name}\n    version: v1beta1\n  platform:\n    agentBareMetal:\n      agentSelector: {{}}\n  pullSecretRef:\n    name: pull-secret\n---\napiVersion: extensions.hive.openshift.io/v1beta1\nkind: AgentClusterInstall\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  clusterDeploymentRef:\n    name: {name}\n  imageSetRef:\n    name: openshift-v4.20.0\n  networking:\n    clusterNetwork:\n    - cidr: 10.128.0.0/14\n      hostPrefix: 23\n    serviceNetwork:\n    - 172.30.0.0/16\n  provisionRequirements:\n    controlPlaneAgents: {masters}\n"
-    )
-}
-
-const IMAGE_SET: &str = "apiVersion: hive.openshift.io/v1\nkind: ClusterImageSet\nmetadata:\n  name: openshift-v4.20.0\nspec:\n  releaseImage: quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64\n";
-
-struct Fleet(Child);
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> Fleet {
+fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(BIN)
         .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
         .args(["simulate", "--server", server, "--infraenv", infraenv, "--hosts", &hosts.to_string()])
@@ -40,7 +23,7 @@ fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> Fleet
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    Fleet(child)
+    KillOnDrop(child)
 }
 
 fn agents(s: &Server) -> Vec<Value> {
@@ -108,7 +91,7 @@ fn setup(s: &Server) {
 fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again() {
     let s = Server::start(&[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("first", 3));
+    s.apply_ok(&cluster_yaml(NS, "first", 3));
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 4, &[]);
 
     // Registered as unbound agents.
@@ -149,7 +132,7 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
     wait_agents(&s, "all known-unbound again", 60, |l| l.len() == 4 && l.iter().all(|a| state(a) == "known-unbound"));
 
     // And bound to a second cluster, installed again.
-    s.apply_ok(&cluster_yaml("second", 3));
+    s.apply_ok(&cluster_yaml(NS, "second", 3));
     for n in cluster_hosts {
         bind(&s, n, "second");
     }
@@ -174,7 +157,7 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
 fn unbinding_during_installation_is_refused() {
     let s = Server::start(&[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("slow", 1));
+    s.apply_ok(&cluster_yaml(NS, "slow", 1));
     // Installation stages take 3 s each, so the host is caught installing.
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &["--stage-seconds", "3"]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
@@ -197,7 +180,7 @@ fn unbinding_during_installation_is_refused() {
 fn agents_of_an_infraenv_made_for_the_cluster_are_deleted_with_it() {
     let s = Server::start(&[]);
     s.apply_ok(&format!("{}---\n{IMAGE_SET}", pull_secret_yaml(NS)));
-    s.apply_ok(&cluster_yaml("owned", 2));
+    s.apply_ok(&cluster_yaml(NS, "owned", 2));
     s.apply_ok(&infraenv_yaml(NS, "for-owned", &format!("  clusterRef:\n    name: owned\n    namespace: {NS}\n")));
     s.wait_image_created(NS, "for-owned", "True");
     let _fleet = simulate(&s.url, &format!("{NS}/for-owned"), 2, &[]);
@@ -223,7 +206,7 @@ fn agents_of_an_infraenv_made_for_the_cluster_are_deleted_with_it() {
 fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     let s = Server::start(&[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("hold", 3));
+    s.apply_ok(&cluster_yaml(NS, "hold", 3));
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
     let list =
         wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
@@ -315,7 +298,7 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     let listen = free_loopback_address();
     let mut s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("churn", 5));
+    s.apply_ok(&cluster_yaml(NS, "churn", 5));
     let fleet = simulate(&s.url, &format!("{NS}/pool"), 8, &[]);
     // Kill the server at pseudo-random moments of the lifecycle; the agents keep retrying.
     let mut seed: u64 = std::process::id() as u64;
@@ -366,7 +349,7 @@ fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
     let spoke = rt.block_on(bootstream::fake_apiserver::FakeApiServer::start());
     let s = Server::start(&[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("spoke", 1));
+    s.apply_ok(&cluster_yaml(NS, "spoke", 1));
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);
@@ -402,7 +385,7 @@ fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
 fn scenario_78_ipxe_skips_installed_hosts_by_mac() {
     let s = Server::start(&[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("pxe", 1));
+    s.apply_ok(&cluster_yaml(NS, "pxe", 1));
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
     let list =
         wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
@@ -485,7 +468,7 @@ fn a_host_registered_without_its_agent_gets_it_at_start() {
 fn installed_hosts_logs_are_linked_from_their_agent() {
     let s = Server::start_signed(&[]);
     setup(&s);
-    s.apply_ok(&cluster_yaml("logs", 1));
+    s.apply_ok(&cluster_yaml(NS, "logs", 1));
     let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);

@@ -11,14 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
-const IMAGE_SET: &str = "apiVersion: hive.openshift.io/v1\nkind: ClusterImageSet\nmetadata:\n  name: openshift-v4.20.0\nspec:\n  releaseImage: quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64\n";
-
-fn cluster_yaml(ns: &str, name: &str) -> String {
-    format!(
-        "apiVersion: hive.openshift.io/v1\nkind: ClusterDeployment\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  baseDomain: example.com\n  clusterName: {name}\n  clusterInstallRef:\n    group: extensions.hive.openshift.io\n    kind: AgentClusterInstall\n    name: {name}\n    version: v1beta1\n  platform:\n    agentBareMetal:\n      agentSelector: {{}}\n  pullSecretRef:\n    name: pull-secret\n---\napiVersion: extensions.hive.openshift.io/v1beta1\nkind: AgentClusterInstall\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  clusterDeploymentRef:\n    name: {name}\n  imageSetRef:\n    name: openshift-v4.20.0\n  networking:\n    clusterNetwork:\n    - cidr: 10.128.0.0/14\n      hostPrefix: 23\n    serviceNetwork:\n    - 172.30.0.0/16\n  provisionRequirements:\n    controlPlaneAgents: 3\n"
-    )
-}
-
 /// An InfraEnv as its agents know it: its id and the token its discovery image carries.
 struct Tenant {
     ns: String,
@@ -97,7 +89,7 @@ fn an_agent_of_one_infraenv_cannot_touch_another_tenants_host() {
     let s = Server::start(&[]);
     let a = tenant(&s, "tenant-a", "pool");
     let b = tenant(&s, "tenant-b", "pool");
-    s.apply_ok(&format!("{IMAGE_SET}---\n{}", cluster_yaml("tenant-b", "b-cluster")));
+    s.apply_ok(&format!("{IMAGE_SET}---\n{}", cluster_yaml("tenant-b", "b-cluster", 3)));
 
     // The victim: a host of tenant B, in B's pool, then bound to B's cluster.
     let host = "6f1b1b7e-0f4e-4b6a-9d57-0b8a3c1f2e11";
@@ -215,7 +207,7 @@ fn a_host_moves_between_infraenvs_of_one_namespace_only_when_unbound() {
         let token = bootstream::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).unwrap();
         Tenant { ns: "fleet".into(), id, token }
     };
-    s.apply_ok(&format!("{IMAGE_SET}---\n{}", cluster_yaml("fleet", "c")));
+    s.apply_ok(&format!("{IMAGE_SET}---\n{}", cluster_yaml("fleet", "c", 3)));
     let host = "0c0ffee0-1111-4c5e-9a4e-000000000001";
     assert_eq!(first.register(&s, host).status, 201);
     assert_eq!(first.send_inventory(&s, host, 0).status, 204);

@@ -496,3 +496,24 @@ pub fn rss_anon_and_fds(pid: u32) -> (u64, usize) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
     (rss, fds)
 }
+
+/// The ClusterImageSet the clusters of [`cluster_yaml`] install.
+pub const IMAGE_SET: &str = "apiVersion: hive.openshift.io/v1\nkind: ClusterImageSet\nmetadata:\n  name: openshift-v4.20.0\nspec:\n  releaseImage: quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64\n";
+
+/// A late-binding cluster: its ClusterDeployment and AgentClusterInstall in `ns`, asking for
+/// `masters` control-plane agents.
+pub fn cluster_yaml(ns: &str, name: &str, masters: usize) -> String {
+    format!(
+        "apiVersion: hive.openshift.io/v1\nkind: ClusterDeployment\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  baseDomain: example.com\n  clusterName: {name}\n  clusterInstallRef:\n    group: extensions.hive.openshift.io\n    kind: AgentClusterInstall\n    name: {name}\n    version: v1beta1\n  platform:\n    agentBareMetal:\n      agentSelector: {{}}\n  pullSecretRef:\n    name: pull-secret\n---\napiVersion: extensions.hive.openshift.io/v1beta1\nkind: AgentClusterInstall\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  clusterDeploymentRef:\n    name: {name}\n  imageSetRef:\n    name: openshift-v4.20.0\n  networking:\n    clusterNetwork:\n    - cidr: 10.128.0.0/14\n      hostPrefix: 23\n    serviceNetwork:\n    - 172.30.0.0/16\n  provisionRequirements:\n    controlPlaneAgents: {masters}\n"
+    )
+}
+
+/// A child process (`bootstream simulate`, say) killed however the test ends.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
