@@ -6,9 +6,8 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use crate::common;
+use crate::common::{self, run, run_ok};
 
 use bootstream::iso9660::writer::IsoBuilder;
 use bootstream::iso9660::{Descriptor, IsoFs};
@@ -26,38 +25,6 @@ fn coreos_fixture_names() -> Vec<String> {
 /// Decompresses fixture `name` into `dir` and returns its path.
 fn fixture(name: &str, dir: &Path) -> PathBuf {
     common::fixture_iso(name, dir)
-}
-
-/// Path of an external tool; a missing tool fails the test with instructions.
-fn tool(name: &str) -> PathBuf {
-    let home_bin = std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo/bin").join(name)).ok();
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(home_bin)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is required by this test but is not installed \
-                 (coreos-installer: `cargo install coreos-installer`; xorriso: `apt-get install -y xorriso`)"
-            )
-        })
-}
-
-fn run(name: &str, args: &[&str]) -> Output {
-    Command::new(tool(name))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap_or_else(|e| panic!("running {name}: {e}"))
-}
-
-/// Runs a tool that must succeed and returns its stdout.
-fn run_ok(name: &str, args: &[&str]) -> Vec<u8> {
-    let out = run(name, args);
-    assert!(out.status.success(), "{name} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
 }
 
 fn show_iso_json(args: &[&str], iso: &Path) -> Value {

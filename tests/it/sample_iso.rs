@@ -4,7 +4,8 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use crate::common::{run, run_ok};
 
 use bootstream::iso9660::IsoFs;
 use bootstream::liveiso::LiveIso;
@@ -16,37 +17,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 const MARKER: &[u8] = b"# COREOS_KARG_EMBED_AREA\n";
-
-/// Path of an external tool; a missing tool fails the test with instructions.
-fn tool(name: &str) -> PathBuf {
-    let home_bin = std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo/bin").join(name)).ok();
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(home_bin)
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is required by this test but is not installed \
-                 (coreos-installer: `cargo install coreos-installer`; xorriso: `apt-get install -y xorriso`)"
-            )
-        })
-}
-
-fn run(name: &str, args: &[&str]) -> Output {
-    Command::new(tool(name))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap_or_else(|e| panic!("running {name}: {e}"))
-}
-
-fn run_ok(name: &str, args: &[&str]) -> Vec<u8> {
-    let out = run(name, args);
-    assert!(out.status.success(), "{name} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
 
 fn coreos_installer(args: &[&str]) -> Vec<u8> {
     run_ok("coreos-installer", args)

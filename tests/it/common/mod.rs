@@ -361,6 +361,22 @@ pub fn tool(name: &str) -> PathBuf {
     found.unwrap_or_else(|| panic!("{name} is not installed; `bash .ci/test` installs the test prerequisites"))
 }
 
+/// Runs the external tool `name` (see [`tool`]).
+pub fn run(name: &str, args: &[&str]) -> std::process::Output {
+    Command::new(tool(name))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("running {name}: {e}"))
+}
+
+/// Runs a tool that must succeed and returns its stdout.
+pub fn run_ok(name: &str, args: &[&str]) -> Vec<u8> {
+    let out = run(name, args);
+    assert!(out.status.success(), "{name} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
 /// Runs coreos-installer and returns stdout (panics with stderr on failure).
 pub fn coreos_installer(args: &[&str]) -> Vec<u8> {
     let out = Command::new(tool("coreos-installer")).args(args).output().unwrap();
