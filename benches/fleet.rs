@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bootstream::simulate::{self, Stats, Target, Timing};
+use bootstream::cli::simulate::{self, Stats, Target, Timing};
 use serde_json::{Value, json};
 
 const NS: &str = "bench";

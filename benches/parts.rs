@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bootstream::auth::AgentAuth;
-use bootstream::http::respond::{Representation, respond};
-use bootstream::ignition::{DiscoveryInput, render_discovery_ignition};
-use bootstream::initrd::ignition_archive;
+use bootstream::content::ignition::{DiscoveryInput, render_discovery_ignition};
+use bootstream::content::staticnet::{self, HostStaticConfig, MacInterface, RamdiskEntry, RamdiskInput};
+use bootstream::formats::initrd::ignition_archive;
+use bootstream::http::respond::respond;
+use bootstream::plan::Representation;
 use bootstream::plan::{BaseFile, Part, Plan, Segment};
-use bootstream::staticnet::{self, HostStaticConfig, MacInterface, RamdiskEntry, RamdiskInput};
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue, Method, header};
 use serde_json::{Value, json};

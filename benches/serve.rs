@@ -510,7 +510,7 @@ fn base_iso(work: &Path, mib: usize, seed: u64) -> Result<PathBuf> {
     let path = work.join(format!("base-{mib}m-{seed}-v2.iso"));
     if !path.exists() {
         let started = Instant::now();
-        let bytes = bootstream::sample::large_sample_iso_bytes_seeded(mib << 20, seed)?;
+        let bytes = bootstream::formats::sample::large_sample_iso_bytes_seeded(mib << 20, seed)?;
         let tmp = work.join("base.tmp");
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, &path)?;

@@ -1,47 +1,41 @@
 //! bootstream: a discovery-image server and late-binding host pool for bare-metal fleets.
 //!
-//! Module map (formats at the bottom, serving in the middle, control on top):
-//! - [`iso9660`], [`liveiso`], [`kargs`], [`initrd`]: byte formats of CoreOS live images.
-//! - [`ignition`]: the per-InfraEnv discovery Ignition config.
-//! - [`sample`]: the small offline sample live ISO `serve` generates when no image is configured.
-//! - [`catalog`]: base OS images per (version, arch), loaded, validated and fingerprinted.
-//! - [`plan`], [`image`]: a response as an ordered list of byte segments, and how each artifact's plan is made.
+//! Layers, lowest first; a module uses only the layers below it (checked by `tests/it/layers.rs`):
+//! - [`plan`], [`keylocks`], [`auth`]: the bottom. A plan is a response or a file as an ordered list
+//!   of byte segments (ranges of immutable base files, small in-memory parts); the formats read and
+//!   write images through plans, so it sits below them. Per-key async locks. The keys that sign agent
+//!   tokens and image URLs.
+//! - [`formats`]: byte formats of CoreOS live images (ISO 9660, embed areas, initrds, minimal ISO).
+//! - [`hosts`]: the host record, its state machine as a table, agent steps and validations. Pure.
+//! - [`resources`]: the Kubernetes kinds (InfraEnv, Agent, ClusterDeployment, BareMetalHost, ...).
+//! - [`content`]: what goes into an InfraEnv's image: discovery Ignition, static-network ramdisk,
+//!   ironic agent config.
+//! - [`store`]: where resources live, behind the [`store::Store`] trait (SQLite or Kubernetes).
+//! - [`image`]: base images ([`image::catalog`]) and each artifact's plan for an InfraEnv, cached
+//!   by content hash.
 //! - [`http`]: the HTTP server (zero-copy fast path for downloads, hyper for the rest) and HTTP semantics.
-//! - [`resources`], [`store`], [`controllers`], [`api`]: the InfraEnv resource model, its SQLite store,
-//!   the reconcilers and the REST API.
-//! - [`cli`]: the `bootstream` command line; [`logwriter`]: its log, one line per event.
+//! - [`pool`]: the host pool: host records in the store, changed by what agents report.
+//! - [`controllers`]: the reconcilers (InfraEnv, Agent, cluster, BareMetalHost, PreprovisioningImage).
+//! - [`api`]: the HTTP routes: image downloads, the agent API, the resource API, logs, metrics.
+//! - [`cli`]: the `bootstream` command line, the agent simulator, the log writer.
+//! - `testkit` (tests only): Kubernetes API servers playing a hub and an installed cluster.
 
-pub mod agentapi;
 pub mod api;
 pub mod auth;
-pub mod backend;
-pub mod catalog;
 pub mod cli;
+pub mod content;
 pub mod controllers;
-pub mod fake_apiserver;
-pub mod hostlogs;
+pub mod formats;
 pub mod hosts;
 pub mod http;
-pub mod ignition;
 pub mod image;
-pub mod initrd;
-pub mod ironic;
-pub mod iso9660;
-pub mod kargs;
 pub mod keylocks;
-pub mod liveiso;
-pub mod logwriter;
-pub mod metrics;
-pub mod miniso;
 pub mod plan;
-pub mod remaster;
+pub mod pool;
 pub mod resources;
-pub mod sample;
-pub mod simulate;
-pub mod spoke;
-pub mod staticnet;
 pub mod store;
-pub mod urlsign;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 /// The compatibility corpus for unit tests (upstream fixture ISOs, the assisted CRDs and example
 /// CRs): `$BOOTSTREAM_COMPAT_DIR`, by default `../shared` beside the repository, as the integration

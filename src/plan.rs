@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
+use std::time::SystemTime;
 
 /// An immutable file we serve byte ranges of, with the SHA-256 of its content.
 #[derive(Debug)]
@@ -283,6 +284,24 @@ pub fn overlay_plan(base: &Arc<BaseFile>, overlays: &mut [(u64, Vec<Segment>)]) 
 
 /// A static page of zeros for writing [`Segment::Zeros`] without allocating.
 pub static ZEROS: [u8; 64 * 1024] = [0u8; 64 * 1024];
+
+/// Something we serve: bytes (as a plan) and their metadata.
+#[derive(Clone, Debug)]
+pub struct Representation {
+    pub plan: Plan,
+    /// Strong entity tag, without quotes (hex of a content digest).
+    pub etag: String,
+    pub last_modified: SystemTime,
+    pub content_type: &'static str,
+    /// `filename` for Content-Disposition: attachment.
+    pub filename: Option<String>,
+}
+
+impl Representation {
+    pub fn quoted_etag(&self) -> String {
+        format!("\"{}\"", self.etag)
+    }
+}
 
 #[cfg(test)]
 mod tests {

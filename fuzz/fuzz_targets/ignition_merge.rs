@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use bootstream::ignition::{self, Config, DiscoveryInput};
+use bootstream::content::ignition::{self, Config, DiscoveryInput};
 use libfuzzer_sys::fuzz_target;
 
 fn base() -> &'static Config {

@@ -3,7 +3,7 @@
 //! (`try_ignition_archive` then `read_initrd` gives the config back).
 #![no_main]
 
-use bootstream::initrd;
+use bootstream::formats::initrd;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,8 +5,8 @@
 //! front of it is zero, so mutations are not spent on bytes the reader never looks at.
 #![no_main]
 
-use bootstream::iso9660::{IsoFs, SECTOR, eltorito};
-use bootstream::liveiso::LiveIso;
+use bootstream::formats::iso9660::{IsoFs, SECTOR, eltorito};
+use bootstream::formats::liveiso::LiveIso;
 use libfuzzer_sys::fuzz_target;
 
 const SYSTEM_AREA: usize = 16 * SECTOR as usize;

@@ -11,10 +11,10 @@
 //! the JSON and the areas rather than into the directory structure (the iso9660 target's job).
 #![no_main]
 
-use bootstream::iso9660::IsoFs;
-use bootstream::iso9660::writer::IsoBuilder;
-use bootstream::kargs::{self, KargOp};
-use bootstream::liveiso::LiveIso;
+use bootstream::formats::iso9660::IsoFs;
+use bootstream::formats::iso9660::writer::IsoBuilder;
+use bootstream::formats::kargs::{self, KargOp};
+use bootstream::formats::liveiso::LiveIso;
 use libfuzzer_sys::fuzz_target;
 
 const SEP: &[u8] = b"\0--\0";

@@ -9,9 +9,9 @@
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
-use bootstream::iso9660::IsoFs;
-use bootstream::liveiso::LiveIso;
-use bootstream::miniso::{self, MinisoData};
+use bootstream::formats::iso9660::IsoFs;
+use bootstream::formats::liveiso::LiveIso;
+use bootstream::formats::miniso::{self, MinisoData};
 use bootstream::plan::BaseFile;
 use libfuzzer_sys::fuzz_target;
 

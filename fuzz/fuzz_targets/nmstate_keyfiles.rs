@@ -4,7 +4,7 @@
 //! leading `# map: NAME NAME ...` comment line).
 #![no_main]
 
-use bootstream::staticnet::{self, HostStaticConfig, MacInterface, ProxyEnv, RamdiskInput};
+use bootstream::content::staticnet::{self, HostStaticConfig, MacInterface, ProxyEnv, RamdiskInput};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         let archive = staticnet::ramdisk(&RamdiskInput { hosts: &hosts, proxy: Some(proxy) })
             .expect("a validated config builds a ramdisk");
         let files =
-            bootstream::initrd::read_initrd(&archive.expect("hosts give a ramdisk")).expect("ramdisk reads back");
+            bootstream::formats::initrd::read_initrd(&archive.expect("hosts give a ramdisk")).expect("ramdisk reads back");
         assert!(files.keys().any(|p| p.starts_with(staticnet::NETWORK_DIR)));
     }
 });

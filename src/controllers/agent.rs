@@ -9,13 +9,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::auth::AgentAuth;
-use crate::backend::{ApiError, Backend};
 use crate::controllers::agent_conditions::*;
+use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient};
 use crate::hosts::{Host, HostKind, HostStatus};
+use crate::pool::{ApiError, Backend};
 use crate::resources::agent::*;
 use crate::resources::hive::{AgentClusterInstall, ClusterDeployment};
 use crate::resources::{Condition, INFRAENV_NAME_LABEL, InfraEnv, Time, set_condition};
-use crate::spoke::{ReclaimAgentConfig, SpokeClient};
 use crate::store::{Store, StoreError};
 
 /// What the controller needs besides the store.
@@ -33,7 +33,7 @@ pub struct AgentContext<S: Store> {
     /// queue the Agent again (see [`OwnWrites`]).
     pub own_writes: OwnWrites,
     /// Signs the Agents' logsURL (claim `cluster_id`), where URLs are signed.
-    pub url_signer: Option<Arc<crate::urlsign::UrlSigner>>,
+    pub url_signer: Option<Arc<crate::auth::urlsign::UrlSigner>>,
 }
 
 /// The last resourceVersions the agent controller wrote, per Agent. A reconcile computes an Agent from
@@ -433,7 +433,7 @@ async fn spoke_client<S: Store>(
     cd_ns: &str,
     cd_name: &str,
 ) -> Result<Option<SpokeClient>, String> {
-    crate::spoke::for_cluster(&ctx.store, cd_ns, cd_name).await
+    crate::controllers::spoke::for_cluster(&ctx.store, cd_ns, cd_name).await
 }
 
 /// §7.2: starts the reclaim agent on the node through the cluster's admin kubeconfig.

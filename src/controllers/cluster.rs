@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, Cluster};
 use crate::hosts::machine::Event;
 use crate::hosts::{Host, HostStatus};
+use crate::pool::{Backend, Cluster};
 use crate::resources::agent::Agent;
 use crate::resources::hive::{AgentClusterInstall, ClusterDeployment, ClusterImageSet};
 use crate::resources::{Condition, INFRAENV_NAME_LABEL, InfraEnv, Time, set_condition};

@@ -49,13 +49,13 @@ pub async fn desired_status<S: Store>(
         Ok(built) => {
             // A new token alone is not a new image: BareMetalHosts and PreprovisioningImages go by
             // createdTime, and would otherwise reprovision at every refresh.
-            let same_url = crate::urlsign::without_token(&status.iso_download_url)
-                == crate::urlsign::without_token(&built.urls.iso);
+            let same_url = crate::auth::urlsign::without_token(&status.iso_download_url)
+                == crate::auth::urlsign::without_token(&built.urls.iso);
             if status.image_digest != built.digest || !same_url {
                 status.created_time = Some(now.clone());
                 status.image_digest = built.digest;
             }
-            status.ironic_agent = crate::ironic::enabled(ie);
+            status.ironic_agent = crate::content::ironic::enabled(ie);
             status.iso_download_url = built.urls.iso;
             // Only when there is static network config, as assisted-service does.
             let debug = status.debug_info.get_or_insert_with(Default::default);
@@ -90,7 +90,7 @@ pub async fn desired_status<S: Store>(
                 }
                 ImageError::Internal(_)
                 | ImageError::BaseChanged(_)
-                | ImageError::OsImage(crate::catalog::LookupError::Loading { .. }) => (
+                | ImageError::OsImage(crate::image::catalog::LookupError::Loading { .. }) => (
                     condition(
                         "False",
                         REASON_IMAGE_CREATION_ERROR,
@@ -166,7 +166,7 @@ fn deletable_with_infraenv(status: crate::hosts::HostStatus) -> bool {
 /// InfraEnv stays, with a condition naming those hosts.
 async fn handle_deletion<S: Store>(
     images: &Images<S>,
-    backend: &crate::backend::Backend,
+    backend: &crate::pool::Backend,
     ie: InfraEnv,
 ) -> Result<Action, StoreError> {
     if !ie.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == INFRAENV_FINALIZER)) {
@@ -230,7 +230,7 @@ async fn handle_deletion<S: Store>(
 /// Reconciles one InfraEnv; with a backend it also owns the InfraEnv's deletion (finalizer).
 pub async fn reconcile_with<S: Store>(
     images: &Images<S>,
-    backend: Option<&crate::backend::Backend>,
+    backend: Option<&crate::pool::Backend>,
     namespace: &str,
     name: &str,
 ) -> Result<Action, StoreError> {

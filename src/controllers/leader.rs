@@ -199,7 +199,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_leader_that_cannot_renew_steps_down_before_the_lease_expires() {
-        use crate::store::apiserver::{ApiServer, Grant};
+        use crate::testkit::hub::{ApiServer, Grant};
         let _ = rustls::crypto::ring::default_provider().install_default();
         let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
         let grant = |verbs: &[&str]| Grant {

@@ -4,11 +4,11 @@
 
 pub mod agent;
 pub mod agent_conditions;
-pub mod bmac;
 pub mod cluster;
 pub mod infraenv;
 pub mod leader;
-pub mod ppi;
+pub mod metal3;
+pub mod spoke;
 #[cfg(test)]
 mod tests;
 
@@ -19,10 +19,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use tokio::sync::{Notify, broadcast};
 
-use crate::backend::Backend;
 use crate::image::Images;
+use crate::pool::Backend;
 use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
+use metal3::{bmac, ppi};
 
 type Key = (String, String);
 
@@ -294,12 +295,12 @@ pub async fn infraenvs_affected_by<S: Store>(
     let key = |ie: InfraEnv| (ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default());
     let mut keys = Vec::new();
     if resource == resource_name::<Secret>()
-        && namespace == crate::ironic::ICC_SECRET_NAMESPACE
-        && name == crate::ironic::ICC_SECRET_NAME
+        && namespace == crate::content::ironic::ICC_SECRET_NAMESPACE
+        && name == crate::content::ironic::ICC_SECRET_NAME
     {
         // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace.
         let all = store.list::<InfraEnv>(None).await.unwrap_or_default();
-        keys.extend(all.into_iter().filter(crate::ironic::enabled).map(key));
+        keys.extend(all.into_iter().filter(crate::content::ironic::enabled).map(key));
     }
     if resource == resource_name::<NMStateConfig>() {
         // Not every selecting InfraEnv of the namespace: adding a cluster's hosts to a namespace of

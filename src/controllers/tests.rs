@@ -12,15 +12,15 @@ use super::Hub;
 use super::agent::{self, Action, AgentContext};
 use super::agent_conditions::*;
 use super::cluster::{self, ClusterContext};
-use crate::backend::{Backend, BackendConfig, ManualClock};
-use crate::fake_apiserver::FakeApiServer;
 use crate::hosts::{HostKind, HostStatus};
+use crate::pool::{Backend, BackendConfig, ManualClock};
 use crate::resources::agent::{Agent, DeprovisionInfo, SKIP_SPOKE_CLEANUP_ANNOTATION};
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, Kind};
 use crate::store::Store;
-use crate::store::apiserver::ApiServer;
 use crate::store::kube::KubeStore;
 use crate::store::sqlite::SqliteStore;
+use crate::testkit::hub::ApiServer;
+use crate::testkit::spoke::FakeApiServer;
 
 mod metal3;
 
@@ -55,10 +55,10 @@ async fn on_kubernetes() -> World<KubeStore> {
     let server = ApiServer::start(api.clone()).await;
     // The controllers have exactly the permissions the manifests users install give them.
     let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml")).unwrap();
-    let grants = crate::store::apiserver::service_account_grants(&rbac, "bootstream", "bootstream-controller").unwrap();
+    let grants = crate::testkit::hub::service_account_grants(&rbac, "bootstream", "bootstream-controller").unwrap();
     server.enforce_rbac("controller", grants);
     let admin_rule = serde_json::from_value(json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]})).unwrap();
-    server.enforce_rbac("admin", vec![crate::store::apiserver::Grant { namespace: None, rule: admin_rule }]);
+    server.enforce_rbac("admin", vec![crate::testkit::hub::Grant { namespace: None, rule: admin_rule }]);
     let store = KubeStore::start(server.client_as("controller").await, &Kind::ALL).await;
     let admin = KubeStore::start(server.client_as("admin").await, &[]).await;
     world(store, admin, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server))).await
@@ -175,7 +175,7 @@ impl<S: Store> World<S> {
         let id = uuid::Uuid::new_v4().to_string();
         self.backend.register_host(&ie_uid, NS, &id, "v1", None).await.unwrap();
         self.backend
-            .update_inventory(&self.key(&id).await, crate::simulate::inventory(index).to_string())
+            .update_inventory(&self.key(&id).await, crate::hosts::simulated::inventory(index).to_string())
             .await
             .unwrap();
         self.apply(
@@ -247,7 +247,7 @@ impl<S: Store> World<S> {
         // Binding makes the agent restart: it registers again and sends its inventory.
         self.register_again(&id).await;
         self.backend
-            .update_inventory(&self.key(&id).await, crate::simulate::inventory(index).to_string())
+            .update_inventory(&self.key(&id).await, crate::hosts::simulated::inventory(index).to_string())
             .await
             .unwrap();
         self.set_host(&id, HostStatus::Installed, "Done").await;
@@ -403,7 +403,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
     assert!(spoke.get(&ds).is_none());
     assert_eq!(deprovision(&w.agent(&id).await), None);
-    w.backend.update_inventory(&w.key(&id).await, crate::simulate::inventory(0).to_string()).await.unwrap();
+    w.backend.update_inventory(&w.key(&id).await, crate::hosts::simulated::inventory(0).to_string()).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 

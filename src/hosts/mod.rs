@@ -6,6 +6,7 @@
 
 pub mod instructions;
 pub mod machine;
+pub mod simulated;
 pub mod validations;
 
 use std::sync::{Arc, OnceLock};

@@ -4,6 +4,7 @@
 //! Handlers are framework-free: they take an `http::Request<Bytes>` and return an
 //! `http::Response<Body>`, so the same code answers on either path.
 
+pub mod query;
 pub mod range;
 pub mod respond;
 pub mod server;

@@ -10,25 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::Body;
 use super::range::{self, RangeRequest};
-use crate::plan::{Part, Plan};
-
-/// Something we serve: bytes (as a plan) and their metadata.
-#[derive(Clone, Debug)]
-pub struct Representation {
-    pub plan: Plan,
-    /// Strong entity tag, without quotes (hex of a content digest).
-    pub etag: String,
-    pub last_modified: SystemTime,
-    pub content_type: &'static str,
-    /// `filename` for Content-Disposition: attachment.
-    pub filename: Option<String>,
-}
-
-impl Representation {
-    pub fn quoted_etag(&self) -> String {
-        format!("\"{}\"", self.etag)
-    }
-}
+use crate::plan::{Part, Plan, Representation};
 
 /// Answers a GET or HEAD for `rep`, honoring `Range` and the conditional headers.
 pub fn respond(method: &Method, req_headers: &HeaderMap, rep: &Representation) -> Response<Body> {

@@ -1,7 +1,7 @@
 //! Minimal ISO templates, one per base image, made on first use (never at start-up):
 //! - when the base ISO carries `coreos/miniso.dat`, the minimal ISO is a plan over the full ISO and a
-//!   small unpacked part ([`crate::miniso`]), bit-identical to `coreos-installer iso extract minimal-iso`;
-//! - otherwise it is re-mastered once ([`crate::remaster`]) into the data directory, named by the base
+//!   small unpacked part ([`crate::formats::miniso`]), bit-identical to `coreos-installer iso extract minimal-iso`;
+//! - otherwise it is re-mastered once ([`crate::formats::remaster`]) into the data directory, named by the base
 //!   image's digest, and reused across restarts.
 //!
 //! Either way the template's karg areas still hold the full ISO's arguments; the image code rewrites
@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::ImageError;
-use crate::catalog::BaseImage;
-use crate::liveiso::LiveIso;
+use crate::formats::liveiso::LiveIso;
+use crate::image::catalog::BaseImage;
 use crate::plan::{BaseFile, Plan};
 
 /// Bumped whenever the re-master output changes, so old files in the data directory are not reused.
@@ -61,7 +61,7 @@ fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, Imag
     };
     if let Some(area) = base.live.miniso {
         let started = std::time::Instant::now();
-        let m = crate::miniso::minimal_iso(&base.file, area).map_err(|e| unavailable(e.to_string()))?;
+        let m = crate::formats::miniso::minimal_iso(&base.file, area).map_err(|e| unavailable(e.to_string()))?;
         tracing::info!(version = %base.version, arch = %base.arch, elapsed_ms = started.elapsed().as_millis() as u64,
             "minimal ISO derived from miniso.dat");
         return Ok(Arc::new(MinimalTemplate {
@@ -76,14 +76,14 @@ fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, Imag
     let out = dir.join(format!("{}-v{REMASTER_FORMAT}.iso", base.sha256_hex()));
     if !out.exists() {
         let started = std::time::Instant::now();
-        crate::remaster::remaster_minimal(base.path(), &out).map_err(|e| unavailable(e.to_string()))?;
+        crate::formats::remaster::remaster_minimal(base.path(), &out).map_err(|e| unavailable(e.to_string()))?;
         tracing::info!(version = %base.version, arch = %base.arch, path = %out.display(),
             elapsed_ms = started.elapsed().as_millis() as u64, "minimal ISO re-mastered");
     }
     let internal = |e: String| ImageError::Internal(format!("{}: {e}", out.display()));
     let file = std::fs::File::open(&out).map_err(|e| internal(e.to_string()))?;
     let len = file.metadata().map_err(|e| internal(e.to_string()))?.len();
-    let sha256 = crate::catalog::sha256_file(&file).map_err(|e| internal(e.to_string()))?;
+    let sha256 = crate::image::catalog::sha256_file(&file).map_err(|e| internal(e.to_string()))?;
     let live = LiveIso::inspect(file.try_clone().map_err(|e| internal(e.to_string()))?)
         .map_err(|e| internal(e.to_string()))?;
     let current = live

@@ -15,6 +15,7 @@
 //! The controller and the download handlers call the same functions, so an image the status calls
 //! created is exactly the image served, and an error in one is the error in the other.
 
+pub mod catalog;
 pub mod minimal;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -25,12 +26,12 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
 
-use crate::catalog::{BaseImage, Catalog, LookupError};
-use crate::http::respond::Representation;
-use crate::ironic::{self, IronicDefaults};
-use crate::kargs::KargOp;
+use crate::content::ironic::{self, IronicDefaults};
+use crate::formats::kargs::KargOp;
+use crate::formats::liveiso::{Area, LiveIso};
+use crate::image::catalog::{BaseImage, Catalog, LookupError};
 pub use crate::keylocks::KeyLocks;
-use crate::liveiso::{Area, LiveIso};
+use crate::plan::Representation;
 use crate::plan::{Part, Plan, PlanBuilder, Segment};
 use crate::resources::{
     DOCKER_CONFIG_JSON_KEY, ImageType, InfraEnv, IpxeScriptType, KernelArgumentOperation, NMStateConfig, secret_value,
@@ -53,7 +54,7 @@ pub struct ServiceConfig {
     pub agent_auth: Option<crate::auth::AgentAuth>,
     /// Signs image URLs and checks the tokens of image requests; None serves unsigned `/byid/` URLs
     /// (assisted-service's AUTH_TYPE=none).
-    pub url_signer: Option<Arc<crate::urlsign::UrlSigner>>,
+    pub url_signer: Option<Arc<crate::auth::urlsign::UrlSigner>>,
     /// Where iPXE reaches bootstream when `base_url` is HTTPS and a plain-HTTP listener serves what
     /// iPXE fetches ("insecure iPXE URLs", spec-controllers §3.8): the iPXE script, kernel, rootfs
     /// and PXE initrd URLs are built on it. No trailing slash.
@@ -66,7 +67,7 @@ impl ServiceConfig {
     pub fn new(base_url: &str, data_dir: PathBuf) -> ServiceConfig {
         ServiceConfig {
             base_url: base_url.trim_end_matches('/').to_string(),
-            agent_image: crate::ignition::DEFAULT_AGENT_IMAGE.to_string(),
+            agent_image: crate::content::ignition::DEFAULT_AGENT_IMAGE.to_string(),
             data_dir,
             default_image_type: ImageType::FullIso,
             ironic: IronicDefaults::default(),
@@ -131,13 +132,15 @@ impl From<StoreError> for ImageError {
 /// laying out the tar at every build costed a new InfraEnv's first byte more than its gzip.
 #[derive(Debug)]
 pub struct StaticNetworkFiles {
-    entries: Vec<crate::staticnet::RamdiskEntry>,
+    entries: Vec<crate::content::staticnet::RamdiskEntry>,
     tar: std::sync::OnceLock<Arc<Part>>,
 }
 
 impl StaticNetworkFiles {
     pub fn tar(&self) -> Arc<Part> {
-        self.tar.get_or_init(|| Arc::new(Part::new(crate::staticnet::network_files_tar(&self.entries)))).clone()
+        self.tar
+            .get_or_init(|| Arc::new(Part::new(crate::content::staticnet::network_files_tar(&self.entries))))
+            .clone()
     }
 }
 
@@ -183,11 +186,11 @@ pub struct SelectedConfig {
     pub name: String,
     pub resource_version: String,
     labels: BTreeMap<String, String>,
-    pub host: Arc<crate::staticnet::HostStaticConfig>,
+    pub host: Arc<crate::content::staticnet::HostStaticConfig>,
 }
 
 impl SelectedConfig {
-    fn of(c: &NMStateConfig, host: Arc<crate::staticnet::HostStaticConfig>) -> SelectedConfig {
+    fn of(c: &NMStateConfig, host: Arc<crate::content::staticnet::HostStaticConfig>) -> SelectedConfig {
         SelectedConfig {
             name: c.metadata.name.clone().unwrap_or_default(),
             resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
@@ -284,7 +287,7 @@ pub struct Images<S: Store> {
     /// Parsed NMStateConfigs by namespace, with the store's NMStateConfig change count they were read at.
     nmstate_lists: Mutex<HashMap<String, Arc<tokio::sync::Mutex<NamespaceConfigs>>>>,
     /// Each NMStateConfig's ramdisk host entry by uid, with the resourceVersion it was made from.
-    static_hosts: Mutex<HashMap<String, (String, Arc<crate::staticnet::HostStaticConfig>)>>,
+    static_hosts: Mutex<HashMap<String, (String, Arc<crate::content::staticnet::HostStaticConfig>)>>,
     parts: Mutex<HashMap<[u8; 32], Weak<Part>>>,
     minimal: minimal::Templates,
     /// This service itself, for builds that run on the blocking pool.
@@ -315,7 +318,7 @@ pub fn ipxe_kernel_arguments(rootfs_url: &str, content: &DiscoveryContent) -> Re
     let kargs = if content.karg_ops.is_empty() {
         kargs
     } else {
-        crate::kargs::apply_ops(&kargs, &content.karg_ops)
+        crate::formats::kargs::apply_ops(&kargs, &content.karg_ops)
             .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?
     };
     if kargs.len() >= KERNEL_COMMAND_LINE_MAX {
@@ -381,14 +384,14 @@ pub fn check_ipxe_script(script: &str) -> Result<(), String> {
 }
 
 /// The static-network host entry of an NMStateConfig: its MAC map and its nmstate YAML.
-pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConfig {
+pub fn host_static_config(c: &NMStateConfig) -> crate::content::staticnet::HostStaticConfig {
     // In the order builds want it, once (see `staticnet::normalize`).
-    let mut host = crate::staticnet::HostStaticConfig {
+    let mut host = crate::content::staticnet::HostStaticConfig {
         mac_interface_map: c
             .spec
             .interfaces
             .iter()
-            .map(|i| crate::staticnet::MacInterface {
+            .map(|i| crate::content::staticnet::MacInterface {
                 mac_address: i.mac_address.clone(),
                 logical_nic_name: i.name.clone(),
             })
@@ -402,7 +405,7 @@ pub fn host_static_config(c: &NMStateConfig) -> crate::staticnet::HostStaticConf
 impl<S: Store> Images<S> {
     /// Follows the store's changes until its feed ends:
     /// - checks each NMStateConfig and generates its keyfiles as it is created or changed
-    ///   ([`crate::staticnet::prepare`]), so that the first build of an InfraEnv selecting it (which
+    ///   ([`crate::content::staticnet::prepare`]), so that the first build of an InfraEnv selecting it (which
     ///   a host's first download may wait for) only assembles the ramdisk;
     /// - forgets the content of each InfraEnv deleted (the InfraEnv controller does too; an image
     ///   server replica on Kubernetes runs no controller).
@@ -415,7 +418,7 @@ impl<S: Store> Images<S> {
             match events.recv().await {
                 Ok(e) if e.resource == nmstate && e.resource_version.is_some() => {
                     if let Ok(Some(c)) = self.store.get::<NMStateConfig>(&e.namespace, &e.name).await {
-                        crate::staticnet::prepare(&self.static_host(&c));
+                        crate::content::staticnet::prepare(&self.static_host(&c));
                     }
                 }
                 Ok(e) if e.resource == infraenv && e.resource_version.is_none() => self.forget(&e.namespace, &e.name),
@@ -669,7 +672,7 @@ impl<S: Store> Images<S> {
         validate_pull_secret(&pull_secret)
             .map_err(|e| ImageError::Invalid(format!("invalid pull secret data in secret {secret_name}: {e}")))?;
         let proxy = ie.spec.proxy.as_ref().and_then(|p| {
-            let proxy = crate::ignition::Proxy {
+            let proxy = crate::content::ignition::Proxy {
                 http_proxy: non_empty(&p.http_proxy),
                 https_proxy: non_empty(&p.https_proxy),
                 no_proxy: non_empty(&p.no_proxy),
@@ -686,7 +689,8 @@ impl<S: Store> Images<S> {
             };
             // Checked before anything is built: an argument that would read differently to iPXE,
             // GRUB or the kernel refuses the whole image (every artifact carries the arguments).
-            crate::kargs::check_op(&op).map_err(|e| ImageError::Invalid(format!("spec.kernelArguments[{i}]: {e}")))?;
+            crate::formats::kargs::check_op(&op)
+                .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments[{i}]: {e}")))?;
             if let KargOp::Append(arg) = &op {
                 karg_appends.push(arg.clone());
             }
@@ -731,11 +735,11 @@ impl<S: Store> Images<S> {
     fn static_network_part(
         &self,
         nmstate: &[Arc<SelectedConfig>],
-        proxy: Option<&crate::ignition::Proxy>,
+        proxy: Option<&crate::content::ignition::Proxy>,
     ) -> Result<StaticNetworkPart, ImageError> {
-        let entries = crate::staticnet::ramdisk_files_of(
+        let entries = crate::content::staticnet::ramdisk_files_of(
             nmstate.iter().map(|c| c.host.as_ref()),
-            proxy.map(|p| crate::staticnet::ProxyEnv {
+            proxy.map(|p| crate::content::staticnet::ProxyEnv {
                 http_proxy: p.http_proxy.as_deref(),
                 https_proxy: p.https_proxy.as_deref(),
                 no_proxy: p.no_proxy.as_deref(),
@@ -745,12 +749,12 @@ impl<S: Store> Images<S> {
         let ramdisk = if entries.is_empty() {
             None
         } else {
-            let bytes = crate::staticnet::archive(&entries)
+            let bytes = crate::content::staticnet::archive(&entries)
                 .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
             Some(self.shared_part(bytes))
         };
         let files = (!nmstate.is_empty()).then(|| StaticNetworkFiles {
-            entries: entries.into_iter().filter(crate::staticnet::is_network_file).collect(),
+            entries: entries.into_iter().filter(crate::content::staticnet::is_network_file).collect(),
             tar: Default::default(),
         });
         Ok(StaticNetworkPart { ramdisk, files, hosts: nmstate.len() })
@@ -763,7 +767,7 @@ impl<S: Store> Images<S> {
         ie: &InfraEnv,
         uid: &str,
         pull_secret: String,
-        proxy: Option<crate::ignition::Proxy>,
+        proxy: Option<crate::content::ignition::Proxy>,
         icc: Option<&Secret>,
         has_static_network: bool,
     ) -> Result<(Arc<str>, Arc<Part>), ImageError> {
@@ -805,7 +809,7 @@ impl<S: Store> Images<S> {
             None
         };
 
-        let input = crate::ignition::DiscoveryInput {
+        let input = crate::content::ignition::DiscoveryInput {
             infra_env_id: uid.to_string(),
             service_base_url: self.config.base_url.clone(),
             pull_secret,
@@ -825,15 +829,15 @@ impl<S: Store> Images<S> {
             insecure_skip_verify: false,
             ca_cert_pem: self.config.service_ca_cert_pem.clone(),
         };
-        let ignition = crate::ignition::render_discovery_ignition(&input)
+        let ignition = crate::content::ignition::render_discovery_ignition(&input)
             .map_err(|e| ImageError::Invalid(format!("discovery ignition: {e}")))?;
-        let archive = self.shared_part(crate::initrd::ignition_archive(ignition.as_bytes()));
+        let archive = self.shared_part(crate::formats::initrd::ignition_archive(ignition.as_bytes()));
         Ok((ignition.into(), archive))
     }
 
     /// [`host_static_config`] of `c`, kept per NMStateConfig while its resourceVersion stays (its
     /// YAML is written out once, not at every build of every InfraEnv that selects it).
-    fn static_host(&self, c: &NMStateConfig) -> Arc<crate::staticnet::HostStaticConfig> {
+    fn static_host(&self, c: &NMStateConfig) -> Arc<crate::content::staticnet::HostStaticConfig> {
         let (Some(uid), Some(rv)) = (c.metadata.uid.as_deref(), c.metadata.resource_version.as_deref()) else {
             return Arc::new(host_static_config(c));
         };
@@ -892,7 +896,7 @@ impl<S: Store> Images<S> {
     /// The Ignition embed area's new bytes: the Ignition archive, the static-network ramdisk, zeros.
     fn embed_area(&self, area: Area, content: &DiscoveryContent) -> Result<Vec<Segment>, ImageError> {
         let ign = content.archive.bytes.len();
-        crate::ignition::check_archive_size(ign, area.len).map_err(|e| ImageError::Invalid(e.to_string()))?;
+        crate::content::ignition::check_archive_size(ign, area.len).map_err(|e| ImageError::Invalid(e.to_string()))?;
         let ram = content.ramdisk.as_ref().map(|r| r.bytes.len()).unwrap_or(0);
         if (ign + ram) as u64 > area.len {
             return Err(ImageError::Invalid(format!(
@@ -941,10 +945,10 @@ impl<S: Store> Images<S> {
                 )));
             };
             let current = kargs.unwrap_or_else(|| areas.current.clone());
-            let new = crate::kargs::apply_ops(&current, &content.karg_ops)
+            let new = crate::formats::kargs::apply_ops(&current, &content.karg_ops)
                 .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
             for a in &areas.areas {
-                let bytes = crate::kargs::render_area(&new, areas.size, a.end, a.pad)
+                let bytes = crate::formats::kargs::render_area(&new, areas.size, a.end, a.pad)
                     .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
                 let part = self.shared_part(bytes);
                 let len = part.bytes.len();
@@ -996,9 +1000,9 @@ impl<S: Store> Images<S> {
         content: &DiscoveryContent,
     ) -> Result<Representation, ImageError> {
         base.check_unchanged().map_err(ImageError::BaseChanged)?;
-        crate::ignition::check_archive_size(
+        crate::content::ignition::check_archive_size(
             content.archive.bytes.len(),
-            crate::ignition::IGNITION_ARCHIVE_LIMIT as u64,
+            crate::content::ignition::IGNITION_ARCHIVE_LIMIT as u64,
         )
         .map_err(|e| ImageError::Invalid(e.to_string()))?;
         let initrd = base.live.initrd;
@@ -1142,22 +1146,21 @@ impl<S: Store> Images<S> {
     }
 
     /// The token `ie`'s status URLs should carry, and how long until it must be replaced: the one
-    /// the status has while more than [`crate::urlsign::REFRESH_BEFORE`] of it is left (so that a
+    /// the status has while more than [`crate::auth::urlsign::REFRESH_BEFORE`] of it is left (so that a
     /// status write does not change every URL, and BareMetalHosts do not see a new image), else a
     /// new one. None when URLs are not signed.
     pub fn status_token(&self, ie: &InfraEnv, now: SystemTime) -> Option<(String, std::time::Duration)> {
         let signer = self.config.url_signer.as_ref()?;
         let id = ie.metadata.uid.as_deref().unwrap_or_default();
-        let current = ie.status.as_ref().and_then(|s| crate::urlsign::token_of_url(&s.iso_download_url));
+        let current = ie.status.as_ref().and_then(|s| crate::auth::urlsign::token_of_url(&s.iso_download_url));
         let kept = current.and_then(|t| {
             let left = signer.verify_for(t, id, now).ok()?.expires_at()?.duration_since(now).ok()?;
-            (left > crate::urlsign::REFRESH_BEFORE).then(|| (t.to_string(), left - crate::urlsign::REFRESH_BEFORE))
+            (left > crate::auth::urlsign::REFRESH_BEFORE)
+                .then(|| (t.to_string(), left - crate::auth::urlsign::REFRESH_BEFORE))
         });
-        Some(
-            kept.unwrap_or_else(|| {
-                (signer.sign(id, now), crate::urlsign::TOKEN_LIFETIME - crate::urlsign::REFRESH_BEFORE)
-            }),
-        )
+        Some(kept.unwrap_or_else(|| {
+            (signer.sign(id, now), crate::auth::urlsign::TOKEN_LIFETIME - crate::auth::urlsign::REFRESH_BEFORE)
+        }))
     }
 
     /// The URLs of `ie`'s artifacts: signed with `token` (`/byapikey/` ISO path, `api_key` on the
@@ -1327,7 +1330,7 @@ mod tests {
         #[test]
         fn a_kernel_argument_is_refused_or_reads_back_as_itself(arg in arbitrary_argument()) {
             let op = KargOp::Append(arg.clone());
-            if crate::kargs::check_op(&op).is_err() {
+            if crate::formats::kargs::check_op(&op).is_err() {
                 return Ok(());
             }
             let wanted = arg.trim().to_string();
@@ -1342,11 +1345,11 @@ mod tests {
             proptest::prop_assert_eq!(kernel_arguments_of(cmdline), expected.clone());
             // The ISO's areas: one line, the same arguments, nothing for GRUB to expand or run.
             let base = "coreos.liveiso=rhcos-420 ignition.firstboot ignition.platform.id=metal";
-            let line = crate::kargs::apply_ops(base, &[op]).unwrap();
-            let area = crate::kargs::render_area(&line, 1024, b'\n', b'#').unwrap();
+            let line = crate::formats::kargs::apply_ops(base, &[op]).unwrap();
+            let area = crate::formats::kargs::render_area(&line, 1024, b'\n', b'#').unwrap();
             let text = std::str::from_utf8(&area).unwrap();
             proptest::prop_assert_eq!(text.matches('\n').count(), 1);
-            let read_back = kernel_arguments_of(&crate::kargs::parse_area(&area, b'\n', b'#').unwrap());
+            let read_back = kernel_arguments_of(&crate::formats::kargs::parse_area(&area, b'\n', b'#').unwrap());
             proptest::prop_assert_eq!(read_back.last(), Some(&wanted));
         }
     }
@@ -1363,7 +1366,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::sqlite::SqliteStore::open_in_memory().unwrap();
         let config_in = ServiceConfig::new("http://hub.example", dir.path().into());
-        let images = Images::new(store.clone(), crate::catalog::Catalog::new(vec![]), Arc::new(config_in));
+        let images = Images::new(store.clone(), crate::image::catalog::Catalog::new(vec![]), Arc::new(config_in));
         let in_ns = |name: &str, labels: &[(&str, &str)]| {
             let mut c = config(name, labels);
             c.metadata.namespace = Some("ns".into());
@@ -1414,7 +1417,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::sqlite::SqliteStore::open_in_memory().unwrap();
         let config = Arc::new(ServiceConfig::new("http://hub.example", dir.path().into()));
-        let images = Images::new(store.clone(), crate::catalog::Catalog::new(vec![]), config);
+        let images = Images::new(store.clone(), crate::image::catalog::Catalog::new(vec![]), config);
         let apply = async |doc: serde_json::Value| {
             let (kind, doc) = crate::resources::validate_document(&doc).unwrap();
             store.apply_document(kind, doc).await.unwrap();
@@ -1455,14 +1458,14 @@ mod tests {
 
     #[test]
     fn status_tokens_are_kept_until_an_hour_before_expiry() {
-        use crate::urlsign::{REFRESH_BEFORE, TOKEN_LIFETIME, UrlSigner};
+        use crate::auth::urlsign::{REFRESH_BEFORE, TOKEN_LIFETIME, UrlSigner};
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let signer = Arc::new(UrlSigner::load_or_create(dir.path(), &[]).unwrap());
         let mut config = ServiceConfig::new("http://hub.example", dir.path().into());
         config.url_signer = Some(signer.clone());
         let store = crate::store::sqlite::SqliteStore::open_in_memory().unwrap();
-        let images = Images::new(store, crate::catalog::Catalog::new(vec![]), Arc::new(config));
+        let images = Images::new(store, crate::image::catalog::Catalog::new(vec![]), Arc::new(config));
         let mut ie = InfraEnv::new("pool", Default::default());
         ie.metadata.uid = Some("2b4f5fd6-1111-4c5e-9a4e-000000000001".into());
         let t0 = SystemTime::now();

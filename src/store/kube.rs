@@ -416,8 +416,8 @@ mod tests {
 
     use super::*;
     use crate::resources::InfraEnv;
-    use crate::store::apiserver::ApiServer;
     use crate::store::sqlite::SqliteStore;
+    use crate::testkit::hub::ApiServer;
 
     async fn cluster() -> (ApiServer, KubeStore) {
         let _ = rustls::crypto::ring::default_provider().install_default();

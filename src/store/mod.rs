@@ -8,7 +8,6 @@
 //!   last finalizer is removed;
 //! - objects whose every owner (ownerReferences) is gone are deleted (background garbage collection).
 
-pub mod apiserver;
 pub mod json;
 pub mod kube;
 pub mod sqlite;

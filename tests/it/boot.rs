@@ -38,7 +38,7 @@ fn boot_server() -> (Server, u16) {
 /// The static-network files we serve (path → sha256), read from the PXE initrd with our own reader.
 fn served_static_network_files(server: &Server, ie: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
     let initrd = server.get(&server.path_of(ie["status"]["bootArtifacts"]["initrd"].as_str().unwrap()));
-    let files = bootstream::initrd::read_initrd(&initrd.body).unwrap();
+    let files = bootstream::formats::initrd::read_initrd(&initrd.body).unwrap();
     let net: std::collections::BTreeMap<String, String> = files
         .into_iter()
         .filter(|(p, _)| p.starts_with("etc/assisted/network/"))

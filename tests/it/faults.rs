@@ -324,7 +324,7 @@ fn lifecycle_with_kills(rng: &mut Rng) {
     let images = tempfile::tempdir().unwrap();
     let iso = images.path().join("base.iso");
     // About 16.5 MiB: a download read slowly takes seconds, so it is in flight when the server dies.
-    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(16 << 20).unwrap()).unwrap();
+    std::fs::write(&iso, bootstream::formats::sample::large_sample_iso_bytes(16 << 20).unwrap()).unwrap();
     let image = format!("4.20:x86_64:{}", iso.display());
     let args = ["--os-image", image.as_str()];
     let listen = free_loopback_address();
@@ -431,7 +431,7 @@ fn lifecycle_with_kills(rng: &mut Rng) {
     // After the restart the image is the same bytes as before it.
     assert_eq!(sha256_hex(&s.get(&iso_paths[0]).body), references[0]);
     let expected_hosts = |seed: &str, n: usize| -> Vec<String> {
-        (0..n).map(|i| bootstream::simulate::host_id(seed, i)).collect::<Vec<_>>()
+        (0..n).map(|i| bootstream::cli::simulate::host_id(seed, i)).collect::<Vec<_>>()
     };
     let mut all_hosts = [expected_hosts("zero", POOL), expected_hosts("one", OTHERS)].concat();
     all_hosts.sort();
@@ -545,7 +545,7 @@ fn lifecycle_with_kills(rng: &mut Rng) {
 fn a_base_image_truncated_or_rewritten_in_place_is_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base.iso");
-    let original = bootstream::sample::large_sample_iso_bytes(32 << 20).unwrap();
+    let original = bootstream::formats::sample::large_sample_iso_bytes(32 << 20).unwrap();
     std::fs::write(&base, &original).unwrap();
     let server = Server::start(&["--os-image", &format!("4.20:x86_64:{}", base.display())]);
     server.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "ie", "")));
@@ -604,7 +604,7 @@ fn a_base_image_truncated_or_rewritten_in_place_is_never_served() {
 /// then truncated. At the next start it is reported and not served, never served as it is.
 #[test]
 fn a_downloaded_os_image_damaged_while_stopped_is_not_served_after_a_restart() {
-    let big = bootstream::sample::large_sample_iso_bytes(1 << 20).unwrap();
+    let big = bootstream::formats::sample::large_sample_iso_bytes(1 << 20).unwrap();
     let sha = sha256_hex(&big);
     let http = TinyHttp::start(big.clone());
     let image = format!("4.19:x86_64:http://127.0.0.1:{}/x.iso:{sha}", http.port);
@@ -752,10 +752,10 @@ fn a_disk_that_fills_up_while_an_os_image_downloads_leaves_no_partial_file() {
     let images = tempfile::tempdir().unwrap();
     // 4.19 comes from a URL and does not fit on the 1 MiB os-images filesystem; 4.18 is a local image
     // that must not be served in its place.
-    let big = bootstream::sample::large_sample_iso_bytes(3 << 20).unwrap();
+    let big = bootstream::formats::sample::large_sample_iso_bytes(3 << 20).unwrap();
     let sha = sha256_hex(&big);
     let local = images.path().join("other.iso");
-    let other = bootstream::sample::large_sample_iso_bytes_seeded(1 << 20, 7).unwrap();
+    let other = bootstream::formats::sample::large_sample_iso_bytes_seeded(1 << 20, 7).unwrap();
     std::fs::write(&local, &other).unwrap();
     let http = TinyHttp::start(big.clone());
 
@@ -807,7 +807,7 @@ fn a_disk_that_fills_up_while_an_os_image_downloads_leaves_no_partial_file() {
 /// downloads again (each kill would leak up to an image's size of disk).
 #[test]
 fn an_os_image_download_killed_midway_leaves_no_partial_file_after_the_restart() {
-    let big = bootstream::sample::large_sample_iso_bytes(4 << 20).unwrap();
+    let big = bootstream::formats::sample::large_sample_iso_bytes(4 << 20).unwrap();
     let sha = sha256_hex(&big);
     // About 5 MiB at 64 KiB every 10 ms: some 0.8 s.
     let http = TinyHttp::start_throttled(big.clone(), Some(Duration::from_millis(10)));

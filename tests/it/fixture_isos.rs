@@ -156,7 +156,7 @@ fn a_bad_base_image_is_reported_and_not_served() {
 /// and length (spec-images §2.3). Built with our ISO writer, served, and read back by coreos-installer.
 #[test]
 fn ignition_area_inside_another_file_s390x_form() {
-    use bootstream::iso9660::writer::IsoBuilder;
+    use bootstream::formats::iso9660::writer::IsoBuilder;
     let dir = tempfile::tempdir().unwrap();
     let mut b = IsoBuilder::new("fedora-coreos-38.20230718.dev.0").unwrap();
     b.add_file("COREOS/IGNINFO.JSO", r#"{"file": "images/cdboot.img", "length": 262144, "offset": 132096}"#).unwrap();

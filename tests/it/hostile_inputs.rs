@@ -8,7 +8,7 @@ use crate::common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use bootstream::urlsign::UrlSigner;
+use bootstream::auth::urlsign::UrlSigner;
 use common::*;
 
 /// Every download of InfraEnv `id`'s own files (unsigned server: `/byid/` and `/images/` need no
@@ -120,7 +120,7 @@ fn urls_handed_out_with_an_answer_expire_with_the_token_that_asked() {
     let id = ie["metadata"]["uid"].as_str().unwrap();
     // A token with 15 s left, signed with the server's key as the status's are.
     let signer = UrlSigner::from_files(&server.data_dir.path().join("url-signing.pem"), &[]).unwrap();
-    let lifetime = bootstream::urlsign::TOKEN_LIFETIME;
+    let lifetime = bootstream::auth::urlsign::TOKEN_LIFETIME;
     let short = signer.sign(id, SystemTime::now() - lifetime + Duration::from_secs(15));
     let short_expiry = expiry_of_token(&short).unwrap();
     assert!(short_expiry <= SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 15);

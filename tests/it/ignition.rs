@@ -1,5 +1,5 @@
-//! Discovery Ignition config (`bootstream::ignition`) and initrd archives
-//! (`bootstream::initrd`): rendering, overrides, merge semantics, size limits, and
+//! Discovery Ignition config (`bootstream::content::ignition`) and initrd archives
+//! (`bootstream::formats::initrd`): rendering, overrides, merge semantics, size limits, and
 //! interoperability with coreos-installer and GNU cpio.
 //!
 //! The interoperability tests need `coreos-installer` (`cargo install coreos-installer`) and
@@ -12,11 +12,11 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use bootstream::ignition::{
+use bootstream::content::ignition::{
     self, ConfigOrigin, DiscoveryInput, IGNITION_ARCHIVE_LIMIT, IgnitionError, Proxy, SpecVersion, check_archive_size,
     decode_data_url, merge_override, parse_config, render_discovery_config, render_discovery_ignition,
 };
-use bootstream::initrd::{self, ArchiveBuilder, InitrdError, ReadLimits, ignition_archive, read_initrd};
+use bootstream::formats::initrd::{self, ArchiveBuilder, InitrdError, ReadLimits, ignition_archive, read_initrd};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -1110,7 +1110,7 @@ proptest! {
         no_proxy in proxy_value(""),
         image in proxy_value("quay.io/x/ipa:"),
     ) {
-        use bootstream::staticnet::{PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, ramdisk_files};
+        use bootstream::content::staticnet::{PROXY_DROPIN_PATH, ProxyEnv, RamdiskEntry, RamdiskInput, ramdisk_files};
         let proxy = ProxyEnv { http_proxy: http.as_deref(), https_proxy: https.as_deref(), no_proxy: no_proxy.as_deref() };
         match ramdisk_files(&RamdiskInput { hosts: &[], proxy: Some(proxy) }) {
             Err(e) => {
@@ -1134,7 +1134,7 @@ proptest! {
             }
         }
 
-        let config = |image: &str| bootstream::ironic::IronicConfig {
+        let config = |image: &str| bootstream::content::ironic::IronicConfig {
             base_url: "https://10.0.0.5".into(),
             inspector_url: None,
             agent_image: image.to_string(),
@@ -1144,7 +1144,7 @@ proptest! {
             has_static_network: false,
         };
         let image = image.unwrap_or_default();
-        match bootstream::ironic::ignition_fragment(&config(&image)) {
+        match bootstream::content::ironic::ignition_fragment(&config(&image)) {
             Err(e) => {
                 let message = e.to_string();
                 prop_assert!(!message.chars().any(char::is_control), "{message:?}");
@@ -1158,7 +1158,7 @@ proptest! {
                 let given = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
                 let intended = proxy_pairs(&[("http_proxy", given(&http)), ("https_proxy", given(&https)), ("no_proxy", given(&no_proxy))], true);
                 prop_assert_eq!(unit_environment(&ironic), Ok(intended), "{}", ironic);
-                let plain = unit_of(&bootstream::ironic::ignition_fragment(&config("quay.io/x/ipa:1")).unwrap());
+                let plain = unit_of(&bootstream::content::ironic::ignition_fragment(&config("quay.io/x/ipa:1")).unwrap());
                 prop_assert_eq!(unit_shape(&ironic), unit_shape(&plain), "{}", ironic);
                 for (_, key, value) in unit_lines(&ironic).unwrap() {
                     if key.starts_with("ExecStart") {

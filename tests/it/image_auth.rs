@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::{Duration, SystemTime};
 
-use bootstream::urlsign::UrlSigner;
+use bootstream::auth::urlsign::UrlSigner;
 use common::*;
 
 const PULL_SECRET_AUTH: &str = "dXNlcjpwYXNzd29yZAo=";
@@ -61,7 +61,7 @@ fn assert_refused(r: &Response, status: u16, why: &str) {
 }
 
 fn token_of(url: &str) -> String {
-    bootstream::urlsign::token_of_url(url).unwrap().to_string()
+    bootstream::auth::urlsign::token_of_url(url).unwrap().to_string()
 }
 
 fn signer_of(server: &Server) -> UrlSigner {

@@ -125,9 +125,10 @@ stringData:
         .iter()
         .find(|f| f["path"] == "/etc/ironic-python-agent.conf")
         .unwrap();
-    let text =
-        String::from_utf8(bootstream::ignition::decode_data_url(conf["contents"]["source"].as_str().unwrap()).unwrap())
-            .unwrap();
+    let text = String::from_utf8(
+        bootstream::content::ignition::decode_data_url(conf["contents"]["source"].as_str().unwrap()).unwrap(),
+    )
+    .unwrap();
     assert!(text.contains("api_url = https://192.168.111.3:6385\n"), "{text}");
     assert!(text.contains("inspection_callback_url = https://192.168.111.3:5050/v1/continue\n"), "{text}");
 
@@ -152,7 +153,7 @@ stringData:
 /// s390x: `initrd.addrsize` is the image's load address and the length of the PXE initrd served.
 #[test]
 fn s390x_initrd_addrsize() {
-    use bootstream::iso9660::writer::IsoBuilder;
+    use bootstream::formats::iso9660::writer::IsoBuilder;
     let dir = tempfile::tempdir().unwrap();
     let mut b = IsoBuilder::new("rhcos-419.s390x.test").unwrap();
     b.add_file("COREOS/IGNINFO.JSO", r#"{"file": "images/cdboot.img", "length": 262144, "offset": 4096}"#).unwrap();

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{self, run, run_ok};
 
-use bootstream::iso9660::writer::IsoBuilder;
-use bootstream::iso9660::{Descriptor, IsoFs};
-use bootstream::kargs::{KargOp, apply_ops, render_area};
-use bootstream::liveiso::LiveIso;
+use bootstream::formats::iso9660::writer::IsoBuilder;
+use bootstream::formats::iso9660::{Descriptor, IsoFs};
+use bootstream::formats::kargs::{KargOp, apply_ops, render_area};
+use bootstream::formats::liveiso::LiveIso;
 use serde_json::Value;
 
 /// CoreOS fixtures (everything but `synthetic`), sorted.

@@ -1,6 +1,6 @@
 //! bootstream on Kubernetes, run as users run it: `bootstream controller --kubeconfig` and
 //! `bootstream serve --kube` as processes, against a Kubernetes API server (the loopback one of
-//! `bootstream::store::apiserver`, holding the cluster's objects). A user's YAML goes into the cluster as
+//! `bootstream::testkit::hub`, holding the cluster's objects). A user's YAML goes into the cluster as
 //! `kubectl apply` would put it; hosts talk to the controller's agent API; images come from the
 //! stateless image server; a second controller waits for the Lease.
 
@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bootstream::store::apiserver::{ApiServer, service_account_grants};
 use bootstream::store::sqlite::SqliteStore;
+use bootstream::testkit::hub::{ApiServer, service_account_grants};
 use common::*;
 use serde_json::{Value, json};
 
@@ -107,7 +107,7 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     std::fs::write(&key, [42u8; 32]).unwrap();
     let key = key.to_str().unwrap().to_string();
     // One URL-signing key for the controller (which signs status URLs) and the image servers.
-    bootstream::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap();
+    bootstream::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap();
     let url_key = dir.path().join("url-signing.pem").to_str().unwrap().to_string();
 
     kubectl_apply(
@@ -218,7 +218,7 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     let (ignition, registered, resources_on_replica, agent_api_on_replica) = blocking(move || {
         let ign = request(&r, "GET", &ign_path, &[], b"");
         let ignition: Value = serde_json::from_slice(&ign.body).unwrap();
-        let token = bootstream::simulate::agent_token(&ignition).expect("the agent token");
+        let token = bootstream::cli::simulate::agent_token(&ignition).expect("the agent token");
         let body =
             json!({"host_id": "9e2a43c4-5a7a-4a53-9d0a-6d4f0a7f0c11", "discovery_agent_version": "v1"}).to_string();
         let path = format!("/api/assisted-install/v2/infra-envs/{id}/hosts");

@@ -346,7 +346,7 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
 #[test]
 fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let spoke = rt.block_on(bootstream::fake_apiserver::FakeApiServer::start());
+    let spoke = rt.block_on(bootstream::testkit::spoke::FakeApiServer::start());
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "spoke", 1));
@@ -482,7 +482,7 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
         .strip_prefix("/api/assisted-install/v2/clusters/")
         .and_then(|p| p.strip_suffix(&format!("/logs?host_id={n}&logs_type=host")))
         .unwrap_or_else(|| panic!("unexpected logsURL {url}"));
-    let uploaded = bootstream::simulate::simulated_logs(&n);
+    let uploaded = bootstream::cli::simulate::simulated_logs(&n);
     // The signed link alone, no API token.
     let download = |s: &Server| {
         let r = request(&s.addr, "GET", path, &[], b"");
@@ -504,8 +504,8 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let target = rt
-        .block_on(bootstream::simulate::Target::discover(
-            &bootstream::simulate::client(),
+        .block_on(bootstream::cli::simulate::Target::discover(
+            &bootstream::cli::simulate::client(),
             &s.url,
             &format!("{NS}/pool"),
             Some(TEST_API_TOKEN),

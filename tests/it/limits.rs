@@ -34,7 +34,7 @@ fn server_with_a_large_image(max: &str) -> (Server, serde_json::Value, tempfile:
 fn server_with_a_large_image_and(max: &str, extra: &[&str]) -> (Server, serde_json::Value, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let iso = dir.path().join("base.iso");
-    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
+    std::fs::write(&iso, bootstream::formats::sample::large_sample_iso_bytes(64 << 20).unwrap()).unwrap();
     let image = format!("4.20:x86_64:{}", iso.display());
     let server = Server::start(&[&["--max-downloads", max, "--os-image", &image], extra].concat());
     server.apply_ok(INFRAENV);

@@ -318,7 +318,7 @@ fn ten_thousand_connections_of_every_kind_at_once() {
 
     let dir = tempfile::tempdir().unwrap();
     let iso = dir.path().join("base.iso");
-    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(ROOTFS_BYTES).unwrap()).unwrap();
+    std::fs::write(&iso, bootstream::formats::sample::large_sample_iso_bytes(ROOTFS_BYTES).unwrap()).unwrap();
     let image = format!("4.20:x86_64:{}", iso.display());
     let server = Server::start(&["--os-image", &image]);
     server.apply_ok(INFRAENV);

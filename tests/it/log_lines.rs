@@ -26,7 +26,7 @@ fn log_of_an_agent_error(s: &Server, error: &str) -> String {
     let ignition = s.get(&s.path_of(ie["status"]["bootArtifacts"]["discoveryIgnitionURL"].as_str().unwrap()));
     assert_eq!(ignition.status, 200, "{}", ignition.text());
     let ignition: Value = serde_json::from_slice(&ignition.body).unwrap();
-    let token = bootstream::simulate::agent_token(&ignition).expect("the agent token");
+    let token = bootstream::cli::simulate::agent_token(&ignition).expect("the agent token");
     let agent = |method: &str, path: &str, body: &Value| {
         let path = format!("/api/assisted-install/v2/infra-envs/{uid}/hosts{path}");
         let headers = [("X-Secret-Key", token.as_str()), ("Content-Type", "application/json")];

@@ -20,6 +20,7 @@ mod image_variants;
 mod iso9660_fixtures;
 mod kubernetes;
 mod late_binding;
+mod layers;
 mod limits;
 mod load;
 mod log_lines;

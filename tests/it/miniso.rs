@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use bootstream::catalog::{BaseImage, DigestCache, sha256_file};
-use bootstream::iso9660::IsoFs;
-use bootstream::liveiso::LiveIso;
-use bootstream::miniso::{self, MinimalIso, MinisoData, MinisoError};
+use bootstream::formats::iso9660::IsoFs;
+use bootstream::formats::liveiso::LiveIso;
+use bootstream::formats::miniso::{self, MinimalIso, MinisoData, MinisoError};
+use bootstream::image::catalog::{BaseImage, DigestCache, sha256_file};
 use bootstream::plan::BaseFile;
 use proptest::prelude::*;
 
@@ -168,7 +168,7 @@ fn every_fixture_matches_coreos_installer() {
 
         // the base image path gives the same result
         let image = BaseImage::load("test", "x86_64", path, &DigestCache::in_memory()).unwrap();
-        let again = miniso::minimal_iso_for(&image).unwrap();
+        let again = miniso::minimal_iso_of(&image.file, &image.live).unwrap();
         assert_eq!(again.with_rootfs_url(ROOTFS_URL).unwrap().read_all().unwrap(), ours, "{name}");
 
         let s = &mini.stats;
@@ -193,7 +193,7 @@ fn images_without_miniso_dat_are_unsupported() {
     let tmp = tempfile::tempdir().unwrap();
     let path = decompress("embed-areas-2021-09.iso", tmp.path());
     let image = BaseImage::load("test", "x86_64", &path, &DigestCache::in_memory()).unwrap();
-    let err = miniso::minimal_iso_for(&image).unwrap_err();
+    let err = miniso::minimal_iso_of(&image.file, &image.live).unwrap_err();
     assert_eq!(err.to_string(), "This ISO image does not support extracting a minimal ISO.");
     let their = coreos_installer_err(&["iso", "extract", "minimal-iso", path.to_str().unwrap(), "-"]);
     assert!(their.contains("does not support extracting a minimal ISO"), "{their}");

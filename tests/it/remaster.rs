@@ -9,10 +9,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use bootstream::iso9660::eltorito::{self, BootCatalog, BootEntry, Platform};
-use bootstream::iso9660::writer::{BootSetup, IsoBuilder};
-use bootstream::iso9660::{IsoFs, SECTOR};
-use bootstream::remaster::{RemasterError, RemasterReport, remaster_minimal};
+use bootstream::formats::iso9660::eltorito::{self, BootCatalog, BootEntry, Platform};
+use bootstream::formats::iso9660::writer::{BootSetup, IsoBuilder};
+use bootstream::formats::iso9660::{IsoFs, SECTOR};
+use bootstream::formats::remaster::{RemasterError, RemasterReport, remaster_minimal};
 use common::qemu;
 use common::*;
 use serde_json::Value;
@@ -400,7 +400,7 @@ fn refusals() {
 
     // No El Torito: the sample ISO (a live ISO layout without boot record).
     let sample = dir.path().join("sample.iso");
-    fs::write(&sample, bootstream::sample::sample_iso_bytes().unwrap()).unwrap();
+    fs::write(&sample, bootstream::formats::sample::sample_iso_bytes().unwrap()).unwrap();
     let err = remaster_minimal(&sample, &out).unwrap_err();
     assert!(matches!(err, RemasterError::NotBootable), "{err}");
     assert!(err.to_string().contains("no El Torito boot record"), "{err}");
@@ -488,7 +488,7 @@ fn writer_el_torito_round_trip() {
     let written = iso.read_file(&iso.get_path("ISOLINUX/ISOLINUX.BIN").unwrap(), 1 << 20).unwrap();
     assert_eq!((&written[..8], &written[64..]), (&bios[..8], &bios[64..]), "only bytes 8..64 are patched");
     assert_eq!(iso.read_file(&iso.get_path("DATA/RANGE.BIN").unwrap(), 100).unwrap(), b"streamed from a range");
-    assert!(matches!(&iso.descriptors()[1], bootstream::iso9660::Descriptor::Boot { .. }));
+    assert!(matches!(&iso.descriptors()[1], bootstream::formats::iso9660::Descriptor::Boot { .. }));
     // isoinfo-style check: xorriso can also list the files.
     let listing = run("xorriso", &["-indev", s(&path), "-find", "/", "-type", "f"]);
     assert!(listing.contains("'/DATA/RANGE.BIN'"), "{listing}");
@@ -592,12 +592,12 @@ fn large_image_is_streamed() {
     let fixture = qemu::boot_fixture_dir().join("boot.iso");
     // Build a big variant of the fixture: same tree, a sparse 1 GiB rootfs, a 32 MiB initrd.
     let full_iso = IsoFs::open(fs::File::open(&fixture).unwrap()).unwrap();
-    let source: bootstream::iso9660::writer::SharedSource = Arc::new(fs::File::open(&fixture).unwrap());
+    let source: bootstream::formats::iso9660::writer::SharedSource = Arc::new(fs::File::open(&fixture).unwrap());
     let mut builder = IsoBuilder::new(full_iso.volume_id()).unwrap();
     let big = dir.path().join("big.bin");
     let big_file = fs::File::create(&big).unwrap();
     big_file.set_len(1 << 30).unwrap();
-    let big_source: bootstream::iso9660::writer::SharedSource = Arc::new(fs::File::open(&big).unwrap());
+    let big_source: bootstream::formats::iso9660::writer::SharedSource = Arc::new(fs::File::open(&big).unwrap());
     let el_torito = eltorito::read_el_torito(&full_iso).unwrap().unwrap();
     let mut bin_path = String::new();
     for (path, record) in full_iso.walk().unwrap() {

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{run, run_ok};
 
-use bootstream::iso9660::IsoFs;
-use bootstream::liveiso::LiveIso;
-use bootstream::sample::{
+use bootstream::formats::iso9660::IsoFs;
+use bootstream::formats::liveiso::LiveIso;
+use bootstream::formats::sample::{
     SAMPLE_DEFAULT_KARGS, SAMPLE_IGNITION_AREA_SIZE, SAMPLE_KARGS_AREA_SIZE, SAMPLE_VOLUME_ID, sample_iso_bytes,
     write_sample_iso,
 };
@@ -135,7 +135,7 @@ fn our_reader_and_inspection_accept_the_sample() {
         assert_eq!(&bytes[after..after + MARKER.len()], MARKER);
     }
 
-    let region = |a: bootstream::liveiso::Area| &bytes[a.offset as usize..a.end() as usize];
+    let region = |a: bootstream::formats::liveiso::Area| &bytes[a.offset as usize..a.end() as usize];
     assert!(String::from_utf8_lossy(region(live.kernel)).contains("NOT bootable"));
     // The PXE initrd is a real initramfs: gzip'd newc with the live stamp and features.json,
     // zero-padded to 4 bytes.

@@ -161,8 +161,11 @@ fn bad_documents_are_refused_with_the_field_named() {
 fn serve_help_names_the_sample_image() {
     let out = cli(&["serve", "--help"], None);
     let help = String::from_utf8(out.stdout).unwrap();
-    let expect =
-        format!("version {}, architecture {}", bootstream::sample::SAMPLE_VERSION, bootstream::sample::SAMPLE_ARCH);
+    let expect = format!(
+        "version {}, architecture {}",
+        bootstream::formats::sample::SAMPLE_VERSION,
+        bootstream::formats::sample::SAMPLE_ARCH
+    );
     assert!(help.contains(&expect), "{help}");
     for flag in ["--data-dir", "--listen", "--base-url", "--os-image"] {
         assert!(help.contains(flag), "{flag}");

@@ -349,7 +349,7 @@ fn too_many_nmstateconfigs_for_the_embed_area_are_refused_with_the_sizes() {
 /// Ignition. Measured with the library's own builders; the figure is quoted in the README.
 #[test]
 fn embed_area_capacity_for_nmstateconfigs_like_the_example() {
-    use bootstream::staticnet::{HostStaticConfig, MacInterface, RamdiskInput, ramdisk};
+    use bootstream::content::staticnet::{HostStaticConfig, MacInterface, RamdiskInput, ramdisk};
     let example: serde_json::Value =
         yaml_serde::from_str(&std::fs::read_to_string(shared("fixtures/assisted/examples/nmstate.yaml")).unwrap())
             .unwrap();

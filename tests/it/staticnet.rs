@@ -9,11 +9,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-use bootstream::initrd::read_initrd;
-use bootstream::staticnet::{
+use bootstream::content::staticnet::{
     self, HostStaticConfig, MacInterface, ProxyEnv, RamdiskEntry, RamdiskInput, StaticNetError, keyfiles, normalize,
     ramdisk, ramdisk_files, validate,
 };
+use bootstream::formats::initrd::read_initrd;
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------

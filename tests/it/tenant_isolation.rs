@@ -24,7 +24,8 @@ fn tenant(s: &Server, ns: &str, name: &str) -> Tenant {
     let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
     let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
     assert_eq!(ign.status, 200);
-    let token = bootstream::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).expect("agent token");
+    let token =
+        bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).expect("agent token");
     Tenant { ns: ns.to_string(), id, token }
 }
 
@@ -48,7 +49,7 @@ impl Tenant {
 
     fn send_inventory(&self, s: &Server, host: &str, index: usize) -> Response {
         let reply = json!({"step_type": "inventory", "step_id": "inventory-1", "exit_code": 0,
-                           "output": bootstream::simulate::inventory(index).to_string()});
+                           "output": bootstream::hosts::simulated::inventory(index).to_string()});
         self.call(s, "POST", &self.id, &format!("/{host}/instructions"), Some(reply))
     }
 }
@@ -204,7 +205,7 @@ fn a_host_moves_between_infraenvs_of_one_namespace_only_when_unbound() {
         let ie = s.wait_image_created("fleet", "second", "True");
         let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
         let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
-        let token = bootstream::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).unwrap();
+        let token = bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).unwrap();
         Tenant { ns: "fleet".into(), id, token }
     };
     s.apply_ok(&format!("{IMAGE_SET}---\n{}", cluster_yaml("fleet", "c", 3)));

@@ -186,7 +186,7 @@ fn https_serves_the_bytes_plain_http_serves_and_the_agent_trusts_the_service_ca(
     // A 24 MiB base image, so that the ISO crosses many of the TLS path's file reads; one base URL
     // for both servers, so that both build the same discovery content.
     let iso = dir.path().join("base.iso");
-    std::fs::write(&iso, bootstream::sample::large_sample_iso_bytes(24 << 20).unwrap()).unwrap();
+    std::fs::write(&iso, bootstream::formats::sample::large_sample_iso_bytes(24 << 20).unwrap()).unwrap();
     let os_image = format!("4.20:x86_64:{}", iso.display());
     let base = ["--base-url", "https://bootstream.example:8443", "--os-image", &os_image];
     let server = TlsServer::start(tempfile::tempdir().unwrap(), &certs, false, &base);

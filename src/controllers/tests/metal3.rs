@@ -9,9 +9,9 @@ use jiff::SignedDuration;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::backend::Clock;
-use crate::controllers::bmac::{self, BmacContext};
-use crate::controllers::ppi::{self, PpiContext};
+use crate::controllers::metal3::bmac::{self, BmacContext};
+use crate::controllers::metal3::ppi::{self, PpiContext};
+use crate::pool::Clock;
 use crate::resources::metal3::*;
 use crate::resources::{BareMetalHost, PreprovisioningImage, Time};
 
@@ -34,7 +34,7 @@ fn ppi_ctx<S: Store>(w: &World<S>) -> PpiContext<S> {
     PpiContext { store: w.store.clone(), clock, image_cooldown: bmac::IMAGE_COOLDOWN }
 }
 
-/// The MAC `crate::simulate::inventory(index)` gives the host's NIC.
+/// The MAC `crate::hosts::simulated::inventory(index)` gives the host's NIC.
 fn mac(index: usize) -> String {
     format!("52:54:00:00:{:02x}:{:02x}", (index >> 8) & 0xff, index & 0xff)
 }
@@ -90,7 +90,7 @@ impl<S: Store> World<S> {
             last_heartbeat_time: None,
             last_probe_time: None,
         }];
-        let ironic = crate::ironic::enabled(&infraenv);
+        let ironic = crate::content::ironic::enabled(&infraenv);
         infraenv.status.get_or_insert_default().ironic_agent = ironic;
         self.store.update_status(&infraenv).await.unwrap();
     }
@@ -345,7 +345,7 @@ async fn scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_throug
     // The machine boots the discovery ISO and its agent registers: back in the pool.
     w.register_again(&id).await;
     assert_eq!(w.status(&id).await, HostStatus::DiscoveringUnbound);
-    w.backend.update_inventory(&w.key(&id).await, crate::simulate::inventory(0).to_string()).await.unwrap();
+    w.backend.update_inventory(&w.key(&id).await, crate::hosts::simulated::inventory(0).to_string()).await.unwrap();
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
 }
 
@@ -619,7 +619,7 @@ async fn scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv<S: Store>(
     ppi(&w, &["iso"], "x86_64").await;
     ironic_image_made(&w).await;
     let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
-    assert!(crate::ironic::enabled(&ie));
+    assert!(crate::content::ironic::enabled(&ie));
     let p = get_ppi(&w).await;
     assert!(p.metadata.finalizers.unwrap().contains(&PPI_FINALIZER.to_string()));
 }
@@ -722,7 +722,7 @@ async fn a_refreshed_url_token_is_not_a_new_image<S: Store>(w: World<S>) {
 async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     use std::time::{Duration, SystemTime};
     let dir = tempfile::tempdir().unwrap();
-    let signer = Arc::new(crate::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap());
+    let signer = Arc::new(crate::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap());
     let ctx = BmacContext { url_signer: Some(signer.clone()), ..bmac_ctx(&w, false) };
     let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
     let id = ie.metadata.uid.clone().unwrap();
@@ -737,8 +737,8 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     w.metal3_reports("bmh-0", "available", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     let url = w.get_bmh("bmh-0").await.spec.image.unwrap().url;
-    assert_eq!(crate::urlsign::without_token(&url), crate::urlsign::without_token(&first));
-    let token = crate::urlsign::token_of_url(&url).unwrap();
+    assert_eq!(crate::auth::urlsign::without_token(&url), crate::auth::urlsign::without_token(&first));
+    let token = crate::auth::urlsign::token_of_url(&url).unwrap();
     let in_a_year = SystemTime::now() + Duration::from_secs(365 * 24 * 3600);
     assert_eq!(signer.verify_for(token, &id, in_a_year).unwrap().exp, None, "the BMH's token expires");
 
@@ -760,7 +760,10 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     w.run_bmac(&ctx, "bmh-0").await;
     let again = w.get_bmh("bmh-0").await.spec.image.unwrap().url;
     assert_ne!(again, first);
-    assert_eq!(signer.verify_for(crate::urlsign::token_of_url(&again).unwrap(), &id, in_a_year).unwrap().exp, None);
+    assert_eq!(
+        signer.verify_for(crate::auth::urlsign::token_of_url(&again).unwrap(), &id, in_a_year).unwrap().exp,
+        None
+    );
 }
 
 async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World<S>) {

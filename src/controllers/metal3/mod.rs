@@ -1,0 +1,23 @@
+//! The Metal3 side: the Bare Metal Agent Controller ([`bmac`]), which joins a BareMetalHost to its
+//! InfraEnv's image and its Agent, and the PreprovisioningImage controller ([`ppi`]), which publishes
+//! an InfraEnv's image for a host the image-based way. Both wait for an InfraEnv's image to be old
+//! enough ([`cooldown_left`]), and the BMAC reads the PreprovisioningImage's `Ready` condition.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::resources::InfraEnv;
+
+pub mod bmac;
+pub mod ppi;
+
+pub const PPI_READY_CONDITION: &str = "Ready";
+
+/// How long until an InfraEnv's image is old enough to be used (§5.3, §6.1 step 8); None once it is.
+pub fn cooldown_left(infraenv: &InfraEnv, now: Timestamp, cooldown: Duration) -> Option<Duration> {
+    let created = infraenv.status.as_ref()?.created_time.as_ref()?.0;
+    let ready_at = created.checked_add(jiff::SignedDuration::try_from(cooldown).ok()?).ok()?;
+    let left = now.duration_until(ready_at);
+    (left.is_positive()).then(|| Duration::try_from(left).unwrap_or(cooldown))
+}

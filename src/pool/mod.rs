@@ -1,0 +1,941 @@
+//! The inventory backend: host and cluster records of the agent API (what assisted-service keeps in
+//! its database), and the operations on them that the agent API and the controllers call
+//! (assisted's `bminventory` internal API): register, check in, inventory, progress, bind, unbind,
+//! reclaim, refresh.
+//!
+//! Records live in memory, each host behind its own lock so that two requests about one host are
+//! applied in order, and every change is written to SQLite (one transaction) before it is visible or
+//! announced. Controllers learn about changes from [`Backend::subscribe`]. Only `checked_in_at` is kept
+//! in memory between changes: losing it in a crash costs at most a refresh that sees an agent as
+//! disconnected until it checks in again.
+
+pub mod clock;
+pub mod logs;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::hosts::machine::{self, Context, Event};
+use crate::hosts::{Host, HostKey, HostKind, HostStatus};
+use crate::store::StoreError;
+use crate::store::sqlite::SqliteStore;
+pub use clock::{Clock, ManualClock, SystemClock};
+
+const HOSTS: &str = "hosts";
+const CLUSTERS: &str = "clusters";
+
+/// An error of the internal API, with the HTTP status assisted-service answers it with.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+    pub fn is_client_error(&self) -> bool {
+        (400..500).contains(&self.status)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::new(500, e.to_string())
+    }
+}
+
+/// A cluster record: what assisted creates for an AgentClusterInstall + ClusterDeployment pair.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Cluster {
+    pub id: String,
+    /// ClusterDeployment key (kube_key_namespace / kube_key_name in assisted).
+    pub namespace: String,
+    pub name: String,
+    pub aci_name: String,
+    pub openshift_version: String,
+    pub cpu_architecture: String,
+    /// `Cluster` (day 1) or `AddHostsCluster` (day 2: the ClusterDeployment is installed).
+    pub kind: String,
+    pub status: String,
+    pub status_info: String,
+    pub status_updated_at: Timestamp,
+    pub install_started_at: Option<Timestamp>,
+    pub install_completed_at: Option<Timestamp>,
+}
+
+impl Cluster {
+    pub fn is_day2(&self) -> bool {
+        self.kind == "AddHostsCluster"
+    }
+}
+
+/// What changed, for the controllers: the host and where its Agent lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostChange {
+    pub host_id: String,
+    pub infra_env_id: String,
+    /// Where the host's Agent lives (empty for a record from before namespaces were kept).
+    pub namespace: String,
+    /// The cluster the host is bound to after the change.
+    pub cluster_id: Option<String>,
+    /// The host was deleted.
+    pub deleted: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct BackendConfig {
+    /// `HOST_MAX_DISCONNECTION_TIME`.
+    pub disconnection_timeout: SignedDuration,
+    /// `ReclaimTimeout`.
+    pub reclaim_timeout: SignedDuration,
+    /// Where uploaded host logs are kept; a deregistered cluster's go with it.
+    pub host_logs: Option<Arc<crate::pool::logs::HostLogs>>,
+}
+
+impl Default for BackendConfig {
+    fn default() -> BackendConfig {
+        BackendConfig {
+            disconnection_timeout: SignedDuration::from_mins(3),
+            reclaim_timeout: SignedDuration::from_mins(60),
+            host_logs: None,
+        }
+    }
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Host>>>;
+
+pub struct Backend {
+    db: SqliteStore,
+    clock: Arc<dyn Clock>,
+    config: BackendConfig,
+    hosts: Mutex<HashMap<HostKey, Slot>>,
+    /// The record of each Agent, by the Agent's (namespace, name): a namespace holds at most one
+    /// record per host id, since it can hold only one Agent of that name.
+    agents: Mutex<HashMap<(String, String), HostKey>>,
+    /// Creations and removals of the records behind one Agent name (namespace, host id) take
+    /// turns, so that the one-record-per-Agent rule is checked and kept in one step. A lock per
+    /// name, not one for all: a fleet registering at once must not wait for each other's writes.
+    agent_locks: crate::keylocks::KeyLocks,
+    /// The committed cluster records. Every host change reads its cluster here, so this lock is held
+    /// only to copy or replace an entry, never across a write to the database.
+    clusters: Mutex<HashMap<String, Cluster>>,
+    /// Serializes cluster writes: a record reaches the map only after the database has it, in the
+    /// order the database got it.
+    cluster_writes: tokio::sync::Mutex<()>,
+    /// Hosts by cluster id, so that a cluster's hosts are found without visiting every host.
+    members: Mutex<HashMap<String, std::collections::BTreeSet<HostKey>>>,
+    changes: broadcast::Sender<HostChange>,
+}
+
+impl Backend {
+    /// Loads the records kept in `db`.
+    pub async fn load(
+        db: SqliteStore,
+        clock: Arc<dyn Clock>,
+        config: BackendConfig,
+    ) -> Result<Arc<Backend>, StoreError> {
+        let mut hosts = HashMap::new();
+        let mut agents = HashMap::new();
+        for (record_key, body) in db.list_records(HOSTS).await? {
+            match serde_json::from_str::<Host>(&body) {
+                Ok(h) => {
+                    let key = h.key();
+                    // Records written before hosts were keyed by InfraEnv and host id were kept
+                    // under the host id alone: moved to their key.
+                    if record_key != record_key_of(&key) {
+                        db.put_record(HOSTS, record_key_of(&key), body).await?;
+                        db.delete_record(HOSTS, record_key).await?;
+                    }
+                    if !h.namespace.is_empty() {
+                        agents.insert((h.namespace.clone(), h.id.clone()), key.clone());
+                    }
+                    hosts.insert(key, Arc::new(tokio::sync::Mutex::new(Some(h))));
+                }
+                Err(e) => tracing::error!(record = %record_key, "unreadable host record, ignored: {e}"),
+            }
+        }
+        let mut clusters = HashMap::new();
+        for (id, body) in db.list_records(CLUSTERS).await? {
+            match serde_json::from_str::<Cluster>(&body) {
+                Ok(c) => {
+                    clusters.insert(id, c);
+                }
+                Err(e) => tracing::error!(cluster = %id, "unreadable cluster record, ignored: {e}"),
+            }
+        }
+        let mut members: HashMap<String, std::collections::BTreeSet<HostKey>> = HashMap::new();
+        for (key, slot) in &hosts {
+            if let Some(cid) = slot.try_lock().ok().and_then(|h| h.as_ref().and_then(|h| h.cluster_id.clone())) {
+                members.entry(cid).or_default().insert(key.clone());
+            }
+        }
+        Ok(Arc::new(Backend {
+            db,
+            clock,
+            config,
+            hosts: Mutex::new(hosts),
+            agents: Mutex::new(agents),
+            agent_locks: Default::default(),
+            clusters: Mutex::new(clusters),
+            cluster_writes: tokio::sync::Mutex::new(()),
+            members: Mutex::new(members),
+            changes: broadcast::channel(65536).0,
+        }))
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    pub fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<HostChange> {
+        self.changes.subscribe()
+    }
+
+    fn slot(&self, key: &HostKey) -> Option<Slot> {
+        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
+    fn context(&self, cluster: Option<&Cluster>) -> Context {
+        let mut ctx = Context::new(self.clock.now());
+        ctx.disconnection_timeout = self.config.disconnection_timeout;
+        ctx.reclaim_timeout = self.config.reclaim_timeout;
+        ctx.cluster_status = cluster.map(|c| c.status.clone());
+        ctx
+    }
+
+    async fn persist(&self, host: &Host) -> Result<(), ApiError> {
+        let body = serde_json::to_string(host).map_err(|e| ApiError::new(500, e.to_string()))?;
+        self.db.put_record(HOSTS, record_key_of(&host.key()), body).await?;
+        Ok(())
+    }
+
+    fn index(&self, key: &HostKey, old: Option<&str>, new: Option<&str>) {
+        if old == new {
+            return;
+        }
+        let mut m = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = old
+            && let Some(set) = m.get_mut(old)
+        {
+            set.remove(key);
+        }
+        if let Some(new) = new {
+            m.entry(new.to_string()).or_default().insert(key.clone());
+        }
+    }
+
+    fn announce(&self, host: &Host, deleted: bool) {
+        let _ = self.changes.send(HostChange {
+            host_id: host.id.clone(),
+            infra_env_id: host.infra_env_id.clone(),
+            namespace: host.namespace.clone(),
+            cluster_id: host.cluster_id.clone(),
+            deleted,
+        });
+    }
+
+    pub async fn host(&self, key: &HostKey) -> Option<Host> {
+        let slot = self.slot(key)?;
+        slot.lock().await.clone()
+    }
+
+    /// The record of the Agent `name` in `namespace` (an Agent is named by its host's id).
+    pub async fn host_of_agent(&self, namespace: &str, name: &str) -> Option<Host> {
+        let key =
+            self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&(namespace.into(), name.into())).cloned()?;
+        self.host(&key).await.filter(|h| h.namespace == namespace)
+    }
+
+    /// Whether the record `key` exists (answered without copying it: the agent API asks at every
+    /// request).
+    pub async fn has_host(&self, key: &HostKey) -> bool {
+        match self.slot(key) {
+            Some(slot) => slot.lock().await.is_some(),
+            None => false,
+        }
+    }
+
+    /// Records the namespace of a record written before namespaces were kept (at start, before the
+    /// controllers run). A namespace whose Agent name another record holds already is not taken.
+    pub async fn set_namespace(&self, key: &HostKey, namespace: &str) -> Result<(), ApiError> {
+        let _turn = self.agent_turn(namespace, &key.host_id).await;
+        let agent = (namespace.to_string(), key.host_id.clone());
+        if self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).is_some_and(|k| k != key) {
+            return Err(ApiError::new(
+                409,
+                format!("the Agent {namespace}/{} belongs to another host record", key.host_id),
+            ));
+        }
+        self.mutate(key, |host, _| {
+            host.namespace = namespace.to_string();
+            Ok(())
+        })
+        .await?;
+        self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(agent, key.clone());
+        Ok(())
+    }
+
+    /// All hosts, or those matching `filter`.
+    pub async fn hosts(&self, filter: impl Fn(&Host) -> bool) -> Vec<Host> {
+        let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut out = Vec::new();
+        for slot in slots {
+            if let Some(h) = slot.lock().await.as_ref()
+                && filter(h)
+            {
+                out.push(h.clone());
+            }
+        }
+        out.sort_by(|a, b| (&a.id, &a.infra_env_id).cmp(&(&b.id, &b.infra_env_id)));
+        out
+    }
+
+    /// How many hosts are in each state (every state listed, zeros included).
+    pub async fn count_by_status(&self) -> Vec<(HostStatus, usize)> {
+        let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut counts: HashMap<HostStatus, usize> = HostStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        for slot in slots {
+            if let Some(h) = slot.lock().await.as_ref() {
+                *counts.entry(h.status).or_default() += 1;
+            }
+        }
+        HostStatus::ALL.iter().map(|s| (*s, counts[s])).collect()
+    }
+
+    pub async fn host_count(&self) -> usize {
+        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Applies `change` to a host under its lock; persists and announces it if it changed anything.
+    async fn mutate<T>(
+        &self,
+        key: &HostKey,
+        change: impl FnOnce(&mut Host, &Context) -> Result<T, ApiError>,
+    ) -> Result<(Host, T), ApiError> {
+        let slot = self.slot(key).ok_or_else(|| not_found(key))?;
+        let mut guard = slot.lock().await;
+        let Some(current) = guard.as_ref() else {
+            return Err(not_found(key));
+        };
+        let cluster = match &current.cluster_id {
+            Some(cid) => self.cluster(cid).await,
+            None => None,
+        };
+        let ctx = self.context(cluster.as_ref());
+        let mut host = current.clone();
+        let out = change(&mut host, &ctx)?;
+        if !same_record(&mut host, current) {
+            self.persist(&host).await?;
+            let announce = host.status != current.status
+                || host.cluster_id != current.cluster_id
+                || host.inventory != current.inventory
+                || host.progress != current.progress
+                || host.status_info != current.status_info
+                || host.role != current.role
+                || host.approved != current.approved
+                || host.kind != current.kind
+                || host.validations_info != current.validations_info
+                || host.logs_collected_at != current.logs_collected_at;
+            self.index(key, current.cluster_id.as_deref(), host.cluster_id.as_deref());
+            *guard = Some(host.clone());
+            if announce {
+                self.announce(&host, false);
+            }
+        } else if let Some(kept) = guard.as_mut() {
+            // Only the check-in time moved: kept in memory (see the module docs).
+            kept.checked_in_at = host.checked_in_at;
+        }
+        Ok((host, out))
+    }
+
+    fn fire(host: &mut Host, event: &Event, ctx: &Context) -> Result<(), ApiError> {
+        machine::fire(host, event, ctx).map(|_| ()).map_err(|e| ApiError::new(409, e.to_string()))
+    }
+
+    /// Registers a host (the agent's first call after boot, and again after every `exit`) with
+    /// InfraEnv `infra_env_id` of `namespace`. `bound_cluster` is the cluster of the InfraEnv's
+    /// clusterRef, for hosts that are not late-bound.
+    ///
+    /// A host id new to the InfraEnv is a new record, whatever other InfraEnvs hold under that id:
+    /// another tenant's record is never read, changed or moved. Within one namespace (one tenant:
+    /// it holds one Agent of that name) a machine that boots another InfraEnv's image moves to it
+    /// (spec-controllers §3.11): its record there is replaced, unless it is bound to a cluster,
+    /// which it must be unbound from first. Returns the host and the key of the record it
+    /// replaced, if any.
+    pub async fn register_host(
+        &self,
+        infra_env_id: &str,
+        namespace: &str,
+        host_id: &str,
+        agent_version: &str,
+        bound_cluster: Option<String>,
+    ) -> Result<(Host, Option<HostKey>), ApiError> {
+        let key = HostKey::new(infra_env_id, host_id);
+        let register = |host: &mut Host, ctx: &Context| {
+            Self::fire(host, &Event::RegisterHost { agent_version: agent_version.to_string() }, ctx)
+                .map_err(|e| ApiError::new(409, format!("Cannot register host {host_id}: {}", e.message)))?;
+            host.checked_in_at = Some(ctx.now);
+            Ok(())
+        };
+        // A registration again (every agent start) takes no lock but the host's. If the record went
+        // meanwhile (moved to another InfraEnv of its namespace), it is created anew below.
+        if self.has_host(&key).await {
+            match self.mutate(&key, register).await {
+                Err(e) if e.status == 404 => {}
+                other => return Ok((other?.0, None)),
+            }
+        }
+        let _turn = self.agent_turn(namespace, host_id).await;
+        // Registered meanwhile by a retry of the same agent.
+        if self.has_host(&key).await {
+            return Ok((self.mutate(&key, register).await?.0, None));
+        }
+        let agent = (namespace.to_string(), host_id.to_string());
+        let other = self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).cloned();
+        let replaced = match other {
+            Some(other) => match self.host(&other).await {
+                Some(h) if h.cluster_id.is_some() => {
+                    return Err(ApiError::new(
+                        409,
+                        format!(
+                            "Cannot register host {host_id} with infra-env {infra_env_id}: it is bound to cluster {} \
+                             through infra-env {} of namespace {namespace}; unbind its Agent first",
+                            h.cluster_id.as_deref().unwrap_or_default(),
+                            h.infra_env_id
+                        ),
+                    ));
+                }
+                Some(_) => {
+                    self.remove_host(&other).await?;
+                    Some(other)
+                }
+                None => None,
+            },
+            None => None,
+        };
+        if let Some(cid) = &bound_cluster {
+            self.check_not_in_cluster(&key, cid)?;
+        }
+        let now = self.clock.now();
+        let mut host = Host::new_registered(host_id, infra_env_id, bound_cluster.clone(), agent_version, now);
+        host.namespace = namespace.to_string();
+        let cluster = match &bound_cluster {
+            Some(cid) => self.cluster(cid).await,
+            None => None,
+        };
+        machine::fire_new(
+            &mut host,
+            &Event::RegisterHost { agent_version: agent_version.to_string() },
+            &self.context(cluster.as_ref()),
+        )
+        .map_err(|e| ApiError::new(409, e.to_string()))?;
+        host.checked_in_at = Some(now);
+        self.insert_host(host.clone()).await?;
+        Ok((host, replaced))
+    }
+
+    /// Persists a new record and makes it visible: the host map, the Agent index, the cluster's
+    /// members, the change feed. The caller holds the record's Agent turn.
+    async fn insert_host(&self, host: Host) -> Result<(), ApiError> {
+        let key = host.key();
+        self.persist(&host).await?;
+        let slot = Arc::new(tokio::sync::Mutex::new(Some(host.clone())));
+        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), slot);
+        if !host.namespace.is_empty() {
+            self.agents
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((host.namespace.clone(), host.id.clone()), key.clone());
+        }
+        self.index(&key, None, host.cluster_id.as_deref());
+        self.announce(&host, false);
+        Ok(())
+    }
+
+    /// One machine joins a cluster once: a host id already among the cluster's hosts (through
+    /// another InfraEnv) cannot be bound to it again.
+    fn check_not_in_cluster(&self, key: &HostKey, cluster_id: &str) -> Result<(), ApiError> {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        match members.get(cluster_id).and_then(|m| m.iter().find(|k| k.host_id == key.host_id && *k != key)) {
+            Some(other) => Err(ApiError::new(
+                409,
+                format!(
+                    "Cannot bind host {} of infra-env {} to cluster {cluster_id}: the cluster already has host {other}",
+                    key.host_id, key.infra_env_id
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// An agent asked for its next steps: it is connected. The host's state is refreshed, so that a
+    /// host that was disconnected comes back at once.
+    pub async fn check_in(&self, key: &HostKey) -> Result<Host, ApiError> {
+        let (host, ()) = self
+            .mutate(key, |host, ctx| {
+                host.checked_in_at = Some(ctx.now);
+                let _ = machine::fire(host, &Event::RefreshHost, ctx);
+                Ok(())
+            })
+            .await?;
+        Ok(host)
+    }
+
+    /// A step reply that changes nothing about the host only says that its agent is there (the
+    /// instructions request before it already refreshed the host).
+    pub async fn touch(&self, key: &HostKey) -> Result<(), ApiError> {
+        let slot = self.slot(key).ok_or_else(|| not_found(key))?;
+        let mut guard = slot.lock().await;
+        let host = guard.as_mut().ok_or_else(|| not_found(key))?;
+        host.checked_in_at = Some(self.clock.now());
+        Ok(())
+    }
+
+    /// The agent's inventory step reply.
+    pub async fn update_inventory(&self, key: &HostKey, inventory: String) -> Result<(), ApiError> {
+        // The agent sends its inventory at every poll (§1.4); one that has not changed only says the
+        // host is still there.
+        if let Some(slot) = self.slot(key) {
+            let mut guard = slot.lock().await;
+            if let Some(host) = guard.as_mut()
+                && host.inventory.as_deref() == Some(inventory.as_str())
+            {
+                host.checked_in_at = Some(self.clock.now());
+                return Ok(());
+            }
+        }
+        let inventory = crate::hosts::InventoryText::parse(inventory)
+            .map_err(|e| ApiError::new(400, format!("Failed to parse inventory of host {}: {e}", key.host_id)))?;
+        self.mutate(key, |host, ctx| {
+            host.checked_in_at = Some(ctx.now);
+            host.inventory = Some(inventory);
+            let _ = machine::fire(host, &Event::RefreshHost, ctx);
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The reply of a `download-boot-artifacts` step (§1.2 RebootingForReclaim / ReclaimHostFailed).
+    pub async fn reclaim_download_done(&self, key: &HostKey, succeeded: bool) -> Result<Host, ApiError> {
+        let event = if succeeded { Event::RebootingForReclaim } else { Event::ReclaimHostFailed };
+        Ok(self.mutate(key, |host, ctx| Self::fire(host, &event, ctx)).await?.0)
+    }
+
+    /// Installation progress reported by the agent or the installer.
+    pub async fn update_progress(&self, key: &HostKey, stage: &str, info: &str) -> Result<Host, ApiError> {
+        let event = Event::HostProgressChanged { stage: stage.to_string(), info: info.to_string() };
+        let (host, ()) = self
+            .mutate(key, |host, ctx| {
+                host.checked_in_at = Some(ctx.now);
+                Self::fire(host, &event, ctx).map_err(|e| ApiError::new(400, e.message))
+            })
+            .await?;
+        Ok(host)
+    }
+
+    /// The host's logs were uploaded (`V2UploadLogs`): the Agent gets its logsURL (§2.2).
+    pub async fn logs_uploaded(&self, key: &HostKey, sha256: String) -> Result<Host, ApiError> {
+        let (host, ()) = self
+            .mutate(key, |host, ctx| {
+                host.logs_collected_at = Some(ctx.now);
+                host.logs_sha256 = sha256;
+                host.logs_info = "completed".into();
+                Ok(())
+            })
+            .await?;
+        Ok(host)
+    }
+
+    /// `BindHostInternal` (§1.6).
+    pub async fn bind_host(&self, key: &HostKey, cluster_id: &str, infra_env_arch: &str) -> Result<Host, ApiError> {
+        let host_id = &key.host_id;
+        let cluster = self
+            .cluster(cluster_id)
+            .await
+            .ok_or_else(|| ApiError::new(400, format!("Cluster {cluster_id} not found")))?;
+        if !cluster.cpu_architecture.is_empty()
+            && cluster.cpu_architecture != "multi"
+            && crate::resources::normalize_arch(&cluster.cpu_architecture)
+                != crate::resources::normalize_arch(infra_env_arch)
+        {
+            return Err(ApiError::new(
+                400,
+                format!(
+                    "Cannot bind host {host_id}: cluster {cluster_id} CPU architecture {} does not match the InfraEnv's {infra_env_arch}",
+                    cluster.cpu_architecture
+                ),
+            ));
+        }
+        if !accepts_hosts(&cluster) {
+            return Err(ApiError::new(
+                409,
+                format!(
+                    "Cluster {cluster_id} is in {} state, host can be bound only if cluster is not installing",
+                    cluster.status
+                ),
+            ));
+        }
+        self.check_not_in_cluster(key, cluster_id)?;
+        let (host, ()) = self
+            .mutate(key, |host, ctx| {
+                if let Some(cid) = &host.cluster_id {
+                    return Err(ApiError::new(409, format!("Host {host_id} is already bound to cluster {cid}")));
+                }
+                Self::fire(host, &Event::BindHost { cluster_id: cluster_id.to_string() }, ctx)
+                    .map_err(|e| ApiError::new(500, e.message))?;
+                if cluster.is_day2() {
+                    host.kind = HostKind::AddToExistingClusterHost;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(host)
+    }
+
+    /// `UnbindHostInternal` (§1.6): `reclaim` asks for the installed node to be rebooted into discovery
+    /// by the reclaim agent. `infra_env_cluster` is the cluster the host's InfraEnv references, if any.
+    pub async fn unbind_host(
+        &self,
+        key: &HostKey,
+        reclaim: bool,
+        infra_env_cluster: Option<&str>,
+    ) -> Result<Host, ApiError> {
+        let host_id = &key.host_id;
+        let (host, ()) = self
+            .mutate(key, |host, ctx| {
+                let Some(cid) = host.cluster_id.clone() else {
+                    return Err(ApiError::new(409, format!("Host {host_id} is already unbound")));
+                };
+                if let Some(ie_cluster) = infra_env_cluster {
+                    return Err(ApiError::new(
+                        409,
+                        format!(
+                            "Cannot unbind Host {host_id}. InfraEnv {} is bound to Cluster {ie_cluster}",
+                            host.infra_env_id
+                        ),
+                    ));
+                }
+                let event = if reclaim { Event::ReclaimHost } else { Event::UnbindHost };
+                Self::fire(host, &event, ctx).map_err(|e| {
+                    ApiError::new(500, format!("Failed to unbind host {host_id} from cluster {cid}: {}", e.message))
+                })
+            })
+            .await?;
+        Ok(host)
+    }
+
+    /// Changes host parameters (the Agent spec mirrored to the host); `edit` returns whether it changed
+    /// anything.
+    pub async fn update_host(
+        &self,
+        key: &HostKey,
+        edit: impl FnOnce(&mut Host) -> Result<(), ApiError>,
+    ) -> Result<Host, ApiError> {
+        Ok(self.mutate(key, |host, _| edit(host)).await?.0)
+    }
+
+    /// Fires an install-flow event on a host.
+    pub async fn fire_event(&self, key: &HostKey, event: Event) -> Result<Host, ApiError> {
+        Ok(self.mutate(key, |host, ctx| Self::fire(host, &event, ctx)).await?.0)
+    }
+
+    /// `V2DeregisterHostInternal`: the host record goes (not found is fine).
+    pub async fn deregister_host(&self, key: &HostKey) -> Result<(), ApiError> {
+        let Some(namespace) = self.host(key).await.map(|h| h.namespace) else { return Ok(()) };
+        let _turn = self.agent_turn(&namespace, &key.host_id).await;
+        self.remove_host(key).await
+    }
+
+    /// The turn of the records behind the Agent `host_id` of `namespace` (see `agent_locks`).
+    async fn agent_turn(&self, namespace: &str, host_id: &str) -> crate::keylocks::KeyGuard<'_> {
+        self.agent_locks.lock(format!("{namespace}/{host_id}")).await
+    }
+
+    /// Removes a record; the caller holds its Agent turn.
+    async fn remove_host(&self, key: &HostKey) -> Result<(), ApiError> {
+        let Some(slot) = self.slot(key) else { return Ok(()) };
+        let mut guard = slot.lock().await;
+        let Some(host) = guard.take() else { return Ok(()) };
+        self.db.delete_record(HOSTS, record_key_of(key)).await?;
+        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        {
+            let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+            let agent = (host.namespace.clone(), host.id.clone());
+            if agents.get(&agent) == Some(key) {
+                agents.remove(&agent);
+            }
+        }
+        self.index(key, host.cluster_id.as_deref(), None);
+        self.announce(&host, true);
+        Ok(())
+    }
+
+    /// Restores a host record from what its Agent remembers (§2.9). `host.namespace` is the Agent's.
+    pub async fn restore_host(&self, host: Host) -> Result<Host, ApiError> {
+        let _turn = self.agent_turn(&host.namespace, &host.id).await;
+        let key = host.key();
+        let agent = (host.namespace.clone(), host.id.clone());
+        let holder = self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).cloned();
+        if self.has_host(&key).await || holder.is_some() {
+            let existing = holder.unwrap_or(key);
+            return Err(ApiError::new(
+                400,
+                format!("Host with ID {} already exists in infraEnv {}", existing.host_id, existing.infra_env_id),
+            ));
+        }
+        self.insert_host(host.clone()).await?;
+        Ok(host)
+    }
+
+    /// The monitors (§1.5): refreshes every host whose state depends on time — pool hosts, hosts
+    /// being bound or reclaimed, and hosts of clusters. Returns how many changed.
+    pub async fn refresh_all(&self) -> usize {
+        let keys: Vec<HostKey> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        let mut changed = 0;
+        for key in keys {
+            let before = self.host(&key).await;
+            let Some(before) = before else { continue };
+            if !is_monitored(&before) {
+                continue;
+            }
+            if let Ok((after, ())) = self
+                .mutate(&key, |host, ctx| {
+                    let _ = machine::fire(host, &Event::RefreshHost, ctx);
+                    Ok(())
+                })
+                .await
+                && after.status != before.status
+            {
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    // ---- clusters ----
+
+    fn cluster_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cluster>> {
+        self.clusters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub async fn cluster(&self, id: &str) -> Option<Cluster> {
+        self.cluster_map().get(id).cloned()
+    }
+
+    pub async fn cluster_by_kube_key(&self, namespace: &str, name: &str) -> Option<Cluster> {
+        self.cluster_map().values().find(|c| c.namespace == namespace && c.name == name).cloned()
+    }
+
+    /// Creates or replaces a cluster record.
+    pub async fn put_cluster(&self, cluster: Cluster) -> Result<Cluster, ApiError> {
+        let _writing = self.cluster_writes.lock().await;
+        if self.cluster_map().get(&cluster.id) == Some(&cluster) {
+            return Ok(cluster);
+        }
+        let body = serde_json::to_string(&cluster).map_err(|e| ApiError::new(500, e.to_string()))?;
+        self.db.put_record(CLUSTERS, cluster.id.clone(), body).await?;
+        self.cluster_map().insert(cluster.id.clone(), cluster.clone());
+        Ok(cluster)
+    }
+
+    /// `DeregisterClusterInternal`: the record goes; its hosts stay (the Agents unbind them).
+    pub async fn deregister_cluster(&self, id: &str) -> Result<(), ApiError> {
+        {
+            let _writing = self.cluster_writes.lock().await;
+            if self.cluster_map().contains_key(id) {
+                self.db.delete_record(CLUSTERS, id.to_string()).await?;
+                self.cluster_map().remove(id);
+            }
+        }
+        if let Some(logs) = &self.config.host_logs {
+            logs.remove_cluster(id).await;
+        }
+        Ok(())
+    }
+
+    pub async fn cluster_hosts(&self, cluster_id: &str) -> Vec<Host> {
+        let keys: Vec<HostKey> = self
+            .members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cluster_id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for key in keys {
+            if let Some(h) = self.host(&key).await
+                && h.cluster_id.as_deref() == Some(cluster_id)
+            {
+                out.push(h);
+            }
+        }
+        out
+    }
+}
+
+/// Where a host record is kept in the database.
+fn record_key_of(key: &HostKey) -> String {
+    format!("{}/{}", key.infra_env_id, key.host_id)
+}
+
+fn not_found(key: &HostKey) -> ApiError {
+    ApiError::new(404, format!("Host {} not found in infra-env {}", key.host_id, key.infra_env_id))
+}
+
+/// Host records equal apart from the check-in time (compared without copying either: this runs
+/// at every poll of every agent).
+fn same_record(a: &mut Host, b: &Host) -> bool {
+    let checked_in_at = std::mem::replace(&mut a.checked_in_at, b.checked_in_at);
+    let same = *a == *b;
+    a.checked_in_at = checked_in_at;
+    same
+}
+
+/// Clusters accept new hosts until their installation starts, and again once installed (day 2).
+fn accepts_hosts(cluster: &Cluster) -> bool {
+    matches!(cluster.status.as_str(), "insufficient" | "ready" | "pending-for-input" | "adding-hosts" | "installed")
+}
+
+/// Which hosts the monitors refresh (§1.5): the InfraEnv monitor's states, and every host of a cluster.
+fn is_monitored(host: &Host) -> bool {
+    use HostStatus::*;
+    host.cluster_id.is_some()
+        || matches!(
+            host.status,
+            Binding
+                | DisconnectedUnbound
+                | DiscoveringUnbound
+                | InsufficientUnbound
+                | KnownUnbound
+                | Reclaiming
+                | ReclaimingRebooting
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn backend() -> Arc<Backend> {
+        let db = SqliteStore::open_in_memory().unwrap();
+        Backend::load(db, Arc::new(SystemClock), BackendConfig::default()).await.unwrap()
+    }
+
+    const HOST: &str = "6f1b1b7e-0f4e-4b6a-9d57-0b8a3c1f2e11";
+
+    /// Registrations of one machine id through InfraEnvs of two tenants and two InfraEnvs of one
+    /// tenant, run in seeded random orders and concurrently: whatever the order, each tenant ends
+    /// with its own records, a namespace holds one record of the id (its Agent's), and no record is
+    /// ever found under another namespace's Agent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn registrations_of_one_machine_id_stay_within_their_tenants_in_any_order() {
+        // (InfraEnv, namespace)
+        let registrations = [("ie-a", "tenant-a"), ("ie-b", "tenant-b"), ("ie-b2", "tenant-b"), ("ie-a", "tenant-a")];
+        for seed in 0..64u64 {
+            let backend = backend().await;
+            let mut order: Vec<usize> = (0..registrations.len()).collect();
+            fastrand::Rng::with_seed(seed).shuffle(&mut order);
+            let tasks: Vec<_> = order
+                .iter()
+                .map(|&i| {
+                    let (backend, (ie, ns)) = (backend.clone(), registrations[i]);
+                    tokio::spawn(async move { backend.register_host(ie, ns, HOST, "v1", None).await })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            }
+            let a = backend.host_of_agent("tenant-a", HOST).await.expect("tenant A's host");
+            assert_eq!(a.key(), HostKey::new("ie-a", HOST), "seed {seed}");
+            let b = backend.host_of_agent("tenant-b", HOST).await.expect("tenant B's host");
+            assert!(b.infra_env_id == "ie-b" || b.infra_env_id == "ie-b2", "seed {seed}: {b:?}");
+            assert_eq!(b.namespace, "tenant-b");
+            // One record per namespace: the one B's InfraEnv that registered last holds.
+            let all = backend.hosts(|_| true).await;
+            assert_eq!(all.len(), 2, "seed {seed}: {all:?}");
+            assert!(backend.host_of_agent("tenant-c", HOST).await.is_none());
+        }
+    }
+
+    /// A host bound to a cluster in one namespace is not moved by a registration through another
+    /// InfraEnv of that namespace, and a cluster takes one machine id once.
+    #[tokio::test]
+    async fn a_bound_host_does_not_move_and_a_cluster_takes_a_machine_once() {
+        let backend = backend().await;
+        let now = backend.now();
+        backend
+            .put_cluster(Cluster {
+                id: "c1".into(),
+                namespace: "tenant-b".into(),
+                name: "c1".into(),
+                aci_name: "c1".into(),
+                openshift_version: "4.20".into(),
+                cpu_architecture: "x86_64".into(),
+                kind: "Cluster".into(),
+                status: "insufficient".into(),
+                status_info: String::new(),
+                status_updated_at: now,
+                install_started_at: None,
+                install_completed_at: None,
+            })
+            .await
+            .unwrap();
+        // A pool host whose inventory passed the validations.
+        let known_unbound = |ie: &'static str, ns: &'static str| {
+            let backend = backend.clone();
+            async move {
+                backend.register_host(ie, ns, HOST, "v1", None).await.unwrap();
+                let key = HostKey::new(ie, HOST);
+                let known = |h: &mut Host| {
+                    h.status = HostStatus::KnownUnbound;
+                    Ok(())
+                };
+                backend.update_host(&key, known).await.unwrap();
+                key
+            }
+        };
+        let b = known_unbound("ie-b", "tenant-b").await;
+        backend.bind_host(&b, "c1", "x86_64").await.unwrap();
+
+        let err = backend.register_host("ie-b2", "tenant-b", HOST, "v1", None).await.unwrap_err();
+        assert_eq!(err.status, 409, "{err}");
+        assert_eq!(backend.host(&b).await.unwrap().cluster_id.as_deref(), Some("c1"));
+
+        // The same machine id through another tenant's InfraEnv is another host, which cannot join
+        // c1 a second time.
+        let a = known_unbound("ie-a", "tenant-a").await;
+        let err = backend.bind_host(&a, "c1", "x86_64").await.unwrap_err();
+        assert_eq!(err.status, 409, "{err}");
+        assert_eq!(backend.cluster_hosts("c1").await.iter().map(Host::key).collect::<Vec<_>>(), vec![b]);
+    }
+
+    /// Records written under the host id alone, before hosts were keyed by InfraEnv too, are found
+    /// and moved to their key at load.
+    #[tokio::test]
+    async fn records_under_the_old_key_are_moved_at_load() {
+        let db = SqliteStore::open_in_memory().unwrap();
+        let host = Host::new_registered(HOST, "ie-a", None, "v1", Timestamp::now());
+        db.put_record(HOSTS, HOST.to_string(), serde_json::to_string(&host).unwrap()).await.unwrap();
+        let backend = Backend::load(db.clone(), Arc::new(SystemClock), BackendConfig::default()).await.unwrap();
+        let key = HostKey::new("ie-a", HOST);
+        assert!(backend.has_host(&key).await);
+        let records: Vec<String> = db.list_records(HOSTS).await.unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(records, vec![format!("ie-a/{HOST}")]);
+        // Its namespace is learned at start (`AgentApi::restore_missing_agents`).
+        assert!(backend.host_of_agent("tenant-a", HOST).await.is_none());
+        backend.set_namespace(&key, "tenant-a").await.unwrap();
+        assert_eq!(backend.host_of_agent("tenant-a", HOST).await.unwrap().key(), key);
+    }
+}
