@@ -13,6 +13,7 @@ use http::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::route::AgentCall;
 use crate::auth::{AGENT_AUTH_HEADER, AgentAuth};
 use crate::hosts::instructions::{self, BootArtifactUrls};
 use crate::hosts::{Host, HostKey};
@@ -89,30 +90,27 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes, what: &str) -> Result<T, Re
 }
 
 impl<S: Store> AgentApi<S> {
-    /// Routes `/api/assisted-install/v2/infra-envs/{id}/hosts...`; None for other paths.
-    pub async fn handle(&self, req: &Request<Bytes>, segs: &[&str]) -> Option<Response<Body>> {
-        let ["api", "assisted-install", "v2", "infra-envs", infra_env_id, "hosts", rest @ ..] = segs else {
-            return None;
-        };
-        let infra_env_id = *infra_env_id;
+    /// Answers a call under `/api/assisted-install/v2/infra-envs/{infra_env_id}/hosts`.
+    pub async fn handle(&self, req: &Request<Bytes>, infra_env_id: &str, call: AgentCall<'_>) -> Response<Body> {
         if let Some(refused) = self.token_refusal(req.headers(), infra_env_id) {
-            return Some(refused);
+            return refused;
         }
         let agent_version =
             req.headers().get("discovery_agent_version").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        let resp = match (req.method(), rest) {
-            (&Method::POST, []) => self.register(infra_env_id, req.body(), &agent_version).await,
-            (&Method::GET, []) => self.list(infra_env_id).await,
-            (&Method::GET, [host_id]) => match self.own_host(infra_env_id, host_id).await {
+        match (req.method(), call) {
+            (&Method::POST, AgentCall::Hosts) => self.register(infra_env_id, req.body(), &agent_version).await,
+            (&Method::GET, AgentCall::Hosts) => self.list(infra_env_id).await,
+            (&Method::GET, AgentCall::Host(host_id)) => match self.own_host(infra_env_id, host_id).await {
                 Ok(h) => crate::http::json(StatusCode::OK, &host_view(&h)),
                 Err(r) => r,
             },
-            (&Method::GET, [host_id, "instructions"]) => self.next_steps(infra_env_id, host_id).await,
-            (&Method::POST, [host_id, "instructions"]) => self.step_reply(infra_env_id, host_id, req.body()).await,
-            (&Method::PUT, [host_id, "progress"]) => self.progress(infra_env_id, host_id, req.body()).await,
+            (&Method::GET, AgentCall::Instructions(host_id)) => self.next_steps(infra_env_id, host_id).await,
+            (&Method::POST, AgentCall::Instructions(host_id)) => {
+                self.step_reply(infra_env_id, host_id, req.body()).await
+            }
+            (&Method::PUT, AgentCall::Progress(host_id)) => self.progress(infra_env_id, host_id, req.body()).await,
             (m, _) => error(405, &format!("method {m} is not allowed here")),
-        };
-        Some(resp)
+        }
     }
 
     /// `POST /api/assisted-install/v2/clusters/{cluster_id}/logs` (`V2UploadLogs`): a host's logs,

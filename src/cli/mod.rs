@@ -620,7 +620,7 @@ async fn run<S: crate::store::Store>(
         println!("bootstream listening on http://{http_addr} for iPXE (base URL {url})");
         let gate = Arc::new(crate::http::Restricted {
             inner: app.clone(),
-            allow: crate::api::served_over_plain_http,
+            allow: crate::api::route::served_over_plain_http,
             refusal: crate::api::PLAIN_HTTP_REFUSAL,
         });
         tokio::spawn(crate::http::server::serve(listener, gate, svc.http.clone(), stop.clone()))

@@ -1,0 +1,294 @@
+//! Every route of the HTTP API, parsed once from a request's path. What a route is for (its metrics
+//! label, whether it streams an image, whether the plain-HTTP port serves it, which token it needs)
+//! is a property of the route, answered here and nowhere else.
+
+use crate::http::query::query_map;
+
+/// Where a request goes, from its path alone (the method is the handler's business).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    Live,
+    Health,
+    Ready,
+    Metrics,
+    /// `/api/assisted-install/v2/infra-envs/{id}/hosts[/...]`: the agent API, authenticated by the
+    /// InfraEnv's agent token.
+    Agent {
+        infra_env_id: &'a str,
+        call: AgentCall<'a>,
+    },
+    /// `/api/assisted-install/v2/clusters/{id}/logs`: host logs, uploaded by the installer (POST) and
+    /// downloaded through the Agent's logsURL.
+    ClusterLogs {
+        cluster_id: &'a str,
+    },
+    /// `/images/{id}?version=&arch=&type=`: an InfraEnv's ISO (assisted-image-service).
+    Image {
+        id: &'a str,
+    },
+    /// `/images/{id}/pxe-initrd`.
+    PxeInitrd {
+        id: &'a str,
+    },
+    /// `/images/{id}/s390x-initrd-addrsize`.
+    InitrdAddrsize {
+        id: &'a str,
+    },
+    /// `/byid/{id}/{version}/{arch}/{file}`, `/byapikey/{token}/...`, `/bytoken/{token}/...`.
+    IsoFile {
+        by: IsoUrl,
+        key: &'a str,
+        version: &'a str,
+        arch: &'a str,
+        file: &'a str,
+    },
+    /// `/boot-artifacts/{version}/{arch}/rootfs.img`: the rootfs URL minimal ISOs carry.
+    VersionedRootfs {
+        version: &'a str,
+        arch: &'a str,
+    },
+    /// `/boot-artifacts/{artifact}?version=&arch=`.
+    BootArtifact {
+        artifact: &'a str,
+    },
+    /// `/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=`.
+    InfraEnvFiles {
+        id: &'a str,
+    },
+    /// `/apis/...` and `/api/v1/...`: the Kubernetes-style resource API.
+    Resources,
+    /// Anything else. `image_family` paths (under the image and assisted prefixes) take only GET and
+    /// HEAD; `label` keeps a malformed `/byid/...` path counted as such.
+    Unmatched {
+        label: &'static str,
+        image_family: bool,
+    },
+}
+
+/// The agent API's calls under `/infra-envs/{id}/hosts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentCall<'a> {
+    /// `hosts`: register (POST), list (GET).
+    Hosts,
+    /// `hosts/{host_id}`.
+    Host(&'a str),
+    /// `hosts/{host_id}/instructions`: next steps (GET), step reply (POST).
+    Instructions(&'a str),
+    /// `hosts/{host_id}/progress`.
+    Progress(&'a str),
+    /// Any other path under `hosts/`.
+    Unknown,
+}
+
+/// How an ISO file URL names its InfraEnv.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsoUrl {
+    /// By id; the token (where URLs are signed) is in the query or a header.
+    ById,
+    /// By a signed token in the path (assisted-image-service's two spellings).
+    ByApiKey,
+    ByToken,
+}
+
+impl<'a> Route<'a> {
+    pub fn parse(path: &'a str) -> Route<'a> {
+        let segs: Vec<&'a str> = path.trim_start_matches('/').split('/').collect();
+        match segs.as_slice() {
+            ["live"] => Route::Live,
+            ["health"] => Route::Health,
+            ["ready"] => Route::Ready,
+            ["metrics"] => Route::Metrics,
+            ["api", "assisted-install", "v2", "infra-envs", infra_env_id, "hosts", rest @ ..] => {
+                let call = match rest {
+                    [] => AgentCall::Hosts,
+                    [host] => AgentCall::Host(host),
+                    [host, "instructions"] => AgentCall::Instructions(host),
+                    [host, "progress"] => AgentCall::Progress(host),
+                    _ => AgentCall::Unknown,
+                };
+                Route::Agent { infra_env_id, call }
+            }
+            ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] => Route::ClusterLogs { cluster_id },
+            ["api", "assisted-install", "v2", "infra-envs", id, "downloads", "files"] => Route::InfraEnvFiles { id },
+            ["images", id] => Route::Image { id },
+            ["images", id, "pxe-initrd"] => Route::PxeInitrd { id },
+            ["images", id, "s390x-initrd-addrsize"] => Route::InitrdAddrsize { id },
+            [prefix @ ("byid" | "byapikey" | "bytoken"), key, version, arch, file] => {
+                let by = match *prefix {
+                    "byid" => IsoUrl::ById,
+                    "byapikey" => IsoUrl::ByApiKey,
+                    _ => IsoUrl::ByToken,
+                };
+                Route::IsoFile { by, key, version, arch, file }
+            }
+            ["boot-artifacts", version, arch, "rootfs.img"] => Route::VersionedRootfs { version, arch },
+            ["boot-artifacts", artifact] => Route::BootArtifact { artifact },
+            ["apis", ..] | ["api", "v1", ..] => Route::Resources,
+            [first, ..] => {
+                let label = match *first {
+                    "byid" => "/byid/:token",
+                    "byapikey" => "/byapikey/:token",
+                    "bytoken" => "/bytoken/:token",
+                    _ => "other",
+                };
+                let image_family = matches!(*first, "images" | "byid" | "byapikey" | "bytoken" | "boot-artifacts")
+                    || segs.starts_with(&["api", "assisted-install"]);
+                Route::Unmatched { label, image_family }
+            }
+            [] => Route::Unmatched { label: "other", image_family: false },
+        }
+    }
+
+    /// The route's name in metrics and logs: bounded (never an id from the path, which would let
+    /// clients grow the label set without end).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Route::Live => "/live",
+            Route::Health => "/health",
+            Route::Ready => "/ready",
+            Route::Metrics => "/metrics",
+            Route::Agent { call, .. } => match call {
+                AgentCall::Hosts => "/v2/infra-envs/:id/hosts",
+                AgentCall::Host(_) => "/v2/infra-envs/:id/hosts/:host",
+                AgentCall::Instructions(_) => "/v2/infra-envs/:id/hosts/:host/instructions",
+                AgentCall::Progress(_) => "/v2/infra-envs/:id/hosts/:host/progress",
+                AgentCall::Unknown => "other",
+            },
+            Route::ClusterLogs { .. } => "/v2/clusters/:id/logs",
+            Route::Image { .. } => "/images/:imageID",
+            Route::PxeInitrd { .. } => "/images/:imageID/pxe-initrd",
+            Route::InitrdAddrsize { .. } => "/images/:imageID/s390x-initrd-addrsize",
+            Route::IsoFile { by: IsoUrl::ById, .. } => "/byid/:token",
+            Route::IsoFile { by: IsoUrl::ByApiKey, .. } => "/byapikey/:token",
+            Route::IsoFile { by: IsoUrl::ByToken, .. } => "/bytoken/:token",
+            Route::VersionedRootfs { .. } => "/boot-artifacts/rootfs",
+            Route::BootArtifact { artifact: "kernel" } => "/boot-artifacts/kernel",
+            Route::BootArtifact { artifact: "rootfs" } => "/boot-artifacts/rootfs",
+            Route::BootArtifact { .. } => "other",
+            Route::InfraEnvFiles { .. } => "/v2/infra-envs/:id/downloads/files",
+            Route::Resources => "/apis",
+            Route::Unmatched { label, .. } => label,
+        }
+    }
+
+    /// Whether the route streams image bytes: what the download limit counts.
+    pub fn is_download(&self) -> bool {
+        matches!(
+            self,
+            Route::Image { .. }
+                | Route::PxeInitrd { .. }
+                | Route::InitrdAddrsize { .. }
+                | Route::IsoFile { .. }
+                | Route::VersionedRootfs { .. }
+                | Route::BootArtifact { artifact: "kernel" | "rootfs" }
+        ) || matches!(self, Route::Unmatched { label, .. } if label.starts_with("/by"))
+    }
+
+    /// Whether the route takes only GET and HEAD: everything that serves images and files, and the
+    /// assisted paths other than the agent API's.
+    pub fn read_only(&self) -> bool {
+        match self {
+            Route::Image { .. }
+            | Route::PxeInitrd { .. }
+            | Route::InitrdAddrsize { .. }
+            | Route::IsoFile { .. }
+            | Route::VersionedRootfs { .. }
+            | Route::BootArtifact { .. }
+            | Route::InfraEnvFiles { .. }
+            | Route::ClusterLogs { .. } => true,
+            Route::Unmatched { image_family, .. } => *image_family,
+            _ => false,
+        }
+    }
+
+    /// What the plain-HTTP listener beside HTTPS serves: what iPXE fetches (its script, the kernel,
+    /// the PXE initrd) and the rootfs the booted initramfs fetches, as assisted-image-service's HTTP
+    /// port serves only `/pxe-initrd` (spec-images.md §7.1); plus health checks. ISOs, Ignition, the
+    /// agent API and the resource API carry secrets or take writes and are served over HTTPS only.
+    pub fn plain_http_ok(&self, uri: &http::Uri) -> bool {
+        match self {
+            Route::Live | Route::Health | Route::Ready => true,
+            Route::PxeInitrd { .. } | Route::VersionedRootfs { .. } => true,
+            Route::BootArtifact { artifact } => matches!(*artifact, "kernel" | "rootfs"),
+            Route::InfraEnvFiles { .. } => query_map(uri).get("file_name").is_some_and(|f| f == "ipxe-script"),
+            _ => false,
+        }
+    }
+}
+
+/// [`Route::plain_http_ok`] of a request's URI, as the plain-HTTP listener asks it.
+pub fn served_over_plain_http(uri: &http::Uri) -> bool {
+    Route::parse(uri.path()).plain_http_ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_path_parses_to_its_route_and_label() {
+        let cases: &[(&str, &str)] = &[
+            ("/live", "/live"),
+            ("/health", "/health"),
+            ("/ready", "/ready"),
+            ("/metrics", "/metrics"),
+            ("/api/assisted-install/v2/infra-envs/E/hosts", "/v2/infra-envs/:id/hosts"),
+            ("/api/assisted-install/v2/infra-envs/E/hosts/H", "/v2/infra-envs/:id/hosts/:host"),
+            (
+                "/api/assisted-install/v2/infra-envs/E/hosts/H/instructions",
+                "/v2/infra-envs/:id/hosts/:host/instructions",
+            ),
+            ("/api/assisted-install/v2/infra-envs/E/hosts/H/progress", "/v2/infra-envs/:id/hosts/:host/progress"),
+            ("/api/assisted-install/v2/infra-envs/E/hosts/H/x/y", "other"),
+            ("/api/assisted-install/v2/clusters/C/logs", "/v2/clusters/:id/logs"),
+            ("/images/E", "/images/:imageID"),
+            ("/images/E/pxe-initrd", "/images/:imageID/pxe-initrd"),
+            ("/images/E/s390x-initrd-addrsize", "/images/:imageID/s390x-initrd-addrsize"),
+            ("/images/E/other", "other"),
+            ("/byid/E/4.19/x86_64/full.iso", "/byid/:token"),
+            ("/byid/E", "/byid/:token"),
+            ("/byapikey/T/4.19/x86_64/full.iso", "/byapikey/:token"),
+            ("/bytoken/T/4.19/x86_64/minimal.iso", "/bytoken/:token"),
+            ("/boot-artifacts/4.19/x86_64/rootfs.img", "/boot-artifacts/rootfs"),
+            ("/boot-artifacts/kernel", "/boot-artifacts/kernel"),
+            ("/boot-artifacts/rootfs", "/boot-artifacts/rootfs"),
+            ("/boot-artifacts/initrd", "other"),
+            ("/api/assisted-install/v2/infra-envs/E/downloads/files", "/v2/infra-envs/:id/downloads/files"),
+            ("/apis/agent-install.openshift.io/v1beta1/namespaces/n/infraenvs", "/apis"),
+            ("/api/v1/namespaces/n/secrets", "/apis"),
+            ("/", "other"),
+            ("/%00/../etc", "other"),
+        ];
+        for (path, label) in cases {
+            assert_eq!(Route::parse(path).label(), *label, "{path}");
+        }
+    }
+
+    #[test]
+    fn the_plain_http_port_serves_what_ipxe_and_the_initramfs_fetch() {
+        let ok = |p: &str| served_over_plain_http(&p.parse().unwrap());
+        assert!(ok("/images/E/pxe-initrd?version=4.19"));
+        assert!(ok("/boot-artifacts/kernel?version=4.19"));
+        assert!(ok("/boot-artifacts/4.19/x86_64/rootfs.img"));
+        assert!(ok("/api/assisted-install/v2/infra-envs/E/downloads/files?file_name=ipxe-script"));
+        assert!(ok("/ready"));
+        assert!(!ok("/api/assisted-install/v2/infra-envs/E/downloads/files?file_name=discovery.ign"));
+        assert!(!ok("/images/E?version=4.19&type=full-iso"));
+        assert!(!ok("/byid/E/4.19/x86_64/full.iso"));
+        assert!(!ok("/boot-artifacts/initrd"));
+        assert!(!ok("/api/assisted-install/v2/infra-envs/E/hosts"));
+        assert!(!ok("/apis/agent-install.openshift.io/v1beta1/infraenvs"));
+        assert!(!ok("/metrics"));
+    }
+
+    #[test]
+    fn downloads_and_read_only_routes() {
+        assert!(Route::parse("/images/E").is_download());
+        assert!(Route::parse("/boot-artifacts/kernel").is_download());
+        assert!(!Route::parse("/api/assisted-install/v2/infra-envs/E/downloads/files").is_download());
+        assert!(Route::parse("/api/assisted-install/v2/infra-envs/E/downloads/files").read_only());
+        assert!(Route::parse("/api/assisted-install/v2/other").read_only());
+        assert!(!Route::parse("/api/assisted-install/v2/infra-envs/E/hosts").read_only());
+        assert!(!Route::parse("/apis/x").read_only());
+    }
+}
