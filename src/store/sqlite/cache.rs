@@ -1,0 +1,167 @@
+//! The read cache: every committed object as its JSON text (and, for kinds read all the time and
+//! rarely changed, decoded), in (resource, namespace, name) order with a uid index, so that reads
+//! neither wait for the writer nor query SQLite.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::backend;
+use crate::store::{Object, StoreError};
+
+/// (resource, namespace, name)
+pub(super) type ObjKey = (String, String, String);
+
+pub(super) fn obj_key(res: &str, ns: &str, name: &str) -> ObjKey {
+    (res.to_string(), ns.to_string(), name.to_string())
+}
+
+/// A committed object: its resourceVersion, uid and JSON text (shared by every reader).
+pub(super) struct Cached {
+    pub(super) rv: i64,
+    pub(super) uid: String,
+    pub(super) text: Bytes,
+    /// The object decoded, kept for the kinds [`keeps_decoded`] names once a reader decoded it.
+    decoded: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Cached {
+    pub(super) fn new(rv: i64, uid: String, text: Bytes) -> Cached {
+        Cached { rv, uid, text, decoded: OnceLock::new() }
+    }
+
+    pub(super) fn value(&self) -> Result<Value, StoreError> {
+        serde_json::from_slice(&self.text).map_err(backend)
+    }
+
+    /// The object as a K: a copy of the decoded one where it is kept, else decoded from the text
+    /// (owned as decoded: not through [`Cached::with_object`], which would copy it once more).
+    pub(super) fn object<K: Object>(&self) -> Result<K, StoreError> {
+        if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
+            return Ok(k.clone());
+        }
+        let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
+        if keeps_decoded::<K>() {
+            let _ = self.decoded.set(Arc::new(k.clone()));
+        }
+        Ok(k)
+    }
+
+    /// `f` of the object as a K: the decoded one where it is kept (kept on first decoding for the
+    /// kinds [`keeps_decoded`] names), else one decoded from the text for this call.
+    pub(super) fn with_object<K: Object, T>(&self, f: impl FnOnce(&K) -> T) -> Result<T, StoreError> {
+        if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
+            return Ok(f(k));
+        }
+        let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
+        if !keeps_decoded::<K>() {
+            return Ok(f(&k));
+        }
+        let kept = self.decoded.get_or_init(|| Arc::new(k));
+        match kept.downcast_ref::<K>() {
+            Some(k) => Ok(f(k)),
+            // Another reader kept it first as another Rust type of the same kind: decode it again.
+            None => Ok(f(&serde_json::from_slice::<K>(&self.text).map_err(backend)?)),
+        }
+    }
+}
+
+/// Whether the cache keeps decoded copies of K's objects. Controllers read an InfraEnv, a
+/// ClusterDeployment or an AgentClusterInstall at nearly every host change (thousands of times a
+/// second in a busy pool) and they change rarely: copying a decoded object costs a fraction of
+/// parsing its text again. Kinds with one object per host (Agents, BareMetalHosts) are decoded at each
+/// read instead: a second copy of each would double the memory the pool takes.
+pub(super) fn keeps_decoded<K: Object>() -> bool {
+    let group = K::group(&());
+    let kind = K::kind(&());
+    matches!(
+        (&*group, &*kind),
+        ("agent-install.openshift.io", "InfraEnv")
+            | ("hive.openshift.io", "ClusterDeployment")
+            | ("hive.openshift.io", "ClusterImageSet")
+            | ("extensions.hive.openshift.io", "AgentClusterInstall")
+    )
+}
+
+/// The committed objects, in (resource, namespace, name) order, with a uid index.
+#[derive(Default)]
+pub(super) struct Cache {
+    pub(super) objects: BTreeMap<ObjKey, Arc<Cached>>,
+    pub(super) by_uid: HashMap<String, ObjKey>,
+}
+
+impl Cache {
+    pub(super) fn get(&self, res: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
+        self.objects.get(&obj_key(res, ns, name)).cloned()
+    }
+
+    pub(super) fn list(&self, res: &str, ns: Option<&str>) -> Vec<Arc<Cached>> {
+        let start = obj_key(res, ns.unwrap_or_default(), "");
+        self.objects
+            .range(start..)
+            .take_while(|((r, n, _), _)| r == res && ns.is_none_or(|ns| n == ns))
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
+    pub(super) fn put(&mut self, key: ObjKey, entry: Option<Arc<Cached>>) {
+        let old = match entry {
+            Some(c) => {
+                self.by_uid.insert(c.uid.clone(), key.clone());
+                self.objects.insert(key, c.clone()).filter(|old| old.uid != c.uid)
+            }
+            None => self.objects.remove(&key),
+        };
+        if let Some(old) = old {
+            self.by_uid.remove(&old.uid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{infraenv_doc, owned_secret};
+    use super::*;
+    use crate::resources::InfraEnv;
+    use crate::resources::Kind;
+    use crate::store::Store;
+    use crate::store::sqlite::SqliteStore;
+    #[tokio::test]
+    async fn reads_come_from_memory_and_agree_with_the_file() {
+        use k8s_openapi::api::core::v1::Secret;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = SqliteStore::open(&path).unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("b", "k2")).await.unwrap();
+        store.create(&owned_secret("s", "some-owner")).await.unwrap();
+        // A refused write leaves what readers see as it was.
+        let mut stale = store.get::<InfraEnv>("ns", "a").await.unwrap().unwrap();
+        stale.metadata.resource_version = Some("0".into());
+        stale.spec.ssh_authorized_key = Some("changed".into());
+        assert!(store.update(&stale).await.unwrap_err().is_conflict());
+        let a = store.get::<InfraEnv>("ns", "a").await.unwrap().unwrap();
+        assert_ne!(a.spec.ssh_authorized_key.as_deref(), Some("changed"));
+        // Lists: typed, as stored texts, and the first cut by mention.
+        assert_eq!(store.list::<InfraEnv>(Some("ns")).await.unwrap().len(), 2);
+        assert_eq!(store.list::<InfraEnv>(Some("other")).await.unwrap().len(), 0);
+        let texts = store.list_texts(Kind::InfraEnv, None);
+        assert_eq!(texts.len(), 2);
+        assert_eq!(serde_json::from_slice::<Value>(&texts[0]).unwrap()["metadata"]["name"], "a");
+        let mentioning = store.list_mentioning::<InfraEnv>(None, "\"k2\"").await.unwrap();
+        assert_eq!(mentioning.iter().map(|i| i.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["b"]);
+        let uid = a.metadata.uid.clone().unwrap();
+        assert_eq!(store.get_by_uid::<InfraEnv>(&uid).await.unwrap().unwrap().metadata.name.as_deref(), Some("a"));
+        assert!(store.get_by_uid::<Secret>(&uid).await.unwrap().is_none(), "a uid names one kind's object");
+        store.delete::<InfraEnv>("ns", "b").await.unwrap();
+        // What a fresh process loads from the file is what this one serves from memory.
+        let reopened = SqliteStore::open(&path).unwrap();
+        for kind in [Kind::InfraEnv, Kind::Secret] {
+            assert_eq!(reopened.list_texts(kind, None), store.list_texts(kind, None));
+        }
+        assert!(reopened.get_by_uid::<InfraEnv>(&uid).await.unwrap().is_some());
+    }
+}
