@@ -983,7 +983,7 @@ impl<S: Store> App<S> {
             for _ in 0..5 {
                 reconciles += 1;
                 match infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await {
-                    Ok(infraenv::Action::RequeueAfter(d)) if d.is_zero() => continue,
+                    Ok(crate::controllers::runtime::Action::RequeueAfter(d)) if d.is_zero() => continue,
                     _ => break,
                 }
             }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use crate::auth::AgentAuth;
 use crate::controllers::agent_conditions::*;
+use crate::controllers::runtime::{Action, Key, Reconciler};
 use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient};
 use crate::hosts::{Host, HostKind, HostStatus};
 use crate::pool::{ApiError, Backend};
@@ -79,8 +80,6 @@ impl OwnWrites {
     }
 }
 
-pub use super::infraenv::Action;
-
 const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
 
 /// Why the spec could not be synced: input errors wait for the user, backend errors are retried.
@@ -99,6 +98,13 @@ impl SyncError {
     }
     fn from_api(e: ApiError) -> SyncError {
         SyncError { input: e.is_client_error(), message: e.message }
+    }
+}
+
+impl<S: Store> Reconciler for AgentContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
     }
 }
 

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::runtime::{Action, Key, Reconciler};
 use crate::hosts::machine::Event;
 use crate::hosts::{Host, HostStatus};
 use crate::pool::{Backend, Cluster};
@@ -20,8 +21,6 @@ pub struct ClusterContext<S: Store> {
     pub store: S,
     pub backend: Arc<Backend>,
 }
-
-pub use super::agent::Action;
 
 const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
 
@@ -55,6 +54,13 @@ async fn remove_finalizer<S: Store, K: crate::store::Object>(
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+impl<S: Store> Reconciler for ClusterContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
     }
 }
 

@@ -2,8 +2,10 @@
 //! artifact URLs, the `ImageCreated` condition — from the InfraEnv and the world (pull secret, OS
 //! images), by building the same image the download handlers serve.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::runtime::{Action, Key, Reconciler};
 use crate::image::{ImageError, Images};
 use crate::resources::{
     BootArtifacts, Condition, IMAGE_CREATED_CONDITION, INFRAENV_NAME_LABEL, InfraEnv, LabelSelector,
@@ -14,13 +16,6 @@ use crate::store::{Store, StoreError};
 
 /// Retry delay for errors that may resolve by themselves (`defaultRequeueAfterPerRecoverableError`).
 pub const RECOVERABLE_REQUEUE: Duration = Duration::from_secs(20);
-
-/// What the runtime should do next with this key.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Action {
-    Done,
-    RequeueAfter(Duration),
-}
 
 /// The status `ie` should have, given the world as `images` sees it. Pure apart from reading the store
 /// and the catalog; `now` is the time to stamp on changes.
@@ -224,6 +219,19 @@ async fn handle_deletion<S: Store>(
         Err(e) if e.is_not_found() => Ok(Action::Done),
         Err(StoreError::Conflict(_)) => Ok(Action::RequeueAfter(Duration::ZERO)),
         Err(e) => Err(e),
+    }
+}
+
+/// The InfraEnv controller's reconciler: [`reconcile_with`] as the runtime runs it.
+pub struct InfraEnvReconciler<S: Store> {
+    pub images: Arc<Images<S>>,
+    pub backend: Option<Arc<crate::pool::Backend>>,
+}
+
+impl<S: Store> Reconciler for InfraEnvReconciler<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile_with(&self.images, self.backend.as_deref(), &key.0, &key.1).await
     }
 }
 

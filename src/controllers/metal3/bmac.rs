@@ -22,7 +22,7 @@ use crate::resources::metal3::*;
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, PreprovisioningImage, find_condition};
 use crate::store::{Store, StoreError};
 
-pub use crate::controllers::infraenv::Action;
+use crate::controllers::runtime::{Action, Key, Reconciler};
 
 use super::cooldown_left;
 
@@ -91,6 +91,13 @@ struct World {
     infraenv: Option<InfraEnv>,
     /// The Agent is to be deleted (converged flow, `remove-agent-and-node-on-delete`).
     delete_agent: bool,
+}
+
+impl<S: Store> Reconciler for BmacContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
+    }
 }
 
 pub async fn reconcile<S: Store>(ctx: &BmacContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time};
 
 use crate::content::ironic::ENABLE_IRONIC_AGENT_ANNOTATION;
+use crate::controllers::runtime::{Action, Key, Reconciler};
 use crate::pool::Clock;
 use crate::resources::metal3::*;
 use crate::resources::{
@@ -17,8 +18,6 @@ use crate::resources::{
     REASON_IMAGE_CREATION_ERROR, find_condition, normalize_arch,
 };
 use crate::store::{Store, StoreError};
-
-pub use crate::controllers::infraenv::Action;
 
 pub use super::PPI_READY_CONDITION as READY_CONDITION;
 pub const ERROR_CONDITION: &str = "Error";
@@ -36,6 +35,13 @@ pub struct PpiContext<S: Store> {
     pub clock: Arc<dyn Clock>,
     /// How old an InfraEnv image must be before it is published ([`super::bmac::IMAGE_COOLDOWN`]).
     pub image_cooldown: Duration,
+}
+
+impl<S: Store> Reconciler for PpiContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
+    }
 }
 
 pub async fn reconcile<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
