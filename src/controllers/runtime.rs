@@ -10,6 +10,8 @@
 //!   exponential [`Backoff`] per key, which a successful reconcile resets.
 //! - [`WorkQueue::enqueue_and_wait`] queues a key and answers with the outcome of the first reconcile
 //!   of it that starts afterwards (for a caller that must see its change reconciled).
+//! - [`finalizer`] is the finalizer protocol over the [`Store`]: added before any work, and on
+//!   deletion the cleanup runs, then the finalizer goes.
 //! - Counters per controller go to a [`ControllerMetrics`] that whoever starts the controllers creates
 //!   and hands to `/metrics` too.
 //!
@@ -26,6 +28,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
+
+use crate::store::{Object, Store, StoreError};
 
 /// What a controller reconciles: (namespace, name).
 pub type Key = (String, String);
@@ -500,6 +504,99 @@ impl ControllerStats {
     }
 }
 
+/// Whether `meta` lists the finalizer `name`.
+pub fn has_finalizer(meta: &crate::resources::ObjectMeta, name: &str) -> bool {
+    meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == name))
+}
+
+/// Adds the finalizer `name` to `meta`; returns whether it was missing.
+pub fn add_finalizer(meta: &mut crate::resources::ObjectMeta, name: &str) -> bool {
+    let finalizers = meta.finalizers.get_or_insert_default();
+    if finalizers.iter().any(|x| x == name) {
+        return false;
+    }
+    finalizers.push(name.to_string());
+    true
+}
+
+/// Removes the finalizer `name` from `meta`; returns whether it was there.
+pub fn remove_finalizer(meta: &mut crate::resources::ObjectMeta, name: &str) -> bool {
+    let Some(finalizers) = meta.finalizers.as_mut() else { return false };
+    let before = finalizers.len();
+    finalizers.retain(|x| x != name);
+    finalizers.len() != before
+}
+
+/// What [`finalizer`] asks of a reconcile.
+#[derive(Debug)]
+pub enum FinalizerEvent<K> {
+    /// The object is live and holds the finalizer: do the work.
+    Apply(K),
+    /// The object is being deleted and still holds the finalizer: clean up. [`Action::Done`] says
+    /// the cleanup is complete (the finalizer goes, and the object with it if it was the last);
+    /// [`Action::RequeueAfter`] that it is not yet, and the finalizer stays.
+    Cleanup(K),
+}
+
+/// What [`finalizer`] does after adding the finalizer to a live object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAdded {
+    /// Goes on with [`FinalizerEvent::Apply`] in the same reconcile, with the object as written.
+    Apply,
+    /// Ends the reconcile, asking to run again at once.
+    Requeue,
+}
+
+/// The finalizer protocol, as kube-runtime's `finalizer`: a live object gets the finalizer `name`
+/// (written to the store) before `reconcile` does any work on it; an object being deleted that holds
+/// it is cleaned up by `reconcile`, then the finalizer is removed. An object being deleted without
+/// it is none of this controller's business any more ([`Action::Done`]). Losing a write to someone
+/// else's (a conflict) asks to run again at once.
+pub async fn finalizer<S, K, E, F, Fut>(
+    store: &S,
+    name: &str,
+    on_added: OnAdded,
+    mut obj: K,
+    reconcile: F,
+) -> Result<Action, E>
+where
+    S: Store,
+    K: Object,
+    E: From<StoreError>,
+    F: FnOnce(FinalizerEvent<K>) -> Fut,
+    Fut: Future<Output = Result<Action, E>>,
+{
+    if obj.meta().deletion_timestamp.is_some() {
+        if !has_finalizer(obj.meta(), name) {
+            return Ok(Action::Done);
+        }
+        match reconcile(FinalizerEvent::Cleanup(obj.clone())).await? {
+            Action::Done => {}
+            not_yet => return Ok(not_yet),
+        }
+        remove_finalizer(obj.meta_mut(), name);
+        return match store.update(&obj).await {
+            Ok(_) => Ok(Action::Done),
+            // Gone already (the last finalizer went).
+            Err(e) if e.is_not_found() => Ok(Action::Done),
+            Err(e) if e.is_conflict() => Ok(Action::RequeueAfter(Duration::ZERO)),
+            Err(e) => Err(e.into()),
+        };
+    }
+    if add_finalizer(obj.meta_mut(), name) {
+        match store.update(&obj).await {
+            // The spec and status are those read (the write checked the resourceVersion).
+            Ok(written) => *obj.meta_mut() = written.meta().clone(),
+            Err(e) if e.is_conflict() => return Ok(Action::RequeueAfter(Duration::ZERO)),
+            Err(e) => return Err(e.into()),
+        }
+        if on_added == OnAdded::Requeue {
+            return Ok(Action::RequeueAfter(Duration::ZERO));
+        }
+    }
+    reconcile(FinalizerEvent::Apply(obj)).await
+}
+
 /// A deterministic executor for the runtime, for tests: reconciles are polled by hand (they must not
 /// wait for the async runtime: no I/O, no timers), up to `workers` at once; which queued key starts
 /// next and which running reconcile is polled next are chosen by an RNG of the given seed; time is
@@ -959,5 +1056,115 @@ mod tests {
         runtime.abort();
         let _ = runtime.await;
         assert!(metrics.controllers().is_empty(), "a stopped controller is not listed");
+    }
+
+    mod finalizers {
+        use super::*;
+        use crate::resources::{InfraEnv, Kind};
+        use crate::store::sqlite::SqliteStore;
+
+        const F: &str = "example.com/cleanup";
+
+        async fn infraenv(store: &SqliteStore) -> InfraEnv {
+            let doc = serde_json::json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+                                         "metadata": {"name": "ie", "namespace": "ns"},
+                                         "spec": {"pullSecretRef": {"name": "ps"}}});
+            let (_, doc) = crate::resources::validate_document(&doc).unwrap();
+            store.apply_document(Kind::InfraEnv, doc).await.unwrap();
+            store.get("ns", "ie").await.unwrap().unwrap()
+        }
+
+        /// Runs the finalizer over the stored InfraEnv; the cleanup answers `cleanup`. Returns the
+        /// action and which event the reconcile got.
+        async fn reconcile(store: &SqliteStore, on_added: OnAdded, cleanup: Action) -> (Action, Option<&'static str>) {
+            let ie: InfraEnv = store.get("ns", "ie").await.unwrap().unwrap();
+            let mut seen = None;
+            let seen_by = &mut seen;
+            let action = finalizer::<_, _, StoreError, _, _>(store, F, on_added, ie, move |event| {
+                let seen = seen_by;
+                async move {
+                    match event {
+                        FinalizerEvent::Apply(ie) => {
+                            assert!(has_finalizer(&ie.metadata, F), "work is done with the finalizer in place");
+                            *seen = Some("apply");
+                            Ok(Action::Done)
+                        }
+                        FinalizerEvent::Cleanup(_) => {
+                            *seen = Some("cleanup");
+                            Ok(cleanup)
+                        }
+                    }
+                }
+            })
+            .await
+            .unwrap();
+            (action, seen)
+        }
+
+        async fn stored(store: &SqliteStore) -> Option<InfraEnv> {
+            store.get("ns", "ie").await.unwrap()
+        }
+
+        #[tokio::test]
+        async fn the_finalizer_is_added_before_the_work() {
+            let store = SqliteStore::open_in_memory().unwrap();
+            infraenv(&store).await;
+            assert_eq!(reconcile(&store, OnAdded::Apply, Action::Done).await, (Action::Done, Some("apply")));
+            assert!(has_finalizer(&stored(&store).await.unwrap().metadata, F));
+            // Once there, nothing more is written.
+            let version = stored(&store).await.unwrap().metadata.resource_version;
+            assert_eq!(reconcile(&store, OnAdded::Requeue, Action::Done).await, (Action::Done, Some("apply")));
+            assert_eq!(stored(&store).await.unwrap().metadata.resource_version, version);
+        }
+
+        #[tokio::test]
+        async fn adding_the_finalizer_may_end_the_reconcile() {
+            let store = SqliteStore::open_in_memory().unwrap();
+            infraenv(&store).await;
+            assert_eq!(
+                reconcile(&store, OnAdded::Requeue, Action::Done).await,
+                (Action::RequeueAfter(Duration::ZERO), None)
+            );
+            assert!(has_finalizer(&stored(&store).await.unwrap().metadata, F));
+        }
+
+        #[tokio::test]
+        async fn deletion_runs_the_cleanup_until_it_is_done_then_removes_the_finalizer() {
+            let store = SqliteStore::open_in_memory().unwrap();
+            infraenv(&store).await;
+            reconcile(&store, OnAdded::Apply, Action::Done).await;
+            store.delete::<InfraEnv>("ns", "ie").await.unwrap();
+            // Not finished: the finalizer stays, and the object with it.
+            let wait = Action::RequeueAfter(secs(60.0));
+            assert_eq!(reconcile(&store, OnAdded::Apply, wait).await, (wait, Some("cleanup")));
+            assert!(has_finalizer(&stored(&store).await.unwrap().metadata, F));
+            // Finished: the finalizer goes, and the object (it was the last).
+            assert_eq!(reconcile(&store, OnAdded::Apply, Action::Done).await, (Action::Done, Some("cleanup")));
+            assert!(stored(&store).await.is_none());
+        }
+
+        #[tokio::test]
+        async fn an_object_deleted_without_the_finalizer_is_left_alone() {
+            let store = SqliteStore::open_in_memory().unwrap();
+            let mut ie = infraenv(&store).await;
+            ie.metadata.finalizers = Some(vec!["someone.else/keep".into()]);
+            store.update(&ie).await.unwrap();
+            store.delete::<InfraEnv>("ns", "ie").await.unwrap();
+            assert_eq!(reconcile(&store, OnAdded::Apply, Action::Done).await, (Action::Done, None));
+            let left = stored(&store).await.unwrap();
+            assert_eq!(left.metadata.finalizers, Some(vec!["someone.else/keep".to_string()]));
+        }
+
+        #[test]
+        fn finalizers_are_added_and_removed_once() {
+            let mut meta = crate::resources::ObjectMeta::default();
+            assert!(!has_finalizer(&meta, F));
+            assert!(!remove_finalizer(&mut meta, F));
+            assert!(add_finalizer(&mut meta, F));
+            assert!(!add_finalizer(&mut meta, F));
+            assert_eq!(meta.finalizers.as_deref(), Some(&[F.to_string()][..]));
+            assert!(remove_finalizer(&mut meta, F));
+            assert!(!has_finalizer(&meta, F));
+        }
     }
 }
