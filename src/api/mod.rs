@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::api::metrics::Metrics;
 use crate::auth::AGENT_AUTH_HEADER;
 use crate::controllers::infraenv;
+use crate::controllers::runtime::{Action, Outcome, WorkQueue};
 use crate::http::query::query_map;
 use crate::http::respond::respond;
 use crate::http::{Admission, Body, Completion, Handler, RouteLabel, text};
@@ -36,6 +37,9 @@ pub struct App<S: Store> {
     /// The agent API and the host records, where this process keeps them.
     pub agent_api: Option<Arc<crate::api::agent::AgentApi<S>>>,
     pub backend: Option<Arc<crate::pool::Backend>>,
+    /// The InfraEnv controller's queue, where it runs in this process: the resource API queues the
+    /// InfraEnvs it writes and answers once the controller reconciled them.
+    pub infraenvs: Option<Arc<WorkQueue>>,
     /// The bearer token the resource API and the cluster-log downloads require; None: no such check
     /// (the resources live in a cluster, whose RBAC applies).
     pub api_token: Option<Arc<str>>,
@@ -765,7 +769,7 @@ impl<S: Store> App<S> {
                 Ok(deletion) => {
                     // An InfraEnv goes at once unless hosts hold it (then its condition says which).
                     let deletion = if kind == Kind::InfraEnv && deletion == crate::store::Deletion::Pending {
-                        let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), ns, name).await;
+                        let _ = self.reconciled_infraenv(ns, name).await;
                         match store.get_document(kind, ns, name).await {
                             Ok(None) => crate::store::Deletion::Deleted,
                             _ => deletion,
@@ -892,7 +896,7 @@ impl<S: Store> App<S> {
             match store.replace_document(kind, validated).await {
                 Ok(stored) => {
                     if kind == Kind::InfraEnv {
-                        let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), ns, name).await;
+                        let _ = self.reconciled_infraenv(ns, name).await;
                     }
                     let current = store.get_document(kind, ns, name).await?.unwrap_or(stored);
                     return Ok(crate::http::json(StatusCode::OK, &current));
@@ -977,13 +981,13 @@ impl<S: Store> App<S> {
         // folds a burst of changes into one reconcile per InfraEnv.
         let mut reconciles = 0;
         if kind == Kind::InfraEnv {
-            // The controller, woken by the same write, may write the InfraEnv first (its finalizer,
-            // or the status): then this reconcile's status write conflicts and asks to run again at
-            // once. Without retrying, the answer (and a `get` right after) could lack the status.
+            // Someone else may write the InfraEnv meanwhile: then the reconcile's status write
+            // conflicts and asks to run again at once. Without waiting for that one too, the answer
+            // (and a `get` right after) could lack the status.
             for _ in 0..5 {
                 reconciles += 1;
-                match infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await {
-                    Ok(crate::controllers::runtime::Action::RequeueAfter(d)) if d.is_zero() => continue,
+                match self.reconciled_infraenv(&ns, &name).await {
+                    Some(Ok(Action::RequeueAfter(d))) if d.is_zero() => continue,
                     _ => break,
                 }
             }
@@ -1002,6 +1006,14 @@ impl<S: Store> App<S> {
             "applied"
         );
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
+    }
+}
+
+impl<S: Store> App<S> {
+    /// Has the InfraEnv controller reconcile `ns/name` and waits for that reconcile (one that starts
+    /// after this call); None where no InfraEnv controller runs.
+    async fn reconciled_infraenv(&self, ns: &str, name: &str) -> Option<Outcome> {
+        self.infraenvs.as_ref()?.enqueue_and_wait((ns.to_string(), name.to_string())).await
     }
 }
 

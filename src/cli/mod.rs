@@ -567,7 +567,7 @@ async fn hub<S: crate::store::Store>(
     tokio::spawn(crate::controllers::run_infraenv_controller_with(
         svc.images.clone(),
         Some(backend.clone()),
-        infraenvs,
+        infraenvs.clone(),
         controllers.clone(),
     ));
     tokio::spawn(crate::controllers::run_host_controllers(
@@ -609,6 +609,7 @@ async fn hub<S: crate::store::Store>(
         metrics,
         agent_api: Some(agent_api),
         backend: Some(backend),
+        infraenvs: Some(infraenvs),
         api_token,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     }))
@@ -727,6 +728,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         metrics: crate::api::metrics::Metrics::new(Default::default(), Default::default()),
         agent_api: None,
         backend: None,
+        infraenvs: None,
         api_token: None,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });

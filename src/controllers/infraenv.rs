@@ -230,12 +230,7 @@ pub async fn reconcile_with<S: Store>(
     namespace: &str,
     name: &str,
 ) -> Result<Action, StoreError> {
-    // `apply` reconciles the InfraEnv it wrote at once, and the controller, woken by the same write,
-    // would too: side by side, both would build and write the same status, and one would conflict and
-    // start over. In turn, the second finds the work done.
     let started = std::time::Instant::now();
-    let _turn = images.reconciling.lock(format!("{namespace}/{name}")).await;
-    let waited_micros = started.elapsed().as_micros() as u64;
     let Some(ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
         images.forget(namespace, name);
         return Ok(Action::Done);
@@ -244,12 +239,12 @@ pub async fn reconcile_with<S: Store>(
         if ie.metadata.deletion_timestamp.is_some() {
             return Ok(Action::Done);
         }
-        return update_status(images, ie, (namespace, name), started, waited_micros).await;
+        return update_status(images, ie, (namespace, name), started).await;
     };
     // The finalizer is usually there already: the resource API writes it with the create.
     finalizer(&images.store, INFRAENV_FINALIZER, OnAdded::Apply, ie, |event| async move {
         match event {
-            FinalizerEvent::Apply(ie) => update_status(images, ie, (namespace, name), started, waited_micros).await,
+            FinalizerEvent::Apply(ie) => update_status(images, ie, (namespace, name), started).await,
             FinalizerEvent::Cleanup(ie) => cleanup(images, backend, ie).await,
         }
     })
@@ -262,7 +257,6 @@ async fn update_status<S: Store>(
     ie: InfraEnv,
     (namespace, name): (&str, &str),
     started: std::time::Instant,
-    waited_micros: u64,
 ) -> Result<Action, StoreError> {
     let now = Time(crate::resources::now_seconds());
     let status_started = std::time::Instant::now();
@@ -276,11 +270,10 @@ async fn update_status<S: Store>(
     } else {
         Ok(())
     };
-    // For a slow reconcile: waiting for the InfraEnv's turn, building its status (the discovery
-    // content when none is cached), and the status write.
+    // For a slow reconcile: building its status (the discovery content when none is cached), and the
+    // status write.
     tracing::debug!(
         infraenv = %format_args!("{namespace}/{name}"),
-        waited_micros,
         status_micros,
         written = changed,
         micros = started.elapsed().as_micros() as u64,

@@ -83,8 +83,13 @@ pub async fn run_infraenv_controller_with<S: Store>(
         }
     };
     let reconciler = Arc::new(infraenv::InfraEnvReconciler { images, backend });
-    tokio::join!(feeder, runtime::run("infraenv", queue, reconciler, 1, &metrics));
+    tokio::join!(feeder, runtime::run("infraenv", queue, reconciler, INFRAENV_WORKERS, &metrics));
 }
+
+/// InfraEnvs reconciled at once: the resource API waits for the reconcile of each InfraEnv it writes
+/// (its requests are side by side), and should not wait for one of a burst (hundreds of InfraEnvs
+/// after a pull secret changed) to finish before its own starts.
+const INFRAENV_WORKERS: usize = 4;
 
 async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
     match images.store.list::<InfraEnv>(None).await {

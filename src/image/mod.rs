@@ -30,7 +30,6 @@ use crate::content::ironic::{self, IronicDefaults};
 use crate::formats::kargs::KargOp;
 use crate::formats::liveiso::{Area, LiveIso};
 use crate::image::catalog::{BaseImage, Catalog, LookupError};
-pub use crate::keylocks::KeyLocks;
 use crate::plan::Representation;
 use crate::plan::{Part, Plan, PlanBuilder, Segment};
 use crate::resources::{
@@ -292,8 +291,6 @@ pub struct Images<S: Store> {
     minimal: minimal::Templates,
     /// This service itself, for builds that run on the blocking pool.
     this: Weak<Images<S>>,
-    /// One reconcile of an InfraEnv at a time (`crate::controllers::infraenv::reconcile_with`).
-    pub reconciling: KeyLocks,
 }
 
 /// One of the files served under `/boot-artifacts/`.
@@ -440,7 +437,6 @@ impl<S: Store> Images<S> {
             parts: Mutex::new(HashMap::new()),
             minimal: minimal::Templates::default(),
             this: this.clone(),
-            reconciling: KeyLocks::default(),
         })
     }
 
