@@ -1,5 +1,5 @@
-//! Async locks by key, for work that must run one at a time per key (an InfraEnv's reconciles, the
-//! host records behind one Agent name) while other keys go on side by side. A key's lock exists only
+//! Async locks by key, for work that must run one at a time per key (the host records behind one
+//! Agent name) while other keys go on side by side. A key's lock exists only
 //! while someone holds or waits for it.
 
 use std::collections::HashMap;

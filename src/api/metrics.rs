@@ -21,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::controllers::runtime::ControllerMetrics;
 use crate::http::Completion;
 use crate::image::catalog::{Catalog, EntryState};
 use crate::store::sqlite::WriterStats;
@@ -76,8 +77,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics of a server whose store's writer thread counts into `writer`.
-    pub fn new(writer: Arc<WriterStats>) -> Arc<Metrics> {
+    /// Metrics of a server whose store's writer thread counts into `writer`, and whose controllers
+    /// into `controllers`.
+    pub fn new(writer: Arc<WriterStats>, controllers: Arc<ControllerMetrics>) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("bootstream");
         // Fine below a second for the API (its calls take milliseconds), coarse above for downloads.
         let duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
@@ -106,7 +108,7 @@ impl Metrics {
         registry.register("os_images", "OS images of the catalog by state (1 = in that state)", os_images.clone());
         let hosts = Family::<HostLabels, Gauge>::default();
         registry.register("hosts", "Hosts by state of the host state machine", hosts.clone());
-        registry.register_collector(Box::new(WorkCollector { writer }));
+        registry.register_collector(Box::new(WorkCollector { writer, controllers }));
         Arc::new(Metrics { registry, hosts, duration, size, inflight, aborted, os_images })
     }
 
@@ -166,6 +168,7 @@ struct ControllerTotals {
 #[derive(Debug)]
 struct WorkCollector {
     writer: Arc<WriterStats>,
+    controllers: Arc<ControllerMetrics>,
 }
 
 fn counter<N: prometheus_client::encoding::EncodeCounterValue>(
@@ -260,12 +263,12 @@ impl Collector for WorkCollector {
             &mut encoder,
             "controller_feed_resyncs",
             "Times a controller's change feed fell behind and it re-listed every object",
-            crate::controllers::FEED_RESYNCS.load(Relaxed),
+            self.controllers.feed_resyncs(),
         )?;
 
         // Per controller name (a controller with several workers is one entry; tests may run several).
         let mut by_name: std::collections::BTreeMap<&str, ControllerTotals> = Default::default();
-        let controllers = crate::controllers::controller_stats();
+        let controllers = self.controllers.controllers();
         for c in &controllers {
             let e = by_name.entry(c.name).or_default();
             e.depth += c.depth() as i64;

@@ -20,6 +20,7 @@ use http::{Method, Request, Response, StatusCode, header};
 
 use crate::api::metrics::Metrics;
 use crate::auth::AGENT_AUTH_HEADER;
+use crate::controllers::runtime::WorkQueue;
 use crate::http::query::query_map;
 use crate::http::{Admission, Body, Completion, Handler, RouteLabel, text};
 use crate::image::Images;
@@ -40,6 +41,9 @@ pub struct App<S: Store> {
     /// The agent API and the host records, where this process keeps them.
     pub agent_api: Option<Arc<crate::api::agent::AgentApi<S>>>,
     pub backend: Option<Arc<crate::pool::Backend>>,
+    /// The InfraEnv controller's queue, where it runs in this process: the resource API queues the
+    /// InfraEnvs it writes and answers once the controller reconciled them.
+    pub infraenvs: Option<Arc<WorkQueue>>,
     /// The bearer token the resource API and the cluster-log downloads require; None: no such check
     /// (the resources live in a cluster, whose RBAC applies).
     pub api_token: Option<Arc<str>>,

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::{App, not_found};
 use crate::controllers::infraenv;
+use crate::controllers::runtime::{Action, Outcome};
 use crate::http::Body;
 use crate::resources::{InfraEnv, Kind, validate_document};
 use crate::store::sqlite::{NewObject, SqliteStore};
@@ -93,7 +94,7 @@ impl<S: Store> App<S> {
                 Ok(deletion) => {
                     // An InfraEnv goes at once unless hosts hold it (then its condition says which).
                     let deletion = if kind == Kind::InfraEnv && deletion == crate::store::Deletion::Pending {
-                        let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), ns, name).await;
+                        let _ = self.reconciled_infraenv(ns, name).await;
                         match store.get_document(kind, ns, name).await {
                             Ok(None) => crate::store::Deletion::Deleted,
                             _ => deletion,
@@ -220,7 +221,7 @@ impl<S: Store> App<S> {
             match store.replace_document(kind, validated).await {
                 Ok(stored) => {
                     if kind == Kind::InfraEnv {
-                        let _ = infraenv::reconcile_with(&self.images, self.backend.as_deref(), ns, name).await;
+                        let _ = self.reconciled_infraenv(ns, name).await;
                     }
                     let current = store.get_document(kind, ns, name).await?.unwrap_or(stored);
                     return Ok(crate::http::json(StatusCode::OK, &current));
@@ -305,13 +306,13 @@ impl<S: Store> App<S> {
         // folds a burst of changes into one reconcile per InfraEnv.
         let mut reconciles = 0;
         if kind == Kind::InfraEnv {
-            // The controller, woken by the same write, may write the InfraEnv first (its finalizer,
-            // or the status): then this reconcile's status write conflicts and asks to run again at
-            // once. Without retrying, the answer (and a `get` right after) could lack the status.
+            // Someone else may write the InfraEnv meanwhile: then the reconcile's status write
+            // conflicts and asks to run again at once. Without waiting for that one too, the answer
+            // (and a `get` right after) could lack the status.
             for _ in 0..5 {
                 reconciles += 1;
-                match infraenv::reconcile_with(&self.images, self.backend.as_deref(), &ns, &name).await {
-                    Ok(infraenv::Action::RequeueAfter(d)) if d.is_zero() => continue,
+                match self.reconciled_infraenv(&ns, &name).await {
+                    Some(Ok(Action::RequeueAfter(d))) if d.is_zero() => continue,
                     _ => break,
                 }
             }
@@ -330,6 +331,14 @@ impl<S: Store> App<S> {
             "applied"
         );
         Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
+    }
+}
+
+impl<S: Store> App<S> {
+    /// Has the InfraEnv controller reconcile `ns/name` and waits for that reconcile (one that starts
+    /// after this call); None where no InfraEnv controller runs.
+    async fn reconciled_infraenv(&self, ns: &str, name: &str) -> Option<Outcome> {
+        self.infraenvs.as_ref()?.enqueue_and_wait((ns.to_string(), name.to_string())).await
     }
 }
 

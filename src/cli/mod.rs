@@ -531,7 +531,9 @@ async fn hub<S: crate::store::Store>(
 ) -> anyhow::Result<Arc<crate::api::App<S>>> {
     use anyhow::Context;
     let store = svc.images.store.clone();
-    let metrics = crate::api::metrics::Metrics::new(records.writer_stats());
+    // The controllers' counters, which `/metrics` reads.
+    let controllers = Arc::new(crate::controllers::runtime::ControllerMetrics::default());
+    let metrics = crate::api::metrics::Metrics::new(records.writer_stats(), controllers.clone());
     let host_logs = Arc::new(crate::pool::logs::HostLogs::new(&svc.data_dir));
     let backend = crate::pool::Backend::load(
         records,
@@ -561,8 +563,19 @@ async fn hub<S: crate::store::Store>(
         },
         clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
     });
-    tokio::spawn(crate::controllers::run_infraenv_controller_with(svc.images.clone(), Some(backend.clone())));
-    tokio::spawn(crate::controllers::run_host_controllers(hub, 4, std::time::Duration::from_secs(10)));
+    let infraenvs = Arc::new(crate::controllers::runtime::WorkQueue::default());
+    tokio::spawn(crate::controllers::run_infraenv_controller_with(
+        svc.images.clone(),
+        Some(backend.clone()),
+        infraenvs.clone(),
+        controllers.clone(),
+    ));
+    tokio::spawn(crate::controllers::run_host_controllers(
+        hub,
+        4,
+        std::time::Duration::from_secs(10),
+        controllers.clone(),
+    ));
     let clock: Arc<dyn crate::pool::Clock> = Arc::new(crate::pool::SystemClock);
     tokio::spawn(crate::controllers::run_metal3_controllers(
         Arc::new(crate::controllers::metal3::bmac::BmacContext {
@@ -578,6 +591,7 @@ async fn hub<S: crate::store::Store>(
             clock,
             image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
         }),
+        controllers,
     ));
     // The embedded resource API takes a bearer token; on Kubernetes the cluster's RBAC guards the
     // resources, and the controller's cluster-log downloads are not yet guarded (issue 7).
@@ -595,6 +609,7 @@ async fn hub<S: crate::store::Store>(
         metrics,
         agent_api: Some(agent_api),
         backend: Some(backend),
+        infraenvs: Some(infraenvs),
         api_token,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     }))
@@ -709,9 +724,11 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         images: svc.images.clone(),
         resources: None,
         catalog: svc.catalog.clone(),
-        metrics: crate::api::metrics::Metrics::new(Default::default()),
+        // No controllers here: their counters stay empty.
+        metrics: crate::api::metrics::Metrics::new(Default::default(), Default::default()),
         agent_api: None,
         backend: None,
+        infraenvs: None,
         api_token: None,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });

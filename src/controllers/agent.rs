@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use crate::auth::AgentAuth;
 use crate::controllers::agent_conditions::*;
+use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
 use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient};
 use crate::hosts::{Host, HostKind, HostStatus};
 use crate::pool::{ApiError, Backend};
@@ -79,8 +80,6 @@ impl OwnWrites {
     }
 }
 
-pub use super::infraenv::Action;
-
 const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
 
 /// Why the spec could not be synced: input errors wait for the user, backend errors are retried.
@@ -102,21 +101,32 @@ impl SyncError {
     }
 }
 
+impl<S: Store> Reconciler for AgentContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
+    }
+}
+
 pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
-    let Some(mut agent) = ctx.store.get::<Agent>(ns, name).await? else {
+    let Some(agent) = ctx.store.get::<Agent>(ns, name).await? else {
         return Ok(Action::Done);
     };
-
     // §2.8: deletion and the finalizer.
-    if agent.metadata.deletion_timestamp.is_some() {
-        return handle_deletion(ctx, agent).await;
-    }
-    let finalizers = agent.metadata.finalizers.get_or_insert_default();
-    if !finalizers.iter().any(|f| f == AGENT_FINALIZER) {
-        finalizers.push(AGENT_FINALIZER.to_string());
-        ctx.store.update(&agent).await?;
-        return Ok(Action::RequeueAfter(Duration::ZERO));
-    }
+    finalizer(&ctx.store, AGENT_FINALIZER, OnAdded::Requeue, agent, |event| async move {
+        match event {
+            FinalizerEvent::Apply(agent) => sync(ctx, agent).await,
+            FinalizerEvent::Cleanup(agent) => cleanup(ctx, agent).await,
+        }
+    })
+    .await
+}
+
+/// Keeps a live Agent and its host in step.
+async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Action, StoreError> {
+    let ns = agent.metadata.namespace.clone().unwrap_or_default();
+    let name = agent.metadata.name.clone().unwrap_or_default();
+    let (ns, name) = (ns.as_str(), name.as_str());
 
     // §2.9: an Agent whose host record is gone (a restored backup) gets it back.
     // The record is the one of this Agent's namespace: an Agent never reaches a host of another.
@@ -483,13 +493,11 @@ fn has_annotation(agent: &Agent, key: &str) -> bool {
     agent.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
-/// §2.8 `handleAgentFinalizer`.
-async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Action, StoreError> {
+/// §2.8 `handleAgentFinalizer`: what an Agent being deleted leaves behind is cleaned up (spoke node,
+/// host record); Done once the Agent may go.
+async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Action, StoreError> {
     let name = agent.metadata.name.clone().unwrap_or_default();
     let ns = agent.metadata.namespace.clone().unwrap_or_default();
-    if !agent.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == AGENT_FINALIZER)) {
-        return Ok(Action::Done);
-    }
     let host = ctx.backend.host_of_agent(&ns, &name).await;
     let spoke_resources_exist = host.as_ref().is_some_and(|h| h.progress.current_stage == "Done")
         || agent.status.as_ref().is_some_and(|s| s.csr_status.approved_csrs.as_ref().is_some_and(|c| !c.is_empty()))
@@ -537,15 +545,8 @@ async fn handle_deletion<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> R
         tracing::warn!(agent = %name, "failed to deregister host: {e}");
         return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
     }
-    if let Some(f) = agent.metadata.finalizers.as_mut() {
-        f.retain(|f| f != AGENT_FINALIZER);
-    }
-    match ctx.store.update(&agent).await {
-        Ok(_) => Ok(Action::Done),
-        Err(e) if e.is_not_found() => Ok(Action::Done),
-        Err(e) => Err(e),
-    }
-    .inspect(|_| tracing::debug!(namespace = %ns, agent = %name, "agent deleted"))
+    tracing::debug!(namespace = %ns, agent = %name, "agent cleaned up; its finalizer goes");
+    Ok(Action::Done)
 }
 
 /// Whether the BMAC created a Machine and BareMetalHost for this Agent on the spoke (§5.7): its

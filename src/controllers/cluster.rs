@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
 use crate::hosts::machine::Event;
 use crate::hosts::{Host, HostStatus};
 use crate::pool::{Backend, Cluster};
@@ -21,46 +22,22 @@ pub struct ClusterContext<S: Store> {
     pub backend: Arc<Backend>,
 }
 
-pub use super::agent::Action;
-
 const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
 
 fn key(meta: &crate::resources::ObjectMeta) -> (String, String) {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-async fn add_finalizer<S: Store, K: crate::store::Object>(
-    store: &S,
-    obj: &mut K,
-    finalizer: &str,
-) -> Result<bool, StoreError> {
-    let f = obj.meta_mut().finalizers.get_or_insert_default();
-    if f.iter().any(|x| x == finalizer) {
-        return Ok(false);
-    }
-    f.push(finalizer.to_string());
-    *obj = store.update(obj).await?;
-    Ok(true)
-}
-
-async fn remove_finalizer<S: Store, K: crate::store::Object>(
-    store: &S,
-    mut obj: K,
-    finalizer: &str,
-) -> Result<(), StoreError> {
-    if let Some(f) = obj.meta_mut().finalizers.as_mut() {
-        f.retain(|x| x != finalizer);
-    }
-    match store.update(&obj).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(e),
+impl<S: Store> Reconciler for ClusterContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
     }
 }
 
 /// Reconciles the ClusterDeployment `ns/name` and its AgentClusterInstall.
 pub async fn reconcile<S: Store>(ctx: &ClusterContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
-    let Some(mut cd) = ctx.store.get::<ClusterDeployment>(ns, name).await? else {
+    let Some(cd) = ctx.store.get::<ClusterDeployment>(ns, name).await? else {
         return Ok(Action::Done);
     };
     if !cd.is_agent_platform() {
@@ -68,41 +45,53 @@ pub async fn reconcile<S: Store>(ctx: &ClusterContext<S>, ns: &str, name: &str) 
     }
     let aci_name = cd.cluster_install_name().unwrap_or_default();
     let aci = if aci_name.is_empty() { None } else { ctx.store.get::<AgentClusterInstall>(ns, &aci_name).await? };
-
-    if cd.metadata.deletion_timestamp.is_some() {
-        // Delete the install first; the ClusterDeployment goes once it is gone.
-        if let Some(aci) = aci {
-            if aci.metadata.deletion_timestamp.is_none() {
-                ctx.store.delete::<AgentClusterInstall>(ns, &aci_name).await?;
-            }
-            let aci = ctx.store.get::<AgentClusterInstall>(ns, &aci_name).await?;
-            if let Some(aci) = aci {
-                delete_install(ctx, &cd, aci).await?;
-                if ctx.store.get::<AgentClusterInstall>(ns, &aci_name).await?.is_some() {
-                    tracing::info!("could not confirm clusterInstall {aci_name} deletion was successfuly completed");
-                    return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+    finalizer(&ctx.store, CD_FINALIZER, OnAdded::Requeue, cd, |event| async move {
+        match event {
+            FinalizerEvent::Apply(cd) => reconcile_install(ctx, cd, aci).await,
+            FinalizerEvent::Cleanup(cd) => {
+                // Delete the install first; the ClusterDeployment goes once it is gone.
+                let Some(aci) = aci else { return Ok(Action::Done) };
+                if aci.metadata.deletion_timestamp.is_none() {
+                    ctx.store.delete::<AgentClusterInstall>(ns, &aci_name).await?;
                 }
+                if let Some(aci) = ctx.store.get::<AgentClusterInstall>(ns, &aci_name).await? {
+                    if aci.metadata.deletion_timestamp.is_some() {
+                        reconcile_install(ctx, cd, Some(aci)).await?;
+                    }
+                    if ctx.store.get::<AgentClusterInstall>(ns, &aci_name).await?.is_some() {
+                        tracing::info!(
+                            "could not confirm clusterInstall {aci_name} deletion was successfuly completed"
+                        );
+                        return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+                    }
+                }
+                Ok(Action::Done)
             }
         }
-        remove_finalizer(&ctx.store, cd, CD_FINALIZER).await?;
-        return Ok(Action::Done);
-    }
-    if add_finalizer(&ctx.store, &mut cd, CD_FINALIZER).await? {
-        return Ok(Action::RequeueAfter(Duration::ZERO));
-    }
-    let Some(mut aci) = aci else { return Ok(Action::Done) };
-    if aci.metadata.deletion_timestamp.is_some() {
-        delete_install(ctx, &cd, aci).await?;
-        return Ok(Action::Done);
-    }
-    if add_finalizer(&ctx.store, &mut aci, ACI_FINALIZER).await? {
-        return Ok(Action::RequeueAfter(Duration::ZERO));
-    }
+    })
+    .await
+}
 
-    let cluster = ensure_cluster(ctx, &cd, &aci).await?;
-    let cluster = advance_installation(ctx, &mut cd, &aci, cluster).await?;
-    update_aci_status(ctx, aci, &cluster).await?;
-    Ok(Action::Done)
+/// The AgentClusterInstall of a live ClusterDeployment: the backend cluster and its installation, or
+/// once the install is being deleted, its cleanup.
+async fn reconcile_install<S: Store>(
+    ctx: &ClusterContext<S>,
+    mut cd: ClusterDeployment,
+    aci: Option<AgentClusterInstall>,
+) -> Result<Action, StoreError> {
+    let Some(aci) = aci else { return Ok(Action::Done) };
+    finalizer(&ctx.store, ACI_FINALIZER, OnAdded::Requeue, aci, |event| async move {
+        match event {
+            FinalizerEvent::Apply(aci) => {
+                let cluster = ensure_cluster(ctx, &cd, &aci).await?;
+                let cluster = advance_installation(ctx, &mut cd, &aci, cluster).await?;
+                update_aci_status(ctx, aci, &cluster).await?;
+            }
+            FinalizerEvent::Cleanup(_) => delete_install(ctx, &cd).await?,
+        }
+        Ok(Action::Done)
+    })
+    .await
 }
 
 /// The OpenShift version of a ClusterImageSet's release image (`quay.io/...:4.14.0-x86_64` ⇒ `4.14.0`).
@@ -360,12 +349,8 @@ async fn update_aci_status<S: Store>(
 }
 
 /// §4 `agentClusterInstallFinalizer`: cancel a running installation, return or delete the agents,
-/// deregister the cluster, release the AgentClusterInstall.
-async fn delete_install<S: Store>(
-    ctx: &ClusterContext<S>,
-    cd: &ClusterDeployment,
-    aci: AgentClusterInstall,
-) -> Result<(), StoreError> {
+/// deregister the cluster (then the AgentClusterInstall may go).
+async fn delete_install<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeployment) -> Result<(), StoreError> {
     let (ns, name) = key(&cd.metadata);
     if let Some(cluster) = ctx.backend.cluster_by_kube_key(&ns, &name).await {
         if matches!(
@@ -382,9 +367,6 @@ async fn delete_install<S: Store>(
         ctx.backend.deregister_cluster(&cluster.id).await.map_err(|e| StoreError::Backend(e.message))?;
     } else {
         unbind_agents(ctx, cd).await?;
-    }
-    if aci.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == ACI_FINALIZER)) {
-        remove_finalizer(&ctx.store, aci, ACI_FINALIZER).await?;
     }
     Ok(())
 }

@@ -2,8 +2,10 @@
 //! artifact URLs, the `ImageCreated` condition — from the InfraEnv and the world (pull secret, OS
 //! images), by building the same image the download handlers serve.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
 use crate::image::{ImageError, Images};
 use crate::resources::{
     BootArtifacts, Condition, IMAGE_CREATED_CONDITION, INFRAENV_NAME_LABEL, InfraEnv, LabelSelector,
@@ -14,13 +16,6 @@ use crate::store::{Store, StoreError};
 
 /// Retry delay for errors that may resolve by themselves (`defaultRequeueAfterPerRecoverableError`).
 pub const RECOVERABLE_REQUEUE: Duration = Duration::from_secs(20);
-
-/// What the runtime should do next with this key.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Action {
-    Done,
-    RequeueAfter(Duration),
-}
 
 /// The status `ie` should have, given the world as `images` sees it. Pure apart from reading the store
 /// and the catalog; `now` is the time to stamp on changes.
@@ -163,15 +158,12 @@ fn deletable_with_infraenv(status: crate::hosts::HostStatus) -> bool {
 }
 
 /// Deletion of an InfraEnv: its deletable hosts go with it; while any other host remains the
-/// InfraEnv stays, with a condition naming those hosts.
-async fn handle_deletion<S: Store>(
+/// InfraEnv stays, with a condition naming those hosts. Done once the InfraEnv may go.
+async fn cleanup<S: Store>(
     images: &Images<S>,
     backend: &crate::pool::Backend,
     ie: InfraEnv,
 ) -> Result<Action, StoreError> {
-    if !ie.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == INFRAENV_FINALIZER)) {
-        return Ok(Action::Done);
-    }
     let uid = ie.metadata.uid.clone().unwrap_or_default();
     let hosts = backend.hosts(|h| h.infra_env_id == uid).await;
     let blocking: Vec<String> = hosts
@@ -215,15 +207,19 @@ async fn handle_deletion<S: Store>(
             let _ = backend.deregister_host(&h.key()).await;
         }
     }
-    let mut ie = ie;
-    if let Some(f) = ie.metadata.finalizers.as_mut() {
-        f.retain(|x| x != INFRAENV_FINALIZER);
-    }
-    match images.store.update(&ie).await {
-        Ok(_) => Ok(Action::Done),
-        Err(e) if e.is_not_found() => Ok(Action::Done),
-        Err(StoreError::Conflict(_)) => Ok(Action::RequeueAfter(Duration::ZERO)),
-        Err(e) => Err(e),
+    Ok(Action::Done)
+}
+
+/// The InfraEnv controller's reconciler: [`reconcile_with`] as the runtime runs it.
+pub struct InfraEnvReconciler<S: Store> {
+    pub images: Arc<Images<S>>,
+    pub backend: Option<Arc<crate::pool::Backend>>,
+}
+
+impl<S: Store> Reconciler for InfraEnvReconciler<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile_with(&self.images, self.backend.as_deref(), &key.0, &key.1).await
     }
 }
 
@@ -234,36 +230,34 @@ pub async fn reconcile_with<S: Store>(
     namespace: &str,
     name: &str,
 ) -> Result<Action, StoreError> {
-    // `apply` reconciles the InfraEnv it wrote at once, and the controller, woken by the same write,
-    // would too: side by side, both would build and write the same status, and one would conflict and
-    // start over. In turn, the second finds the work done.
     let started = std::time::Instant::now();
-    let _turn = images.reconciling.lock(format!("{namespace}/{name}")).await;
-    let waited_micros = started.elapsed().as_micros() as u64;
-    let Some(mut ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
+    let Some(ie) = images.store.get::<InfraEnv>(namespace, name).await? else {
         images.forget(namespace, name);
         return Ok(Action::Done);
     };
-    if let Some(backend) = backend {
+    let Some(backend) = backend else {
         if ie.metadata.deletion_timestamp.is_some() {
-            return handle_deletion(images, backend, ie).await;
+            return Ok(Action::Done);
         }
-        let finalizers = ie.metadata.finalizers.get_or_insert_default();
-        if !finalizers.iter().any(|f| f == INFRAENV_FINALIZER) {
-            finalizers.push(INFRAENV_FINALIZER.to_string());
-            let status = ie.status.clone();
-            match images.store.update(&ie).await {
-                Ok(updated) => {
-                    ie = updated;
-                    ie.status = status;
-                }
-                Err(StoreError::Conflict(_)) => return Ok(Action::RequeueAfter(Duration::ZERO)),
-                Err(e) => return Err(e),
-            }
+        return update_status(images, ie, (namespace, name), started).await;
+    };
+    // The finalizer is usually there already: the resource API writes it with the create.
+    finalizer(&images.store, INFRAENV_FINALIZER, OnAdded::Apply, ie, |event| async move {
+        match event {
+            FinalizerEvent::Apply(ie) => update_status(images, ie, (namespace, name), started).await,
+            FinalizerEvent::Cleanup(ie) => cleanup(images, backend, ie).await,
         }
-    } else if ie.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::Done);
-    }
+    })
+    .await
+}
+
+/// Computes the InfraEnv's status and writes it if it changed.
+async fn update_status<S: Store>(
+    images: &Images<S>,
+    ie: InfraEnv,
+    (namespace, name): (&str, &str),
+    started: std::time::Instant,
+) -> Result<Action, StoreError> {
     let now = Time(crate::resources::now_seconds());
     let status_started = std::time::Instant::now();
     let (status, action) = desired_status(images, &ie, now).await;
@@ -276,11 +270,10 @@ pub async fn reconcile_with<S: Store>(
     } else {
         Ok(())
     };
-    // For a slow reconcile: waiting for the InfraEnv's turn, building its status (the discovery
-    // content when none is cached), and the status write.
+    // For a slow reconcile: building its status (the discovery content when none is cached), and the
+    // status write.
     tracing::debug!(
         infraenv = %format_args!("{namespace}/{name}"),
-        waited_micros,
         status_micros,
         written = changed,
         micros = started.elapsed().as_micros() as u64,

@@ -1,6 +1,6 @@
-//! Controllers: reconcile functions over the [`Store`](crate::store::Store), and the small runtime that
-//! runs them on changes (a de-duplicating work queue fed by the store's change feed, the catalog, and
-//! requeue timers), in the manner of kube-rs's `Controller`.
+//! Controllers: reconcile functions over the [`Store`](crate::store::Store), run by the [`runtime`] on
+//! changes: each controller's work queue is fed here, from the store's change feed, the catalog and the
+//! host records, by mapping each change to the keys it concerns.
 
 pub mod agent;
 pub mod agent_conditions;
@@ -8,181 +8,34 @@ pub mod cluster;
 pub mod infraenv;
 pub mod leader;
 pub mod metal3;
+pub mod runtime;
 pub mod spoke;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::broadcast;
 
 use crate::image::Images;
 use crate::pool::Backend;
 use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
 use metal3::{bmac, ppi};
+use runtime::{ControllerMetrics, Key, WorkQueue};
 
-type Key = (String, String);
-
-/// A controller's counters for `/metrics` (controller-runtime publishes the same): its queue depth,
-/// how many reconciles it ran, and how long they took.
-#[derive(Debug)]
-pub struct ControllerStats {
-    pub name: &'static str,
-    queue: std::sync::Weak<WorkQueue>,
-    pub reconciles: std::sync::atomic::AtomicU64,
-    pub errors: std::sync::atomic::AtomicU64,
-    pub reconcile_micros: std::sync::atomic::AtomicU64,
-}
-
-impl ControllerStats {
-    /// Keys queued or being reconciled; none once the controller stopped.
-    pub fn depth(&self) -> usize {
-        self.queue.upgrade().map_or(0, |q| q.pending())
-    }
-
-    fn record(&self, took: Duration, ok: bool) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.reconciles.fetch_add(1, Relaxed);
-        self.reconcile_micros.fetch_add(took.as_micros() as u64, Relaxed);
-        if !ok {
-            self.errors.fetch_add(1, Relaxed);
-        }
-    }
-}
-
-/// Every controller started in this process.
-static CONTROLLERS: std::sync::Mutex<Vec<Arc<ControllerStats>>> = std::sync::Mutex::new(Vec::new());
-
-fn register_controller(name: &'static str, queue: &Arc<WorkQueue>) -> Arc<ControllerStats> {
-    let stats = Arc::new(ControllerStats {
-        name,
-        queue: Arc::downgrade(queue),
-        reconciles: Default::default(),
-        errors: Default::default(),
-        reconcile_micros: Default::default(),
-    });
-    let mut all = CONTROLLERS.lock().unwrap_or_else(|p| p.into_inner());
-    // Controllers of stopped runs (tests start many) are forgotten.
-    all.retain(|c| c.queue.strong_count() > 0);
-    all.push(stats.clone());
-    stats
-}
-
-/// The controllers running in this process.
-pub fn controller_stats() -> Vec<Arc<ControllerStats>> {
-    let all = CONTROLLERS.lock().unwrap_or_else(|p| p.into_inner());
-    all.iter().filter(|c| c.queue.strong_count() > 0).cloned().collect()
-}
-
-/// Keys waiting to be reconciled, each at most once in the queue, and never reconciled by two
-/// workers at once: a key pushed while a worker has it is queued again when that worker is done.
-#[derive(Default)]
-pub struct WorkQueue {
-    inner: std::sync::Mutex<QueueState>,
-    notify: Notify,
-}
-
-#[derive(Default)]
-struct QueueState {
-    queue: VecDeque<Key>,
-    queued: BTreeSet<Key>,
-    active: BTreeSet<Key>,
-    dirty: BTreeSet<Key>,
-}
-
-impl WorkQueue {
-    pub fn push(&self, key: Key) {
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if g.active.contains(&key) {
-            g.dirty.insert(key);
-        } else if g.queued.insert(key.clone()) {
-            g.queue.push_back(key);
-            self.notify.notify_one();
-        }
-    }
-    async fn pop(&self) -> Key {
-        loop {
-            let notified = self.notify.notified();
-            {
-                let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(k) = g.queue.pop_front() {
-                    g.queued.remove(&k);
-                    g.active.insert(k.clone());
-                    if !g.queue.is_empty() {
-                        self.notify.notify_one();
-                    }
-                    return k;
-                }
-            }
-            notified.await;
-        }
-    }
-    fn done(&self, key: &Key) {
-        let requeue = {
-            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            g.active.remove(key);
-            g.dirty.remove(key)
-        };
-        if requeue {
-            self.push(key.clone());
-        }
-    }
-    /// Keys queued or being reconciled (for tests and metrics).
-    pub fn pending(&self) -> usize {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.queue.len() + g.active.len()
-    }
-}
-
-/// Runs `workers` reconcile loops over `queue`.
-pub async fn run_workers<F, Fut>(name: &'static str, queue: Arc<WorkQueue>, workers: usize, reconcile: F)
-where
-    F: Fn(Key) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<infraenv::Action, crate::store::StoreError>> + Send,
-{
-    let reconcile = Arc::new(reconcile);
-    let stats = register_controller(name, &queue);
-    let mut tasks = Vec::new();
-    for _ in 0..workers {
-        let queue = queue.clone();
-        let reconcile = reconcile.clone();
-        let stats = stats.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let key = queue.pop().await;
-                let started = std::time::Instant::now();
-                let result = reconcile(key.clone()).await;
-                stats.record(started.elapsed(), result.is_ok());
-                queue.done(&key);
-                match result {
-                    Ok(infraenv::Action::Done) => {}
-                    Ok(infraenv::Action::RequeueAfter(d)) if d.is_zero() => queue.push(key),
-                    Ok(infraenv::Action::RequeueAfter(d)) => requeue_later(&queue, key, d),
-                    Err(e) => {
-                        tracing::warn!(controller = name, namespace = %key.0, name = %key.1, "reconcile failed: {e}");
-                        requeue_later(&queue, key, Duration::from_secs(10));
-                    }
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-}
-
-/// Runs the InfraEnv controller until the task is dropped.
-pub async fn run_infraenv_controller<S: Store>(images: Arc<Images<S>>) {
-    run_infraenv_controller_with(images, None).await
-}
-
-/// The InfraEnv controller; with a backend, InfraEnv deletion follows the host teardown rule.
-pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, backend: Option<Arc<Backend>>) {
-    let queue = Arc::new(WorkQueue::default());
+/// Runs the InfraEnv controller over `queue` until the task is dropped; with a backend, InfraEnv
+/// deletion follows the host teardown rule. `queue` is the caller's, so that others (the resource
+/// API) may queue InfraEnvs and wait for their reconcile.
+pub async fn run_infraenv_controller_with<S: Store>(
+    images: Arc<Images<S>>,
+    backend: Option<Arc<Backend>>,
+    queue: Arc<WorkQueue>,
+    metrics: Arc<ControllerMetrics>,
+) {
     let mut events = images.store.subscribe();
     let mut catalog = images.catalog.subscribe();
     enqueue_all(&images, &queue).await;
@@ -196,6 +49,7 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
     let feeder = {
         let images = images.clone();
         let queue = queue.clone();
+        let metrics = metrics.clone();
         async move {
             loop {
                 tokio::select! {
@@ -215,7 +69,7 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
                             }
                         }
                         Err(broadcast::error::RecvError::Lagged(missed)) => {
-                            fell_behind("infraenv", missed);
+                            metrics.fell_behind("infraenv", missed);
                             enqueue_all(&images, &queue).await
                         }
                         Err(broadcast::error::RecvError::Closed) => return,
@@ -228,44 +82,14 @@ pub async fn run_infraenv_controller_with<S: Store>(images: Arc<Images<S>>, back
             }
         }
     };
-    let stats = register_controller("infraenv", &queue);
-    let worker = async {
-        loop {
-            let (ns, name) = queue.pop().await;
-            let started = std::time::Instant::now();
-            let result = infraenv::reconcile_with(&images, backend.as_deref(), &ns, &name).await;
-            stats.record(started.elapsed(), result.is_ok());
-            queue.done(&(ns.clone(), name.clone()));
-            match result {
-                Ok(infraenv::Action::Done) => {}
-                Ok(infraenv::Action::RequeueAfter(d)) => requeue_later(&queue, (ns, name), d),
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, name = %name, "reconcile failed: {e}");
-                    requeue_later(&queue, (ns, name), Duration::from_secs(10));
-                }
-            }
-        }
-    };
-    tokio::join!(feeder, worker);
+    let reconciler = Arc::new(infraenv::InfraEnvReconciler { images, backend });
+    tokio::join!(feeder, runtime::run("infraenv", queue, reconciler, INFRAENV_WORKERS, &metrics));
 }
 
-/// Times a controller's change feed fell behind and the controller re-listed everything (`/metrics`).
-pub static FEED_RESYNCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A change feed dropped `missed` events: the controller re-lists its objects, which at fleet scale
-/// is a burst of work worth knowing about.
-fn fell_behind(feed: &str, missed: u64) {
-    FEED_RESYNCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tracing::warn!(feed, missed, "change feed fell behind; re-listing every object");
-}
-
-fn requeue_later(queue: &Arc<WorkQueue>, key: Key, after: Duration) {
-    let queue = queue.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(after).await;
-        queue.push(key);
-    });
-}
+/// InfraEnvs reconciled at once: the resource API waits for the reconcile of each InfraEnv it writes
+/// (its requests are side by side), and should not wait for one of a burst (hundreds of InfraEnvs
+/// after a pull secret changed) to finish before its own starts.
+const INFRAENV_WORKERS: usize = 4;
 
 async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
     match images.store.list::<InfraEnv>(None).await {
@@ -353,8 +177,33 @@ pub struct Hub<S: Store> {
     pub clusters: cluster::ClusterContext<S>,
 }
 
+/// The agent controller's reconciler: over the hub, which the feeders share.
+struct Agents<S: Store>(Arc<Hub<S>>);
+
+impl<S: Store> runtime::Reconciler for Agents<S> {
+    type Error = crate::store::StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<runtime::Action, Self::Error> {
+        agent::reconcile(&self.0.agents, &key.0, &key.1).await
+    }
+}
+
+/// The ClusterDeployment controller's reconciler.
+struct Clusters<S: Store>(Arc<Hub<S>>);
+
+impl<S: Store> runtime::Reconciler for Clusters<S> {
+    type Error = crate::store::StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<runtime::Action, Self::Error> {
+        cluster::reconcile(&self.0.clusters, &key.0, &key.1).await
+    }
+}
+
 /// Runs the agent and cluster controllers and the host monitor until the task is dropped.
-pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usize, monitor_every: Duration) {
+pub async fn run_host_controllers<S: Store>(
+    hub: Arc<Hub<S>>,
+    agent_workers: usize,
+    monitor_every: Duration,
+    metrics: Arc<ControllerMetrics>,
+) {
     let agent_queue = Arc::new(WorkQueue::default());
     let cluster_queue = Arc::new(WorkQueue::default());
     let store = hub.agents.store.clone();
@@ -370,13 +219,14 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
 
     let store_feeder = {
         let (store, hub, aq, cq) = (store.clone(), hub.clone(), agent_queue.clone(), cluster_queue.clone());
+        let metrics = metrics.clone();
         let mut events = store.subscribe();
         async move {
             loop {
                 match events.recv().await {
                     Ok(ev) => route_store_event(&store, &hub.agents.own_writes, &aq, &cq, ev).await,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        fell_behind("store changes", missed);
+                        metrics.fell_behind("store changes", missed);
                         for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
                             aq.push(key_of(&a.metadata));
                         }
@@ -391,6 +241,7 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
     };
     let host_feeder = {
         let (store, backend, aq, cq) = (store.clone(), backend.clone(), agent_queue.clone(), cluster_queue.clone());
+        let metrics = metrics.clone();
         let mut changes = backend.subscribe();
         async move {
             let mut namespaces: std::collections::HashMap<String, String> = Default::default();
@@ -398,7 +249,7 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
                 let change = match changes.recv().await {
                     Ok(c) => c,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        fell_behind("host changes", missed);
+                        metrics.fell_behind("host changes", missed);
                         for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
                             aq.push(key_of(&a.metadata));
                         }
@@ -444,26 +295,18 @@ pub async fn run_host_controllers<S: Store>(hub: Arc<Hub<S>>, agent_workers: usi
             }
         }
     };
-    let agents = {
-        let hub = hub.clone();
-        run_workers("agent", agent_queue.clone(), agent_workers, move |(ns, name)| {
-            let hub = hub.clone();
-            async move { agent::reconcile(&hub.agents, &ns, &name).await }
-        })
-    };
-    let clusters = {
-        let hub = hub.clone();
-        run_workers("clusterdeployment", cluster_queue.clone(), 1, move |(ns, name)| {
-            let hub = hub.clone();
-            async move { cluster::reconcile(&hub.clusters, &ns, &name).await }
-        })
-    };
+    let agents = runtime::run("agent", agent_queue, Arc::new(Agents(hub.clone())), agent_workers, &metrics);
+    let clusters = runtime::run("clusterdeployment", cluster_queue, Arc::new(Clusters(hub)), 1, &metrics);
     tokio::join!(store_feeder, host_feeder, monitor, agents, clusters);
 }
 
 /// The metal3 controllers: the Bare Metal Agent Controller over BareMetalHosts and the
 /// PreprovisioningImage controller (the latter in the converged flow only, as upstream registers it).
-pub async fn run_metal3_controllers<S: Store>(bmac: Arc<bmac::BmacContext<S>>, ppi: Arc<ppi::PpiContext<S>>) {
+pub async fn run_metal3_controllers<S: Store>(
+    bmac: Arc<bmac::BmacContext<S>>,
+    ppi: Arc<ppi::PpiContext<S>>,
+    metrics: Arc<ControllerMetrics>,
+) {
     use crate::resources::{BareMetalHost, PreprovisioningImage};
     let bmh_queue = Arc::new(WorkQueue::default());
     let ppi_queue = Arc::new(WorkQueue::default());
@@ -488,13 +331,14 @@ pub async fn run_metal3_controllers<S: Store>(bmac: Arc<bmac::BmacContext<S>>, p
     enqueue_all().await;
     let feeder = {
         let (store, bq, pq) = (store.clone(), bmh_queue.clone(), ppi_queue.clone());
+        let metrics = metrics.clone();
         let mut events = store.subscribe();
         async move {
             loop {
                 match events.recv().await {
                     Ok(ev) => route_metal3_event(&store, &bq, converged.then_some(&*pq), ev).await,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        fell_behind("metal3", missed);
+                        metrics.fell_behind("metal3", missed);
                         enqueue_all().await
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
@@ -502,14 +346,8 @@ pub async fn run_metal3_controllers<S: Store>(bmac: Arc<bmac::BmacContext<S>>, p
             }
         }
     };
-    let bmhs = run_workers("baremetalhost", bmh_queue.clone(), 1, move |(ns, name)| {
-        let bmac = bmac.clone();
-        async move { bmac::reconcile(&bmac, &ns, &name).await }
-    });
-    let ppis = run_workers("preprovisioningimage", ppi_queue.clone(), 1, move |(ns, name)| {
-        let ppi = ppi.clone();
-        async move { ppi::reconcile(&ppi, &ns, &name).await }
-    });
+    let bmhs = runtime::run("baremetalhost", bmh_queue, bmac, 1, &metrics);
+    let ppis = runtime::run("preprovisioningimage", ppi_queue, ppi, 1, &metrics);
     tokio::join!(feeder, bmhs, ppis);
 }
 

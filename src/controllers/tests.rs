@@ -9,9 +9,10 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::Hub;
-use super::agent::{self, Action, AgentContext};
+use super::agent::{self, AgentContext};
 use super::agent_conditions::*;
 use super::cluster::{self, ClusterContext};
+use super::runtime::Action;
 use crate::hosts::{HostKind, HostStatus};
 use crate::pool::{Backend, BackendConfig, ManualClock};
 use crate::resources::agent::{Agent, DeprovisionInfo, SKIP_SPOKE_CLEANUP_ANNOTATION};
@@ -698,7 +699,7 @@ async fn an_agents_own_write_does_not_queue_it_again<S: Store>(w: World<S>) {
     // The host changes: the reconcile writes the Agent (its state annotation and status).
     w.register_again(&id).await;
     w.reconcile(&id).await;
-    let (agents, clusters) = (super::WorkQueue::default(), super::WorkQueue::default());
+    let (agents, clusters) = (super::runtime::WorkQueue::default(), super::runtime::WorkQueue::default());
     let own = settle(&mut events).await;
     assert!(!own.is_empty(), "the reconcile wrote the Agent");
     for ev in own {

@@ -37,7 +37,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::content::ironic::IronicDefaults;
 use crate::image::catalog::{BaseImage, Catalog, LookupError};
-pub use crate::keylocks::KeyLocks;
 use crate::plan::Part;
 use crate::resources::{ImageType, InfraEnv, NMStateConfig};
 use crate::store::{Store, StoreError};
@@ -151,8 +150,6 @@ pub struct Images<S: Store> {
     minimal: minimal::Templates,
     /// This service itself, for builds that run on the blocking pool.
     this: Weak<Images<S>>,
-    /// One reconcile of an InfraEnv at a time (`crate::controllers::infraenv::reconcile_with`).
-    pub reconciling: KeyLocks,
 }
 
 impl<S: Store> Images<S> {
@@ -193,7 +190,6 @@ impl<S: Store> Images<S> {
             parts: Mutex::new(HashMap::new()),
             minimal: minimal::Templates::default(),
             this: this.clone(),
-            reconciling: KeyLocks::default(),
         })
     }
 

@@ -22,7 +22,7 @@ use crate::resources::metal3::*;
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, PreprovisioningImage, find_condition};
 use crate::store::{Store, StoreError};
 
-pub use crate::controllers::infraenv::Action;
+use crate::controllers::runtime::{Action, Key, Reconciler, add_finalizer, has_finalizer, remove_finalizer};
 
 use super::cooldown_left;
 
@@ -91,6 +91,13 @@ struct World {
     infraenv: Option<InfraEnv>,
     /// The Agent is to be deleted (converged flow, `remove-agent-and-node-on-delete`).
     delete_agent: bool,
+}
+
+impl<S: Store> Reconciler for BmacContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
+    }
 }
 
 pub async fn reconcile<S: Store>(ctx: &BmacContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
@@ -202,17 +209,17 @@ pub fn agent_has_mac(agent: &Agent, mac: &str) -> bool {
     })
 }
 
-/// §5.6: the BMH finalizer, and what deleting a BMH does to its Agent.
+/// §5.6: the BMH finalizer, and what deleting a BMH does to its Agent. The finalizer protocol of
+/// [`crate::controllers::runtime::finalizer`], on the BMH held in memory: what this step changes is
+/// written with the rest of the reconcile's changes, in one write.
 async fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
-    let has_finalizer = w.bmh.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == BMH_FINALIZER));
+    let has_finalizer = has_finalizer(&w.bmh.metadata, BMH_FINALIZER);
     if w.bmh.label(INFRAENV_NAME_LABEL).is_none() {
-        remove_finalizer(&mut w.bmh);
+        remove_finalizer(&mut w.bmh.metadata, BMH_FINALIZER);
         return Step::Stop;
     }
     if w.bmh.metadata.deletion_timestamp.is_none() {
-        if !has_finalizer {
-            w.bmh.metadata.finalizers.get_or_insert_default().push(BMH_FINALIZER.to_string());
-        }
+        add_finalizer(&mut w.bmh.metadata, BMH_FINALIZER);
         return Step::Continue;
     }
     let remove_agent = ctx.converged && w.bmh.annotation(REMOVE_AGENT_ON_DELETE_ANNOTATION).is_some();
@@ -229,7 +236,7 @@ async fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step
     }
     if !remove_agent || w.agent.is_none() {
         cleanup(&mut w.bmh);
-        remove_finalizer(&mut w.bmh);
+        remove_finalizer(&mut w.bmh.metadata, BMH_FINALIZER);
         return Step::Stop;
     }
     // Remove-agent mode: drain the node off its cluster, let metal3 deprovision the host (cleaning
@@ -247,7 +254,7 @@ async fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step
         return Step::RequeueAfter(REQUEUE_WAITING);
     }
     w.delete_agent = true;
-    remove_finalizer(&mut w.bmh);
+    remove_finalizer(&mut w.bmh.metadata, BMH_FINALIZER);
     Step::Stop
 }
 
@@ -312,12 +319,6 @@ async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
             set_status(format!("failed to drain node: no answer within {}s", DRAIN_ATTEMPT.as_secs()));
             Step::RequeueAfter(DRAIN_ATTEMPT)
         }
-    }
-}
-
-fn remove_finalizer(bmh: &mut BareMetalHost) {
-    if let Some(f) = bmh.metadata.finalizers.as_mut() {
-        f.retain(|f| f != BMH_FINALIZER);
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, Time};
 
 use crate::content::ironic::ENABLE_IRONIC_AGENT_ANNOTATION;
+use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
 use crate::pool::Clock;
 use crate::resources::metal3::*;
 use crate::resources::{
@@ -17,8 +18,6 @@ use crate::resources::{
     REASON_IMAGE_CREATION_ERROR, find_condition, normalize_arch,
 };
 use crate::store::{Store, StoreError};
-
-pub use crate::controllers::infraenv::Action;
 
 pub use super::PPI_READY_CONDITION as READY_CONDITION;
 pub const ERROR_CONDITION: &str = "Error";
@@ -38,30 +37,34 @@ pub struct PpiContext<S: Store> {
     pub image_cooldown: Duration,
 }
 
+impl<S: Store> Reconciler for PpiContext<S> {
+    type Error = StoreError;
+    async fn reconcile(&self, key: &Key) -> Result<Action, StoreError> {
+        reconcile(self, &key.0, &key.1).await
+    }
+}
+
 pub async fn reconcile<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> Result<Action, StoreError> {
-    let Some(mut ppi) = ctx.store.get::<PreprovisioningImage>(ns, name).await? else {
+    let Some(ppi) = ctx.store.get::<PreprovisioningImage>(ns, name).await? else {
         return Ok(Action::Done);
     };
-    if ppi.metadata.deletion_timestamp.is_some() {
-        return handle_deletion(ctx, ppi).await;
-    }
-    let before = ppi.clone();
-    let finalizers = ppi.metadata.finalizers.get_or_insert_default();
-    if !finalizers.iter().any(|f| f == PPI_FINALIZER) {
-        finalizers.push(PPI_FINALIZER.to_string());
-    }
-    let written =
-        if ppi.metadata.finalizers != before.metadata.finalizers { ctx.store.update(&ppi).await? } else { ppi.clone() };
-    ppi.metadata = written.metadata;
-
-    let (outcome, reboot_bmh) = image_status(ctx, &mut ppi).await?;
-    if ppi.status != before.status {
-        ctx.store.update_status(&ppi).await?;
-    }
-    if reboot_bmh {
-        request_reboot(ctx, ns, name).await?;
-    }
-    Ok(outcome)
+    finalizer(&ctx.store, PPI_FINALIZER, OnAdded::Apply, ppi, |event| async move {
+        match event {
+            FinalizerEvent::Apply(mut ppi) => {
+                let before = ppi.status.clone();
+                let (outcome, reboot_bmh) = image_status(ctx, &mut ppi).await?;
+                if ppi.status != before {
+                    ctx.store.update_status(&ppi).await?;
+                }
+                if reboot_bmh {
+                    request_reboot(ctx, ns, name).await?;
+                }
+                Ok(outcome)
+            }
+            FinalizerEvent::Cleanup(ppi) => cleanup(ctx, ppi).await,
+        }
+    })
+    .await
 }
 
 /// Steps 3–9 of §6.1: the status the PPI should have. Returns what to do next and whether the owning
@@ -250,10 +253,7 @@ async fn request_reboot<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> 
 }
 
 /// §6.1 step 1: the finalizer goes once the owning BMH no longer needs the image.
-async fn handle_deletion<S: Store>(ctx: &PpiContext<S>, mut ppi: PreprovisioningImage) -> Result<Action, StoreError> {
-    if !ppi.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == PPI_FINALIZER)) {
-        return Ok(Action::Done);
-    }
+async fn cleanup<S: Store>(ctx: &PpiContext<S>, ppi: PreprovisioningImage) -> Result<Action, StoreError> {
     if let Some(bmh) = owning_bmh(ctx, &ppi).await? {
         let cleaning = bmh.spec.automated_cleaning_mode.as_deref().unwrap_or("metadata") != "disabled";
         let bmh_going = bmh.metadata.deletion_timestamp.is_some()
@@ -262,12 +262,5 @@ async fn handle_deletion<S: Store>(ctx: &PpiContext<S>, mut ppi: Preprovisioning
             return Ok(Action::RequeueAfter(REQUEUE_WAITING_FOR_BMH));
         }
     }
-    if let Some(f) = ppi.metadata.finalizers.as_mut() {
-        f.retain(|f| f != PPI_FINALIZER);
-    }
-    match ctx.store.update(&ppi).await {
-        Ok(_) => Ok(Action::Done),
-        Err(e) if e.is_not_found() => Ok(Action::Done),
-        Err(e) => Err(e),
-    }
+    Ok(Action::Done)
 }

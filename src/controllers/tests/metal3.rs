@@ -95,9 +95,9 @@ impl<S: Store> World<S> {
         self.store.update_status(&infraenv).await.unwrap();
     }
 
-    async fn run_bmac(&self, ctx: &BmacContext<S>, name: &str) -> bmac::Action {
+    async fn run_bmac(&self, ctx: &BmacContext<S>, name: &str) -> Action {
         // Each reconcile stops after its first change; a few rounds reach the fixed point.
-        let mut last = bmac::Action::Done;
+        let mut last = Action::Done;
         for _ in 0..6 {
             last = bmac::reconcile(ctx, NS, name).await.unwrap();
         }
@@ -131,7 +131,7 @@ async fn scenario_59_a_fresh_image_cools_down_before_the_bmh_gets_it<S: Store>(w
     w.bmh("bmh-0", 0, json!({})).await;
     w.metal3_reports("bmh-0", "ready", "OK").await;
     match w.run_bmac(&ctx, "bmh-0").await {
-        bmac::Action::RequeueAfter(d) => assert!(d <= Duration::from_secs(40) && d > Duration::from_secs(30), "{d:?}"),
+        Action::RequeueAfter(d) => assert!(d <= Duration::from_secs(40) && d > Duration::from_secs(30), "{d:?}"),
         other => panic!("expected a requeue, got {other:?}"),
     }
     assert_eq!(w.get_bmh("bmh-0").await.spec.image, None);
@@ -397,9 +397,9 @@ async fn get_ppi<S: Store>(w: &World<S>) -> PreprovisioningImage {
     w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().expect("the PPI exists")
 }
 
-async fn run_ppi<S: Store>(w: &World<S>) -> ppi::Action {
+async fn run_ppi<S: Store>(w: &World<S>) -> Action {
     let ctx = ppi_ctx(w);
-    let mut last = ppi::Action::Done;
+    let mut last = Action::Done;
     for _ in 0..3 {
         last = ppi::reconcile(&ctx, NS, "bmh-0").await.unwrap();
     }
@@ -479,7 +479,7 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
-    assert!(matches!(w.run_bmac(&ctx, "bmh-0").await, bmac::Action::RequeueAfter(_)));
+    assert!(matches!(w.run_bmac(&ctx, "bmh-0").await, Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
     assert_eq!(annotation(&b, DETACHED_ANNOTATION), None);
@@ -524,7 +524,7 @@ async fn scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first<S: S
     let ctx = bmac_ctx(&w, true);
     let (id, node, spoke) = installed_remove_agent_bmh(&w, json!({})).await;
     // First attempt: cordoned, the workload pod evicted; its going is checked on the next attempt.
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_IN_PROGRESS));
     assert!(annotation(&b, DRAIN_STARTED_AT_ANNOTATION).is_some());
@@ -535,7 +535,7 @@ async fn scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first<S: S
     assert!(b.spec.automated_cleaning_mode.as_deref() != Some("metadata"), "deprovisioning waits for the drain");
 
     // Drained: deprovisioning goes on as without a cluster.
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_SUCCEEDED));
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
@@ -550,11 +550,11 @@ async fn scenario_68_a_drain_that_keeps_failing_is_given_up_after_its_timeout<S:
     let ctx = bmac_ctx(&w, true);
     let (_id, _node, spoke) = installed_remove_agent_bmh(&w, json!({DRAIN_TIMEOUT_ANNOTATION: "5m"})).await;
     spoke.fail("POST", "/api/v1/namespaces/app/pods/web-1/eviction", 500);
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     let status = annotation(&w.get_bmh("bmh-0").await, DRAIN_STATUS_ANNOTATION).unwrap();
     assert!(status.starts_with("failed to drain node: failed to evict pod app/web-1"), "{status}");
     w.clock.advance(SignedDuration::from_mins(4));
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), bmac::Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     assert!(w.get_bmh("bmh-0").await.spec.automated_cleaning_mode.as_deref() != Some("metadata"));
     w.clock.advance(SignedDuration::from_mins(2));
     bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap();
@@ -632,7 +632,7 @@ async fn scenario_71_a_fresh_infraenv_image_makes_the_ppi_wait<S: Store>(w: Worl
         ("False".into(), ppi::REASON_WAITING_FOR_IMAGE.into(), "Waiting for InfraEnv image to be created".into())
     );
     w.image_created("pool", SignedDuration::from_secs(15)).await;
-    assert!(matches!(run_ppi(&w).await, ppi::Action::RequeueAfter(_)));
+    assert!(matches!(run_ppi(&w).await, Action::RequeueAfter(_)));
     let p = get_ppi(&w).await;
     assert_eq!(
         ppi_condition(&p, "Ready"),
@@ -837,7 +837,7 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: St
     ppi(&w, &["iso"], "x86_64").await;
     ironic_image_made(&w).await;
     w.admin.delete::<PreprovisioningImage>(NS, "bmh-0").await.unwrap();
-    assert!(matches!(run_ppi(&w).await, ppi::Action::RequeueAfter(_)));
+    assert!(matches!(run_ppi(&w).await, Action::RequeueAfter(_)));
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_some(), "the finalizer stays");
     // The BMH is being deleted and metal3 is deleting it: the image may go.
     let mut b = w.get_bmh("bmh-0").await;
