@@ -19,6 +19,10 @@
 //! - [`api`]: the HTTP routes: image downloads, the agent API, the resource API, logs, metrics.
 //! - [`cli`]: the `bootstream` command line, the agent simulator, the log writer.
 //! - `testkit` (tests only): Kubernetes API servers playing a hub and an installed cluster.
+//!
+//! docs/design.md explains the design: the layers (§1), where each byte of an image comes from (§2), serving (§3),
+//! where a host's state changes (§4), binding, deletion and reclaim (§5), metal3 (§6), stores and the controller
+//! runtime (§7).
 
 pub mod api;
 pub mod auth;

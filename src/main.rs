@@ -15,7 +15,7 @@ fn main() -> std::process::ExitCode {
 /// the first touch of each new 2 MiB zeroes all of it in one page fault, inside whichever request
 /// allocated there. In the serve benchmark, 5–8% of new InfraEnvs' builds took 5–10 ms longer, and
 /// the p99 from an InfraEnv's create to its image's first byte was 11.7–13.2 ms with huge pages and
-/// 4.9–5.9 ms without, p50 alike (BENCHMARKS.md, sixth round). Served image bytes come from the page
+/// 4.9–5.9 ms without, p50 alike (benches/HISTORY.md, sixth round). Served image bytes come from the page
 /// cache and are not mapped, so this costs streaming nothing.
 fn keep_the_heap_off_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {

@@ -2,7 +2,7 @@
 //! `v2RegisterHost`, `v2GetNextSteps`, `v2PostStepReply`, `v2UpdateHostInstallProgress`, `v2GetHost`,
 //! `v2ListHosts`), authenticated per InfraEnv with the `X-Secret-Key` token its image carries.
 //!
-//! Registration also creates the host's Agent resource (spec-controllers §3.11); everything after that
+//! Registration also creates the host's Agent resource (spec-controllers.md §3.11); everything after that
 //! reaches the Agent through the agent controller, which watches the backend.
 
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub struct AgentApi<S: Store> {
     pub auth: AgentAuth,
     pub logs: Arc<crate::pool::logs::HostLogs>,
     /// The fraction by which `next_instruction_seconds` varies at random (see
-    /// [`instructions::jittered`]); 0 gives spec-controllers §1.4's intervals exactly.
+    /// [`instructions::jittered`]); 0 gives spec-controllers.md §1.4's intervals exactly.
     pub poll_jitter: f64,
 }
 
@@ -275,7 +275,7 @@ impl<S: Store> AgentApi<S> {
         Ok(created)
     }
 
-    /// Creates the host's Agent (§3.11), or resets the spec of the Agent of its name when the host
+    /// Creates the host's Agent (spec-controllers.md §3.11), or resets the spec of the Agent of its name when the host
     /// moved here from another InfraEnv of the namespace (`moved`: its record there is gone), or
     /// when that Agent names another InfraEnv by both its label and its owner.
     async fn ensure_agent(&self, ie: &InfraEnv, host: &Host, moved: bool) -> Result<(), StoreError> {
@@ -381,7 +381,7 @@ impl<S: Store> AgentApi<S> {
         crate::http::json(StatusCode::OK, &steps)
     }
 
-    /// The URLs a reclaimed node downloads (§7.3): the InfraEnv's kernel, initrd and rootfs.
+    /// The URLs a reclaimed node downloads (spec-controllers.md §7.3): the InfraEnv's kernel, initrd and rootfs.
     async fn boot_artifact_urls(&self, infra_env_id: &str) -> Result<BootArtifactUrls, Response<Body>> {
         let ie = self.infraenv(infra_env_id).await?;
         let base = self.images.selected_base(&ie).map_err(|e| error(500, &e.to_string()))?;

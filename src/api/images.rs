@@ -247,8 +247,8 @@ impl<S: Store> App<S> {
         }
     }
 
-    /// §8.1: a host that PXE-boots with this MAC and is already installed (or far into its installation)
-    /// gets a 404, so that iPXE falls through to the disk instead of booting discovery again.
+    /// spec-controllers.md §8.1: a host that PXE-boots with this MAC and is already installed (or far into its
+    /// installation) gets a 404, so that iPXE falls through to the disk instead of booting discovery again.
     async fn ipxe_skip(&self, infra_env_id: &str, mac: &str) -> Option<Response<Body>> {
         let Some(backend) = &self.backend else { return Some(controller_only()) };
         let (lower, upper) = (mac.to_lowercase(), mac.to_uppercase());

@@ -3,8 +3,8 @@
 //! API for the resources of the embedded store (what `bootstream apply/get/delete` talk to).
 //!
 //! A request's path is parsed once into a [`route::Route`]; [`App`] admits its body by route, then
-//! hands it to the area's handlers: [`images`] (downloads), [`agent`] (the agent API), [`logs`]
-//! (host logs), [`resources`] (the resource API), and `/metrics` ([`metrics`]).
+//! hands it to the area's handlers: `images` (downloads), [`agent`] (the agent API), `logs`
+//! (host logs), `resources` (the resource API), and `/metrics` ([`metrics`]).
 
 pub mod agent;
 mod images;

@@ -1,6 +1,6 @@
 //! Signed image URLs: an ES256 JWT per InfraEnv, with an expiry, in the `/byapikey/<token>/…` and
 //! `/bytoken/<token>/…` paths and the `api_key` / `image_token` query parameters (spec-controllers
-//! §3.8). A discovery image carries the InfraEnv's pull secret, so whoever holds its URL holds the
+//! spec-controllers.md §3.8). A discovery image carries the InfraEnv's pull secret, so whoever holds its URL holds the
 //! secret: a signed URL names one InfraEnv, stops working after its expiry, and can be revoked for
 //! everyone by rotating the key.
 //!

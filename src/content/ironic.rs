@@ -1,4 +1,4 @@
-//! The ironic agent of the converged flow (spec-controllers §6.2): an InfraEnv annotated
+//! The ironic agent of the converged flow (spec-controllers.md §6.2): an InfraEnv annotated
 //! `infraenv.agent-install.openshift.io/enable-ironic-agent: "true"` boots into ironic-python-agent,
 //! which metal3 drives; the discovery agent is started later by ironic's `start_assisted_install` deploy
 //! step, so its unit is rendered disabled.
@@ -51,7 +51,7 @@ pub struct IronicConfig {
     pub has_static_network: bool,
 }
 
-/// Picks the agent image by spec-controllers §6.2 priority: the InfraEnv's override annotation, the
+/// Picks the agent image by spec-controllers.md §6.2 priority: the InfraEnv's override annotation, the
 /// image-customization secret's image, then the configured default for the architecture. (The hub
 /// release and ClusterImageSet steps need a Kubernetes hub and apply in that mode only.)
 pub fn agent_image(

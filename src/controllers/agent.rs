@@ -1,6 +1,8 @@
-//! The agent controller (spec-controllers §2): keeps an Agent and its backend host in step. The spec
+//! The agent controller (spec-controllers.md §2): keeps an Agent and its backend host in step. The spec
 //! flows to the host (binding, unbinding, approval, host parameters); the host flows back into the
 //! status (state, inventory, progress, conditions), labels and disaster-recovery annotations.
+//!
+//! Binding, unbinding and reclaim as a whole: docs/design.md §5.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +30,7 @@ pub struct AgentContext<S: Store> {
     pub service_base_url: String,
     pub agent_image: String,
     /// BareMetalHosts are managed here (the BMAC runs): an Agent whose BMH exists is returned to the
-    /// pool by rebooting it through metal3 (§5.5), not by the reclaim agent.
+    /// pool by rebooting it through metal3 (spec-controllers.md §5.5), not by the reclaim agent.
     pub metal3: bool,
     /// The resourceVersions this controller's own writes produced, so that their change events do not
     /// queue the Agent again (see [`OwnWrites`]).
@@ -112,7 +114,7 @@ pub async fn reconcile<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
     let Some(agent) = ctx.store.get::<Agent>(ns, name).await? else {
         return Ok(Action::Done);
     };
-    // §2.8: deletion and the finalizer.
+    // spec-controllers.md §2.8: deletion and the finalizer.
     finalizer(&ctx.store, AGENT_FINALIZER, OnAdded::Requeue, agent, |event| async move {
         match event {
             FinalizerEvent::Apply(agent) => sync(ctx, agent).await,
@@ -128,14 +130,14 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
     let name = agent.metadata.name.clone().unwrap_or_default();
     let (ns, name) = (ns.as_str(), name.as_str());
 
-    // §2.9: an Agent whose host record is gone (a restored backup) gets it back.
+    // spec-controllers.md §2.9: an Agent whose host record is gone (a restored backup) gets it back.
     // The record is the one of this Agent's namespace: an Agent never reaches a host of another.
     let Some(mut host) = ctx.backend.host_of_agent(ns, name).await else {
         return restore_host(ctx, agent).await;
     };
     let host_key = host.key();
 
-    // §2.8: once an unbound host is back in the pool, remove its node from the cluster it left.
+    // spec-controllers.md §2.8: once an unbound host is back in the pool, remove its node from the cluster it left.
     let mut requeue: Option<Duration> = None;
     if let Some(info) = agent.status.as_ref().and_then(|s| s.deprovision_info.clone())
         && !matches!(
@@ -160,8 +162,8 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
         None => None,
     };
 
-    // §2.3: labels, annotations and the InfraEnv owner. Written with the status at the end (one write
-    // where the store can), or by the spec sync if it writes the Agent first.
+    // spec-controllers.md §2.3: labels, annotations and the InfraEnv owner. Written with the status at the end (one
+    // write where the store can), or by the spec sync if it writes the Agent first.
     let desired = desired_metadata(&agent, &host, infraenv.as_ref());
     let metadata_changed = desired.metadata != agent.metadata;
     agent.metadata = desired.metadata;
@@ -180,7 +182,7 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
     Ok(requeue.map(Action::RequeueAfter).unwrap_or(Action::Done))
 }
 
-/// Steps 6–9 of §2.4. Returns the SpecSynced outcome.
+/// Steps 6–9 of spec-controllers.md §2.4. Returns the SpecSynced outcome.
 async fn sync_spec<S: Store>(
     ctx: &AgentContext<S>,
     agent: &mut Agent,
@@ -235,7 +237,7 @@ async fn sync_spec<S: Store>(
         (None, None) => {}
     }
 
-    // Auto-approval (§2.3).
+    // Auto-approval (spec-controllers.md §2.3).
     if !agent.spec.approved && infraenv.and_then(|ie| ie.spec.agent_approval.as_ref()).is_some_and(|a| a.auto_approve) {
         agent.spec.approved = true;
         let status = agent.status.clone();
@@ -244,7 +246,7 @@ async fn sync_spec<S: Store>(
         agent.status = status;
     }
 
-    // §3.1: node labels the InfraEnv propagates.
+    // spec-controllers.md §3.1: node labels the InfraEnv propagates.
     if let Some(ie) = infraenv
         && propagate_node_labels(agent, ie)
     {
@@ -254,7 +256,7 @@ async fn sync_spec<S: Store>(
         agent.status = status;
     }
 
-    // §2.1: the spec pushed to the host.
+    // spec-controllers.md §2.1: the spec pushed to the host.
     let spec = agent.spec.clone();
     let ignition_token = match &spec.ignition_endpoint_token_reference {
         None => String::new(),
@@ -339,8 +341,8 @@ async fn sync_spec<S: Store>(
     Ok(())
 }
 
-/// §3.1 `propagate-node-labels`: the InfraEnv labels it names become the Agent's node labels; the keys
-/// taken are remembered in an annotation, so that a label the InfraEnv no longer propagates (or no longer
+/// spec-controllers.md §3.1 `propagate-node-labels`: the InfraEnv labels it names become the Agent's node labels; the
+/// keys taken are remembered in an annotation, so that a label the InfraEnv no longer propagates (or no longer
 /// has) is removed again, while node labels set by hand are left alone. Returns whether the Agent changed.
 fn propagate_node_labels(agent: &mut Agent, ie: &InfraEnv) -> bool {
     let keys: Vec<&str> = ie
@@ -381,7 +383,7 @@ fn propagate_node_labels(agent: &mut Agent, ie: &InfraEnv) -> bool {
     (agent.spec.node_labels.clone(), agent.metadata.annotations.clone()) != before
 }
 
-/// §2.7: unbinds the host, with reclaim when the node can be rebooted into discovery by an agent we
+/// spec-controllers.md §2.7: unbinds the host, with reclaim when the node can be rebooted into discovery by an agent we
 /// start on it.
 async fn unbind<S: Store>(
     ctx: &AgentContext<S>,
@@ -397,7 +399,7 @@ async fn unbind<S: Store>(
     let mut deprovision = None;
     if let Some(cluster) = cluster.filter(|c| !c.name.is_empty() && !c.namespace.is_empty()) {
         // Reclaim is for installed nodes only: ReclaimHost has no rule for hosts mid-installation, where
-        // a plain unbind is what works (spec-controllers §11).
+        // a plain unbind is what works (spec-controllers.md §11).
         let installed = matches!(host.status, HostStatus::Installed | HostStatus::AddedToExistingCluster);
         let node_name = agent.spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| host.hostname());
         if installed && has_bare_metal_host(ctx, agent).await {
@@ -426,7 +428,7 @@ async fn unbind<S: Store>(
     Ok(())
 }
 
-/// §2.7 `shouldReclaimOnUnbind`: with metal3, an Agent labelled with an existing BMH (or whose BMH
+/// spec-controllers.md §2.7 `shouldReclaimOnUnbind`: with metal3, an Agent labelled with an existing BMH (or whose BMH
 /// cannot be looked up) is left to the BMAC.
 async fn has_bare_metal_host<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> bool {
     if !ctx.metal3 {
@@ -446,7 +448,7 @@ async fn spoke_client<S: Store>(
     crate::controllers::spoke::for_cluster(&ctx.store, cd_ns, cd_name).await
 }
 
-/// §7.2: starts the reclaim agent on the node through the cluster's admin kubeconfig.
+/// spec-controllers.md §7.2: starts the reclaim agent on the node through the cluster's admin kubeconfig.
 async fn run_reclaim_agent<S: Store>(
     ctx: &AgentContext<S>,
     cd_ns: &str,
@@ -470,7 +472,7 @@ async fn run_reclaim_agent<S: Store>(
     client.ensure_reclaim_agent(&cfg).await.map_err(|e| e.to_string())
 }
 
-/// §2.8 `cleanUnboundSpokeNode`.
+/// spec-controllers.md §2.8 `cleanUnboundSpokeNode`.
 async fn clean_unbound_spoke_node<S: Store>(
     ctx: &AgentContext<S>,
     agent: &Agent,
@@ -493,8 +495,8 @@ fn has_annotation(agent: &Agent, key: &str) -> bool {
     agent.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
 }
 
-/// §2.8 `handleAgentFinalizer`: what an Agent being deleted leaves behind is cleaned up (spoke node,
-/// host record); Done once the Agent may go.
+/// spec-controllers.md §2.8 `handleAgentFinalizer`: what an Agent being deleted leaves behind is cleaned up (spoke
+/// node, host record); Done once the Agent may go.
 async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Action, StoreError> {
     let name = agent.metadata.name.clone().unwrap_or_default();
     let ns = agent.metadata.namespace.clone().unwrap_or_default();
@@ -549,7 +551,7 @@ async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Ac
     Ok(Action::Done)
 }
 
-/// Whether the BMAC created a Machine and BareMetalHost for this Agent on the spoke (§5.7): its
+/// Whether the BMAC created a Machine and BareMetalHost for this Agent on the spoke (spec-controllers.md §5.7): its
 /// hub BMH carries the annotation saying so.
 async fn spoke_bmh_created<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> Result<bool, StoreError> {
     let Some(bmh) = agent.metadata.labels.as_ref().and_then(|l| l.get(BMH_LABEL)) else { return Ok(false) };
@@ -580,7 +582,7 @@ async fn infraenv_alive<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> Resul
     Ok(ctx.store.get::<InfraEnv>(&ns, ie).await?.is_some_and(|ie| ie.metadata.deletion_timestamp.is_none()))
 }
 
-/// §2.9 `restoreHostByAgent`.
+/// spec-controllers.md §2.9 `restoreHostByAgent`.
 async fn restore_host<S: Store>(ctx: &AgentContext<S>, agent: Agent) -> Result<Action, StoreError> {
     let ns = agent.metadata.namespace.clone().unwrap_or_default();
     let name = agent.metadata.name.clone().unwrap_or_default();
@@ -654,7 +656,7 @@ struct DesiredMetadata {
     metadata: crate::resources::ObjectMeta,
 }
 
-/// §2.3: labels and annotations the controller maintains.
+/// spec-controllers.md §2.3: labels and annotations the controller maintains.
 fn desired_metadata(agent: &Agent, host: &Host, infraenv: Option<&InfraEnv>) -> DesiredMetadata {
     let mut meta = agent.metadata.clone();
     let labels = meta.labels.get_or_insert_default();
@@ -760,7 +762,7 @@ async fn update_status<S: Store>(
                 status.debug_info.events_url =
                     format!("{}/api/assisted-install/v2/events?host_id={}", ctx.service_base_url, h.id);
             }
-            // Set once, when the installer has uploaded the host's logs (§2.2).
+            // Set once, when the installer has uploaded the host's logs (spec-controllers.md §2.2).
             if status.debug_info.logs_url.is_empty()
                 && h.logs_collected_at.is_some()
                 && let Some(cluster_id) = &h.cluster_id
@@ -796,7 +798,7 @@ async fn update_status<S: Store>(
     Ok(())
 }
 
-/// §2.5–§2.6: the six conditions of an Agent.
+/// spec-controllers.md §2.5–spec-controllers.md §2.6: the six conditions of an Agent.
 pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, approved: bool) -> Vec<Condition> {
     let synced = match sync {
         Ok(()) => condition(SPEC_SYNCED, "True", REASON_SYNC_OK, MESSAGE_SYNC_OK),

@@ -1,5 +1,5 @@
-//! The Agent conditions of spec-controllers §2.5–§2.6 as tables from host state to (status, reason,
-//! message): the strings are API (clients and the BMAC key off them).
+//! The Agent conditions of spec-controllers.md §2.5–spec-controllers.md §2.6 as tables from host state to (status,
+//! reason, message): the strings are API (clients and the BMAC key off them).
 
 use crate::hosts::{Host, HostStatus};
 use crate::resources::Condition;
@@ -162,8 +162,8 @@ pub fn installed(host: &Host) -> Condition {
     cond(INSTALLED, status, reason, message)
 }
 
-/// §2.6. Reclaiming hosts report Bound (their cluster_id is already cleared): kept as upstream does,
-/// since clients only key off `UnbindingPendingUserAction`.
+/// spec-controllers.md §2.6. Reclaiming hosts report Bound (their cluster_id is already cleared): kept as upstream
+/// does, since clients only key off `UnbindingPendingUserAction`.
 pub fn bound(host: &Host) -> Condition {
     use HostStatus::*;
     let (status, reason, message) = match host.status {
@@ -184,7 +184,7 @@ pub fn bound(host: &Host) -> Condition {
 
 #[cfg(test)]
 mod tests {
-    //! spec-controllers §10 scenarios 18–24.
+    //! spec-controllers.md §10 scenarios 18–24.
     use super::*;
 
     fn host(status: HostStatus) -> Host {

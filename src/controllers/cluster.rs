@@ -1,4 +1,4 @@
-//! ClusterDeployment + AgentClusterInstall (spec-controllers §4): the backend cluster record of each
+//! ClusterDeployment + AgentClusterInstall (spec-controllers.md §4): the backend cluster record of each
 //! pair, a minimal installation flow over its bound agents, and deletion, which returns late-bound
 //! agents to their InfraEnv and deletes those of an InfraEnv made for the cluster.
 
@@ -348,7 +348,7 @@ async fn update_aci_status<S: Store>(
     Ok(())
 }
 
-/// §4 `agentClusterInstallFinalizer`: cancel a running installation, return or delete the agents,
+/// spec-controllers.md §4 `agentClusterInstallFinalizer`: cancel a running installation, return or delete the agents,
 /// deregister the cluster (then the AgentClusterInstall may go).
 async fn delete_install<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeployment) -> Result<(), StoreError> {
     let (ns, name) = key(&cd.metadata);
@@ -371,7 +371,7 @@ async fn delete_install<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeploymen
     Ok(())
 }
 
-/// §4 `unbindAgents`.
+/// spec-controllers.md §4 `unbindAgents`.
 async fn unbind_agents<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeployment) -> Result<(), StoreError> {
     let (cd_ns, cd_name) = key(&cd.metadata);
     // Agents naming the ClusterDeployment mention its name; the few that do are checked below.

@@ -1,4 +1,4 @@
-//! The InfraEnv controller (spec-controllers §3): computes an InfraEnv's status — download URLs, boot
+//! The InfraEnv controller (spec-controllers.md §3): computes an InfraEnv's status — download URLs, boot
 //! artifact URLs, the `ImageCreated` condition — from the InfraEnv and the world (pull secret, OS
 //! images), by building the same image the download handlers serve.
 
@@ -140,7 +140,7 @@ pub async fn reconcile<S: Store>(images: &Images<S>, namespace: &str, name: &str
     reconcile_with(images, None, namespace, name).await
 }
 
-/// Host states an InfraEnv may be deleted with (the teardown rule of spec-controllers §3.9, legacy
+/// Host states an InfraEnv may be deleted with (the teardown rule of spec-controllers.md §3.9, legacy
 /// behavior): hosts in the pool, and installed ones.
 fn deletable_with_infraenv(status: crate::hosts::HostStatus) -> bool {
     use crate::hosts::HostStatus::*;

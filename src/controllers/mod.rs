@@ -1,6 +1,9 @@
 //! Controllers: reconcile functions over the [`Store`](crate::store::Store), run by the [`runtime`] on
 //! changes: each controller's work queue is fed here, from the store's change feed, the catalog and the
 //! host records, by mapping each change to the keys it concerns.
+//!
+//! The runtime and the rules the controllers keep (binding, unbinding, deletion, reclaim): docs/design.md §5 and
+//! §7.4.
 
 pub mod agent;
 pub mod agent_conditions;
@@ -351,7 +354,8 @@ pub async fn run_metal3_controllers<S: Store>(
     tokio::join!(feeder, bmhs, ppis);
 }
 
-/// Which BareMetalHost and PreprovisioningImage keys a store change concerns (§5.1, §6 watches).
+/// Which BareMetalHost and PreprovisioningImage keys a store change concerns (spec-controllers.md §5.1,
+/// spec-controllers.md §6 watches).
 async fn route_metal3_event<S: Store>(store: &S, bmhs: &WorkQueue, ppis: Option<&WorkQueue>, ev: ChangeEvent) {
     use crate::resources::{Agent, BareMetalHost, PreprovisioningImage};
     let ChangeEvent { resource, namespace, name, .. } = ev;
@@ -427,7 +431,7 @@ async fn route_store_event<S: Store>(
             }
         }
     } else if resource == resource_name::<Secret>() {
-        // Agents read their ignition endpoint token from a Secret (§2.4 watches).
+        // Agents read their ignition endpoint token from a Secret (spec-controllers.md §2.4 watches).
         let mention = format!("\"{name}\"");
         for a in store.list_mentioning::<crate::resources::Agent>(None, &mention).await.unwrap_or_default() {
             if a.spec

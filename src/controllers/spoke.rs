@@ -1,6 +1,7 @@
 //! The installed cluster ("spoke") side of unbinding, through its admin kubeconfig and kube-rs:
-//! starting the reclaim agent on a node (spec-controllers §7.2), removing a node that left the
-//! cluster (§2.8 `removeSpokeResources`), and draining a node whose BareMetalHost is deleted (§5.6).
+//! starting the reclaim agent on a node (spec-controllers.md §7.2), removing a node that left the
+//! cluster (spec-controllers.md §2.8 `removeSpokeResources`), and draining a node whose BareMetalHost is deleted
+//! (spec-controllers.md §5.6).
 //!
 //! Objects are written with server-side apply, so every step is create-or-update and can be
 //! repeated after a failure.
@@ -41,7 +42,7 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// The name of the secret holding a ClusterDeployment's admin kubeconfig (§2.8).
+/// The name of the secret holding a ClusterDeployment's admin kubeconfig (spec-controllers.md §2.8).
 pub fn kubeconfig_secret_name(cd_name: &str, admin_kubeconfig_secret_ref: Option<&str>) -> String {
     match admin_kubeconfig_secret_ref.filter(|n| !n.is_empty()) {
         Some(n) => n.to_string(),
@@ -81,7 +82,7 @@ pub enum Drain {
 /// drain's skip-wait-for-delete-timeout as assisted uses it).
 const UNREACHABLE_POD_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_mins(5);
 
-/// What the reclaim agent needs (§7.2).
+/// What the reclaim agent needs (spec-controllers.md §7.2).
 #[derive(Clone, Debug)]
 pub struct ReclaimAgentConfig {
     pub node_name: String,
@@ -182,7 +183,7 @@ impl SpokeClient {
         nodes.get_opt(node).await.map(|n| n.is_some()).map_err(api_err(format!("failed to get node {node}")))
     }
 
-    /// Creates (or updates) the reclaim agent's objects, in §7.2 order.
+    /// Creates (or updates) the reclaim agent's objects, in spec-controllers.md §7.2 order.
     pub async fn ensure_reclaim_agent(&self, cfg: &ReclaimAgentConfig) -> Result<(), SpokeError> {
         let ns = RECLAIM_NAMESPACE;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
@@ -261,7 +262,8 @@ impl SpokeClient {
         self.apply(&daemonsets, &name, ds, "daemonset").await
     }
 
-    /// §2.8 `removeSpokeResources`: removes the node, through its Machine (and MachineSet) when it has one.
+    /// spec-controllers.md §2.8 `removeSpokeResources`: removes the node, through its Machine (and MachineSet) when it
+    /// has one.
     pub async fn remove_spoke_resources(&self, node_name: &str) -> Result<(), SpokeError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let Some(node) = nodes.get_opt(node_name).await.map_err(api_err(format!("failed to get node {node_name}")))?
@@ -343,7 +345,7 @@ impl SpokeClient {
     }
 }
 
-/// The reclaim DaemonSet of §7.2: the next-step runner, pinned to the node and owned by it.
+/// The reclaim DaemonSet of spec-controllers.md §7.2: the next-step runner, pinned to the node and owned by it.
 pub fn reclaim_daemonset(cfg: &ReclaimAgentConfig, node_uid: &str) -> Value {
     let name = format!("{}-reclaim", cfg.node_name.replace('.', "-"));
     let mut args = vec![
@@ -454,7 +456,7 @@ mod tests {
             spoke.get(&format!("{NS_PATH}/secrets/reclaim-ie-1-token")).unwrap()["stringData"]["auth-token"],
             "agent-token"
         );
-        // The namespace comes first and the DaemonSet last (§7.2), all as server-side apply.
+        // The namespace comes first and the DaemonSet last (spec-controllers.md §7.2), all as server-side apply.
         let patches: Vec<String> = spoke.requests().into_iter().filter(|r| r.starts_with("PATCH")).collect();
         assert_eq!(patches.first().map(String::as_str), Some(format!("PATCH {NS_PATH}").as_str()));
         assert_eq!(patches.last(), Some(&format!("PATCH {ds_path}")));

@@ -1,4 +1,4 @@
-//! Agent and ClusterDeployment controller scenarios of spec-controllers §10 (25–40, 55–57), run against
+//! Agent and ClusterDeployment controller scenarios of spec-controllers.md §10 (25–40, 55–57), run against
 //! the real SQLite store and backend, with a fake spoke API server where a scenario reaches the
 //! installed cluster. Each test is named after its scenario.
 
@@ -365,8 +365,8 @@ async fn scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_ho
     assert_eq!(cond(&w.agent(&day2).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
-/// Scenario 29, then the reclaim flow of §7 to its end: the reclaim agent's steps, the reboot into
-/// discovery, and the spoke clean-up of §2.8 once the host is back.
+/// Scenario 29, then the reclaim flow of spec-controllers.md §7 to its end: the reclaim agent's steps, the reboot into
+/// discovery, and the spoke clean-up of spec-controllers.md §2.8 once the host is back.
 async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;

@@ -2,10 +2,10 @@
 //!
 //! The kernel unpacks an initramfs buffer that is a sequence of cpio archives, each either
 //! uncompressed or compressed, separated by optional NUL padding; later copies of a path win
-//! (spec-images §5.1). bootstream uses that to customize images without rewriting them: the
+//! (spec-images.md §5.1). bootstream uses that to customize images without rewriting them: the
 //! discovery Ignition config travels as a small gzip-compressed archive holding `config.ign`,
-//! written into the ISO's Ignition embed area or appended to the PXE initrd (spec-images §2.8,
-//! §5.3).
+//! written into the ISO's Ignition embed area or appended to the PXE initrd (spec-images.md §2.8,
+//! spec-images.md §5.3).
 //!
 //! - [`ArchiveBuilder`] writes such an archive: newc, mtime 0, gzip with a fixed header, padded
 //!   with zeros to a multiple of 4 bytes so that whatever is appended after it stays 4-aligned.
@@ -13,7 +13,7 @@
 //!   before a response starts.
 //! - [`ignition_archive`] is the one archive the ISO and PXE paths carry.
 //! - [`read_initrd`] decodes a concatenated initrd the way coreos-installer does (spec-images
-//!   §2.6), for tests and for validating what we serve. It is bounded against hostile input.
+//!   spec-images.md §2.6), for tests and for validating what we serve. It is bounded against hostile input.
 //!
 //! xz and zstd members are recognized but not decoded: no decoder for them is among this
 //! crate's dependencies, and nothing bootstream writes uses them. They produce
@@ -259,7 +259,7 @@ fn check_member_path(path: &str) -> Result<(), InitrdError> {
 }
 
 /// The Ignition archive the ISO embed area and the PXE initrd carry: a single member
-/// `config.ign`, mode `0100644`, gzip-compressed and 4-padded (spec-images §2.8).
+/// `config.ign`, mode `0100644`, gzip-compressed and 4-padded (spec-images.md §2.8).
 ///
 /// An empty config yields an archive without members, like assisted-image-service.
 ///
@@ -305,7 +305,7 @@ impl Default for ReadLimits {
 
 /// Reads the regular files of a (possibly concatenated) initrd, with default [`ReadLimits`].
 ///
-/// Follows coreos-installer's reader (spec-images §2.6): NUL runs between members are
+/// Follows coreos-installer's reader (spec-images.md §2.6): NUL runs between members are
 /// skipped; gzip members and uncompressed newc archives (which must start 4-aligned) are
 /// decoded; a later copy of a path replaces an earlier one; directories and symlinks are
 /// ignored; non-zero data after the trailer inside a compressed member is an error. Paths are

@@ -1,10 +1,10 @@
 //! Kernel-argument editing and the byte format of a live ISO's karg embed areas.
 //!
 //! A CoreOS live ISO keeps its kernel command line in fixed-size areas inside the boot loader
-//! configs (`<kargs><end><pad...>`, spec-images §3.3). Customizing an image means rendering a
+//! configs (`<kargs><end><pad...>`, spec-images.md §3.3). Customizing an image means rendering a
 //! new area of exactly the same size, so the change is a same-length byte overlay and every
 //! other byte of the image is served unchanged. Editing follows coreos-installer's semantics
-//! (§3.6) so that an image we customize reads back, with `coreos-installer iso kargs show`, as
+//! (spec-images.md §3.6) so that an image we customize reads back, with `coreos-installer iso kargs show`, as
 //! the user asked.
 
 /// Why an edit or an area could not be produced or parsed.
@@ -152,7 +152,7 @@ pub fn render_area(kargs: &str, size: usize, end: u8, pad: u8) -> Result<Vec<u8>
 }
 
 /// Reads the command line out of an area: strips trailing `pad` bytes, then trailing `end`
-/// bytes, then surrounding whitespace (§3.4).
+/// bytes, then surrounding whitespace (spec-images.md §3.4).
 pub fn parse_area(area: &[u8], end: u8, pad: u8) -> Result<String, KargsError> {
     check_fill(end, pad)?;
     let text = std::str::from_utf8(area).map_err(|_| KargsError::InvalidUtf8)?;
@@ -288,7 +288,7 @@ mod tests {
         ));
     }
 
-    /// spec-images §8.3 item 3: with `usable = size - (len(default) + 1) - 1`, appending a karg
+    /// spec-images.md §8.3 item 3: with `usable = size - (len(default) + 1) - 1`, appending a karg
     /// of `usable` characters fits and one more character does not.
     #[test]
     fn capacity_rule() {
@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(err.to_string(), "kargs too large for area: 1217 vs 1139");
     }
 
-    /// spec-images §8.3 item 5 against the fixtures: a pristine area holds exactly the rendered
+    /// spec-images.md §8.3 item 5 against the fixtures: a pristine area holds exactly the rendered
     /// default, and `-a foobar=val` gives `<default> foobar=val` + end + pad fill.
     #[test]
     fn ground_truth_against_fixtures() {

@@ -1,8 +1,8 @@
 //! What a CoreOS/RHCOS live ISO offers us: where its Ignition embed area and kernel-argument
 //! areas are, where the PXE artifacts are, and which OS features it declares.
 //!
-//! Everything is located the way coreos-installer locates it (spec-images §2.4, §3.1-3.4, §4),
-//! so that the bytes we overlay when serving a customized image are the bytes
+//! Everything is located the way coreos-installer locates it (spec-images.md §2.4, spec-images.md §3.1-3.4,
+//! spec-images.md §4), so that the bytes we overlay when serving a customized image are the bytes
 //! `coreos-installer iso ignition|kargs ...` would rewrite, and an image we serve reads back
 //! correctly with coreos-installer. Inspection happens once per base image at load time;
 //! the result is a handful of absolute byte ranges that serving then uses without re-parsing.
@@ -185,7 +185,7 @@ struct IgnInfo {
     length: Option<u64>,
 }
 
-/// Finds the Ignition area (§2.4): igninfo.json if present, else all of `IMAGES/IGNITION.IMG`.
+/// Finds the Ignition area (spec-images.md §2.4): igninfo.json if present, else all of `IMAGES/IGNITION.IMG`.
 /// Any failure other than an I/O error means "not a CoreOS live ISO".
 fn ignition_area<S: ReadAt>(iso: &IsoFs<S>) -> Result<Area, LiveIsoError> {
     let unrecognized = |e: IsoError| match e {
@@ -255,7 +255,7 @@ struct KargsFile {
     end: Option<char>,
 }
 
-/// Finds the karg areas (§3.2, §3.1): kargs.json, else the legacy header, else none.
+/// Finds the karg areas (spec-images.md §3.2, spec-images.md §3.1): kargs.json, else the legacy header, else none.
 fn kargs_areas<S: ReadAt>(iso: &IsoFs<S>) -> Result<Option<KargsAreas>, LiveIsoError> {
     let record = match iso.get_path(KARGS_JSON_PATH) {
         Ok(record) => record,

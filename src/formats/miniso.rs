@@ -5,13 +5,13 @@
 //! `coreos.live.rootfs_url=`): a table mapping files of the minimal ISO to files of the full ISO,
 //! the SHA-256 of the minimal ISO, and one xz stream holding every byte of the minimal ISO that
 //! is not one of those shared files (ISO metadata, the gaps after each file, the tail)
-//! (spec-images §4.3, §4.4).
+//! (spec-images.md §4.3, spec-images.md §4.4).
 //!
 //! `coreos-installer iso extract minimal-iso` unpacks that into a new file. We never write the
 //! minimal ISO anywhere: [`minimal_iso`] decompresses the xz stream once into a small shared
 //! [`Part`] (long zero runs, which are most of it, become [`Segment::Zeros`] instead) and builds a
 //! [`Plan`] that interleaves slices of that part with byte ranges of the full ISO, then checks the
-//! recorded digest by hashing that plan. Post-processing is coreos-installer's (§4.5): the full
+//! recorded digest by hashing that plan. Post-processing is coreos-installer's (spec-images.md §4.5): the full
 //! ISO must be pristine, and the minimal ISO's `kargs.json` gets its `default` rewritten without
 //! `coreos.liveiso=`. The per-request kernel arguments (`coreos.live.rootfs_url=` and user edits)
 //! and Ignition config are overlays the caller adds; [`MinimalIso::with_rootfs_url`] is the

@@ -3,17 +3,17 @@
 //!
 //! A minimal ISO is the live ISO without `images/pxeboot/rootfs.img`; the live initrd downloads
 //! the rootfs from `coreos.live.rootfs_url=<URL>` instead of finding it on the ISO labelled by
-//! `coreos.liveiso=<label>`. When the base image has no miniso.dat (spec-images §4.3-4.5) we
+//! `coreos.liveiso=<label>`. When the base image has no miniso.dat (spec-images.md §4.3-4.5) we
 //! master a new image ourselves:
 //!
 //! - every file and directory of the primary (ISO level-1) tree except `IMAGES/PXEBOOT/ROOTFS.IMG`,
 //!   under the same level-1 names, same volume id, system id and volume dates; no Rock Ridge,
 //!   no Joliet, and a zero system area (no isohybrid MBR, no legacy `coreKarg`/`coreiso+`
-//!   headers), like assisted-image-service's re-mastered template (§5.5);
+//!   headers), like assisted-image-service's re-mastered template (spec-images.md §5.5);
 //! - file contents byte for byte, streamed from the full ISO (the output is ~130 MB for a
 //!   1.1 GiB RHCOS ISO, and nothing is held in memory), except:
 //!   - `COREOS/KARGS.JSO`, whose `default` loses its `coreos.liveiso=` token the way
-//!     coreos-installer's minimal-ISO post-processing rewrites it (§4.5 item 6: pretty JSON,
+//!     coreos-installer's minimal-ISO post-processing rewrites it (spec-images.md §4.5 item 6: pretty JSON,
 //!     right-padded with spaces to the original length);
 //!   - the boot catalog, rewritten for the new layout, and the BIOS boot image's boot info
 //!     table, re-applied if the full ISO's boot image had one;
@@ -58,7 +58,7 @@ use crate::formats::kargs::{self, KargOp};
 use crate::formats::liveiso::{Area, LiveIso, LiveIsoError};
 
 const ROOTFS_PATH: &str = "IMAGES/PXEBOOT/ROOTFS.IMG";
-/// Legacy system-area headers (spec-images §2.2, §3.1): `coreKarg` (72 bytes) then `coreiso+`
+/// Legacy system-area headers (spec-images.md §2.2, spec-images.md §3.1): `coreKarg` (72 bytes) then `coreiso+`
 /// (24 bytes), ending at the end of the system area.
 const LEGACY_HEADERS_OFFSET: u64 = 32768 - 24 - 72;
 const LEGACY_KARGS_MAGIC: &[u8; 8] = b"coreKarg";

@@ -1,4 +1,4 @@
-//! The steps an agent is told to run next (spec-controllers §1.4), serialised as the swagger `steps`
+//! The steps an agent is told to run next (spec-controllers.md §1.4), serialised as the swagger `steps`
 //! model. Unbound hosts use the pool table; bound hosts the install (day 1) or add-hosts (day 2) table.
 
 use serde::Serialize;

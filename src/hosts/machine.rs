@@ -1,4 +1,4 @@
-//! The host state machine of spec-controllers §1.3 as data: [`RULES`] is an ordered table of
+//! The host state machine of spec-controllers.md §1.3 as data: [`RULES`] is an ordered table of
 //! (transition, source states, guard, destination, post action); the first rule whose transition and
 //! source match and whose guard holds fires. No rule ⇒ an error, and the host is left untouched.
 
@@ -549,7 +549,7 @@ fn apply(host: &mut Host, from: Src, event: &Event, ctx: &Context) -> Result<Fir
         return Err(TransitionError { transition: event.transition_type(), from: from_status });
     };
     // Validations are recorded on every refresh of a host with an inventory (they are not cleared by
-    // unbinding, §1.3).
+    // unbinding, spec-controllers.md §1.3).
     let validations_info = if matches!(event, Event::RefreshHost) && !matches!(rule.dest, Dest::Stay) {
         facts.validations().map(validations::info_json)
     } else {

@@ -1,8 +1,10 @@
 //! Hosts as the agent API knows them: the backend host record, its state machine
-//! ([`machine`], spec-controllers §1), the steps an agent is told to run ([`instructions`], §1.4) and the
-//! hardware validations that decide whether a pool host is ready to be bound ([`validations`]).
+//! ([`machine`], spec-controllers.md §1), the steps an agent is told to run ([`instructions`], spec-controllers.md
+//! §1.4) and the hardware validations that decide whether a pool host is ready to be bound ([`validations`]).
 //!
 //! Everything here is pure: no I/O, no clock (time comes in through [`machine::Context`]).
+//!
+//! How hosts change state and who changes them: docs/design.md §4.
 
 pub mod instructions;
 pub mod machine;
@@ -76,7 +78,7 @@ impl std::fmt::Display for HostStatus {
 }
 
 impl HostStatus {
-    /// The agent controller's "installing statuses" (§2.4 step 6).
+    /// The agent controller's "installing statuses" (spec-controllers.md §2.4 step 6).
     pub fn is_installing(self) -> bool {
         use HostStatus::*;
         matches!(
@@ -90,7 +92,7 @@ impl HostStatus {
         )
     }
 
-    /// States in which host parameters from the Agent spec are applied (§2.1).
+    /// States in which host parameters from the Agent spec are applied (spec-controllers.md §2.1).
     pub fn accepts_host_parameters(self) -> bool {
         use HostStatus::*;
         matches!(
@@ -316,7 +318,7 @@ impl Host {
 /// An inventory as the agent sent it (JSON text), parsed at most once.
 ///
 /// Copies of a host record share it: every check-in refreshes the host, whose guards read the
-/// inventory, and the agent sends the same inventory at every poll (§1.4), so parsing it once per
+/// inventory, and the agent sends the same inventory at every poll (spec-controllers.md §1.4), so parsing it once per
 /// text and not copying it are what keep a large pool cheap to serve.
 #[derive(Clone)]
 pub struct InventoryText(Arc<InventoryTextInner>);

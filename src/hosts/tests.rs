@@ -1,4 +1,4 @@
-//! The host state machine scenarios of spec-controllers §10 (1–17), named after them.
+//! The host state machine scenarios of spec-controllers.md §10 (1–17), named after them.
 
 use jiff::{SignedDuration, Timestamp};
 

@@ -1,4 +1,4 @@
-//! The hardware validations that decide whether an unbound host may be bound (spec-controllers §1.3,
+//! The hardware validations that decide whether an unbound host may be bound (spec-controllers.md §1.3,
 //! RefreshHost pool rules: minimum disks, CPU, memory and a valid hostname).
 //!
 //! The thresholds are assisted-service's for a host judged before it has a cluster, i.e. the least

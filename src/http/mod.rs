@@ -3,6 +3,8 @@
 //!
 //! Handlers are framework-free: they take an `http::Request<Bytes>` and return an
 //! `http::Response<Body>`, so the same code answers on either path.
+//!
+//! Why two paths, and what every connection is bounded by: docs/design.md §3.
 
 pub mod query;
 pub mod range;

@@ -176,7 +176,7 @@ impl<S: Store> Images<S> {
         })
     }
 
-    /// s390x `initrd.addrsize` (spec-images §5.4): the image's 8-byte load address, then the big-endian
+    /// s390x `initrd.addrsize` (spec-images.md §5.4): the image's 8-byte load address, then the big-endian
     /// length of the PXE initrd served for the same request.
     pub fn initrd_addrsize(
         &self,
@@ -270,7 +270,7 @@ impl<S: Store> Images<S> {
         }
     }
 
-    /// The iPXE boot script (spec-controllers §8.1): initrd, kernel with the fixed arguments and the
+    /// The iPXE boot script (spec-controllers.md §8.1): initrd, kernel with the fixed arguments and the
     /// InfraEnv's edits, boot. Its initrd URL carries `token`: the token of the request being
     /// answered, so that a script never holds a URL that outlives the URL it was fetched with.
     pub fn ipxe_script(

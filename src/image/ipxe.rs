@@ -3,7 +3,7 @@
 
 use super::{DiscoveryContent, ImageError};
 
-/// Fixed kernel arguments of the iPXE boot script (spec-controllers §8.1).
+/// Fixed kernel arguments of the iPXE boot script (spec-controllers.md §8.1).
 const IPXE_KARGS: &str = "random.trust_cpu=on rd.luks.options=discard ignition.firstboot ignition.platform.id=metal console=tty1 console=ttyS1,115200n8 coreos.inst.persistent-kargs=\"console=tty1 console=ttyS1,115200n8\"";
 
 /// The longest kernel command line the kernel reads whole (`COMMAND_LINE_SIZE` of x86 and arm64,

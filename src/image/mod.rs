@@ -9,7 +9,7 @@
 //!   iso network embed` puts keyfiles), and the karg embed areas rewritten when kernel arguments change;
 //! - minimal ISO: the same over the minimal template of the base (see [`minimal`]), whose kernel arguments
 //!   always drop `coreos.liveiso` and point `coreos.live.rootfs_url` at our rootfs;
-//! - PXE initrd: the base initrd, then the Ignition archive, then the ramdisk (spec-images §5.3);
+//! - PXE initrd: the base initrd, then the Ignition archive, then the ramdisk (spec-images.md §5.3);
 //! - kernel, rootfs: byte ranges of the base ISO as they are.
 //!
 //! The controller and the download handlers call the same functions, so an image the status calls
@@ -18,6 +18,8 @@
 //! [`Images`] is defined here with its settings and errors; the base images are in [`catalog`], the
 //! discovery content and its cache in `content`, each artifact's plan in `artifacts`, the iPXE script
 //! in `ipxe`, and the URLs a status hands out in `urls`.
+//!
+//! The whole picture, byte by byte: docs/design.md §2.
 
 mod artifacts;
 pub mod catalog;
@@ -60,7 +62,7 @@ pub struct ServiceConfig {
     /// (assisted-service's AUTH_TYPE=none).
     pub url_signer: Option<Arc<crate::auth::urlsign::UrlSigner>>,
     /// Where iPXE reaches bootstream when `base_url` is HTTPS and a plain-HTTP listener serves what
-    /// iPXE fetches ("insecure iPXE URLs", spec-controllers §3.8): the iPXE script, kernel, rootfs
+    /// iPXE fetches ("insecure iPXE URLs", spec-controllers.md §3.8): the iPXE script, kernel, rootfs
     /// and PXE initrd URLs are built on it. No trailing slash.
     pub plain_http_base_url: Option<String>,
     /// The CA of bootstream's HTTPS certificate, given to the discovery agent (`--cacert`).

@@ -34,7 +34,7 @@ impl<S: Store> Images<S> {
         format!("{}/boot-artifacts/{}/{}/rootfs.img", self.config.base_url, enc(&base.version), enc(&base.arch))
     }
 
-    /// The URLs of `ie`'s artifacts over `base` (spec-controllers §3.8), signed with a new token when
+    /// The URLs of `ie`'s artifacts over `base` (spec-controllers.md §3.8), signed with a new token when
     /// URLs are signed.
     pub fn urls(&self, ie: &InfraEnv, base: &BaseImage) -> ArtifactUrls {
         let id = ie.metadata.uid.as_deref().unwrap_or_default();

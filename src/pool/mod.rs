@@ -8,6 +8,8 @@
 //! announced. Controllers learn about changes from [`Backend::subscribe`]. Only `checked_in_at` is kept
 //! in memory between changes: losing it in a crash costs at most a refresh that sees an agent as
 //! disconnected until it checks in again.
+//!
+//! Where the pool sits between agents and Agents: docs/design.md §4.1, §4.3.
 
 pub mod clock;
 pub mod logs;
@@ -370,7 +372,7 @@ impl Backend {
     /// A host id new to the InfraEnv is a new record, whatever other InfraEnvs hold under that id:
     /// another tenant's record is never read, changed or moved. Within one namespace (one tenant:
     /// it holds one Agent of that name) a machine that boots another InfraEnv's image moves to it
-    /// (spec-controllers §3.11): its record there is replaced, unless it is bound to a cluster,
+    /// (spec-controllers.md §3.11): its record there is replaced, unless it is bound to a cluster,
     /// which it must be unbound from first. Returns the host and the key of the record it
     /// replaced, if any.
     pub async fn register_host(
@@ -504,8 +506,8 @@ impl Backend {
 
     /// The agent's inventory step reply.
     pub async fn update_inventory(&self, key: &HostKey, inventory: String) -> Result<(), ApiError> {
-        // The agent sends its inventory at every poll (§1.4); one that has not changed only says the
-        // host is still there.
+        // The agent sends its inventory at every poll (spec-controllers.md §1.4); one that has not changed only says
+        // the host is still there.
         if let Some(slot) = self.slot(key) {
             let mut guard = slot.lock().await;
             if let Some(host) = guard.as_mut()
@@ -527,7 +529,8 @@ impl Backend {
         Ok(())
     }
 
-    /// The reply of a `download-boot-artifacts` step (§1.2 RebootingForReclaim / ReclaimHostFailed).
+    /// The reply of a `download-boot-artifacts` step (spec-controllers.md §1.2 RebootingForReclaim /
+    /// ReclaimHostFailed).
     pub async fn reclaim_download_done(&self, key: &HostKey, succeeded: bool) -> Result<Host, ApiError> {
         let event = if succeeded { Event::RebootingForReclaim } else { Event::ReclaimHostFailed };
         Ok(self.mutate(key, |host, ctx| Self::fire(host, &event, ctx)).await?.0)
@@ -545,7 +548,7 @@ impl Backend {
         Ok(host)
     }
 
-    /// The host's logs were uploaded (`V2UploadLogs`): the Agent gets its logsURL (§2.2).
+    /// The host's logs were uploaded (`V2UploadLogs`): the Agent gets its logsURL (spec-controllers.md §2.2).
     pub async fn logs_uploaded(&self, key: &HostKey, sha256: String) -> Result<Host, ApiError> {
         let (host, ()) = self
             .mutate(key, |host, ctx| {
@@ -558,7 +561,7 @@ impl Backend {
         Ok(host)
     }
 
-    /// `BindHostInternal` (§1.6).
+    /// `BindHostInternal` (spec-controllers.md §1.6).
     pub async fn bind_host(&self, key: &HostKey, cluster_id: &str, infra_env_arch: &str) -> Result<Host, ApiError> {
         let host_id = &key.host_id;
         let cluster = self
@@ -604,8 +607,8 @@ impl Backend {
         Ok(host)
     }
 
-    /// `UnbindHostInternal` (§1.6): `reclaim` asks for the installed node to be rebooted into discovery
-    /// by the reclaim agent. `infra_env_cluster` is the cluster the host's InfraEnv references, if any.
+    /// `UnbindHostInternal` (spec-controllers.md §1.6): `reclaim` asks for the installed node to be rebooted into
+    /// discovery by the reclaim agent. `infra_env_cluster` is the cluster the host's InfraEnv references, if any.
     pub async fn unbind_host(
         &self,
         key: &HostKey,
@@ -682,7 +685,8 @@ impl Backend {
         Ok(())
     }
 
-    /// Restores a host record from what its Agent remembers (§2.9). `host.namespace` is the Agent's.
+    /// Restores a host record from what its Agent remembers (spec-controllers.md §2.9). `host.namespace` is the
+    /// Agent's.
     pub async fn restore_host(&self, host: Host) -> Result<Host, ApiError> {
         let _turn = self.agent_turn(&host.namespace, &host.id).await;
         let key = host.key();
@@ -699,7 +703,7 @@ impl Backend {
         Ok(host)
     }
 
-    /// The monitors (§1.5): refreshes every host whose state depends on time — pool hosts, hosts
+    /// The monitors (spec-controllers.md §1.5): refreshes every host whose state depends on time — pool hosts, hosts
     /// being bound or reclaimed, and hosts of clusters. Returns how many changed.
     pub async fn refresh_all(&self) -> usize {
         let keys: Vec<HostKey> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
@@ -808,7 +812,8 @@ fn accepts_hosts(cluster: &Cluster) -> bool {
     matches!(cluster.status.as_str(), "insufficient" | "ready" | "pending-for-input" | "adding-hosts" | "installed")
 }
 
-/// Which hosts the monitors refresh (§1.5): the InfraEnv monitor's states, and every host of a cluster.
+/// Which hosts the monitors refresh (spec-controllers.md §1.5): the InfraEnv monitor's states, and every host of a
+/// cluster.
 fn is_monitored(host: &Host) -> bool {
     use HostStatus::*;
     host.cluster_id.is_some()

@@ -1,5 +1,5 @@
 //! The Agent resource (`agent-install.openshift.io/v1beta1`): one per discovered host. The spec is
-//! what users (and the BMAC) ask for; the status mirrors the backend host (spec-controllers §2).
+//! what users (and the BMAC) ask for; the status mirrors the backend host (spec-controllers.md §2).
 
 use std::collections::BTreeMap;
 
@@ -201,7 +201,7 @@ fn is_zero(v: &i64) -> bool {
 }
 
 impl AgentProgress {
-    /// Zeroed when the host has no stage (§2.2).
+    /// Zeroed when the host has no stage (spec-controllers.md §2.2).
     pub fn from_host(h: &Host) -> AgentProgress {
         if h.progress.current_stage.is_empty() {
             return AgentProgress::default();
@@ -489,7 +489,7 @@ impl AgentInventory {
     }
 }
 
-/// §2.10 admission on create and update.
+/// spec-controllers.md §2.10 admission on create and update.
 pub fn validate_agent(agent: &Agent) -> Result<(), String> {
     if agent.spec.installation_disk_id.as_deref().is_some_and(|s| !s.is_empty())
         && agent.spec.installation_disk_path.as_deref().is_some_and(|s| !s.is_empty())
@@ -499,7 +499,7 @@ pub fn validate_agent(agent: &Agent) -> Result<(), String> {
     Ok(())
 }
 
-/// §2.10 update rule: the cluster of an Agent cannot change while it installs (day-2 hosts may be
+/// spec-controllers.md §2.10 update rule: the cluster of an Agent cannot change while it installs (day-2 hosts may be
 /// released).
 pub fn validate_agent_update(old: &Agent, new: &Agent) -> Result<(), String> {
     validate_agent(new)?;

@@ -15,7 +15,7 @@ pub const BMH_FINALIZER: &str = "bmac.agent-install.openshift.io/deprovision";
 /// The PreprovisioningImage controller's finalizer.
 pub const PPI_FINALIZER: &str = "preprovisioningimage.agent-install.openshift.io/ai-deprovision";
 
-/// BMH annotations the BMAC copies into the Agent spec (spec-controllers §5.3).
+/// BMH annotations the BMAC copies into the Agent spec (spec-controllers.md §5.3).
 pub const ROLE_ANNOTATION: &str = "bmac.agent-install.openshift.io/role";
 pub const HOSTNAME_ANNOTATION: &str = "bmac.agent-install.openshift.io/hostname";
 pub const MCP_ANNOTATION: &str = "bmac.agent-install.openshift.io/machine-config-pool";
@@ -30,8 +30,8 @@ pub const AGENT_LABEL_PREFIX: &str = "bmac.agent-install.openshift.io.agent-labe
 pub const REMOVE_AGENT_ON_DELETE_ANNOTATION: &str = "bmac.agent-install.openshift.io/remove-agent-and-node-on-delete";
 pub const ALLOW_PROVISIONED_HOST_MANAGEMENT_ANNOTATION: &str =
     "bmac.agent-install.openshift.io/allow-provisioned-host-management";
-/// Draining the spoke node of a BMH deleted in remove-agent mode (§5.6): when it started (RFC 3339),
-/// how long to try (a duration such as `10m`; none: until it succeeds), and how it went.
+/// Draining the spoke node of a BMH deleted in remove-agent mode (spec-controllers.md §5.6): when it started (RFC
+/// 3339), how long to try (a duration such as `10m`; none: until it succeeds), and how it went.
 pub const DRAIN_STARTED_AT_ANNOTATION: &str = "bmac.agent-install.openshift.io/drain-started-at";
 pub const DRAIN_TIMEOUT_ANNOTATION: &str = "bmac.agent-install.openshift.io/drain-timeout";
 pub const DRAIN_STATUS_ANNOTATION: &str = "bmac.agent-install.openshift.io/drain-status";

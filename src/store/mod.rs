@@ -7,6 +7,8 @@
 //! - deleting an object with finalizers only sets `deletionTimestamp`; the object goes away when its
 //!   last finalizer is removed;
 //! - objects whose every owner (ownerReferences) is gone are deleted (background garbage collection).
+//!
+//! docs/design.md §7 compares the two stores.
 
 pub mod json;
 pub mod kube;

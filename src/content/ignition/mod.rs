@@ -1,4 +1,4 @@
-//! The discovery Ignition config of an InfraEnv (spec-controllers §8.2).
+//! The discovery Ignition config of an InfraEnv (spec-controllers.md §8.2).
 //!
 //! A host booted from a discovery image runs Ignition once, in the initramfs, with the config
 //! this module renders: it starts the assisted discovery agent against bootstream's agent API,
@@ -12,7 +12,7 @@
 //! because RHCOS 4.6 understands nothing newer. Overrides may declare 3.1.0 or 3.2.0 (what
 //! assisted-service accepts); the merged config declares the higher of the two versions
 //! (see [`merge`]). Output is compact JSON without the `null`s the typed structs emit for
-//! unset fields, since every byte counts against the 256 KiB archive limit (§8.4).
+//! unset fields, since every byte counts against the 256 KiB archive limit (spec-controllers.md §8.4).
 //!
 //! This module does not know the resource model: callers fill a [`DiscoveryInput`].
 
@@ -533,7 +533,7 @@ fn strip_nulls(value: Value) -> Value {
     }
 }
 
-/// Refuses archives over [`IGNITION_ARCHIVE_LIMIT`] (spec-controllers §8.4, same message) or
+/// Refuses archives over [`IGNITION_ARCHIVE_LIMIT`] (spec-controllers.md §8.4, same message) or
 /// over the embed area of the image they are meant for (`area_len`, from the image catalog),
 /// which would otherwise fail only when the ISO is streamed.
 pub fn check_archive_size(archive_len: usize, area_len: u64) -> Result<(), IgnitionError> {

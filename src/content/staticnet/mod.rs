@@ -1,5 +1,5 @@
 //! Static network configuration from NMStateConfigs: validation, NetworkManager keyfiles and the
-//! static-network ramdisk appended to the live initrd (spec-controllers §3.5, §8.3; spec-images
+//! static-network ramdisk appended to the live initrd (spec-controllers.md §3.5, §8.3; spec-images
 //! §6.2).
 //!
 //! Each NMStateConfig selected by an InfraEnv contributes one [`HostStaticConfig`]: its nmstate
@@ -75,7 +75,7 @@ pub enum StaticNetError {
     Archive(#[from] InitrdError),
 }
 
-/// One validation problem. Messages quoted by spec-controllers §8.3 are assisted-service's.
+/// One validation problem. Messages quoted by spec-controllers.md §8.3 are assisted-service's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Problem {

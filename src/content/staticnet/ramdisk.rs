@@ -1,4 +1,4 @@
-//! The static-network ramdisk (spec-images §6.2, keyfile mode of spec-controllers §8.3): host
+//! The static-network ramdisk (spec-images.md §6.2, keyfile mode of spec-controllers.md §8.3): host
 //! directories, the boot script and its unit, and the proxy drop-in for the live rootfs
 //! download.
 

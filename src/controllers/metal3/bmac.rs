@@ -1,4 +1,4 @@
-//! The Bare Metal Agent Controller (spec-controllers §5): pairs each BareMetalHost with the Agent its
+//! The Bare Metal Agent Controller (spec-controllers.md §5): pairs each BareMetalHost with the Agent its
 //! machine became (by boot MAC), points the host at its InfraEnv's discovery image, fills the Agent's
 //! spec from the host's annotations, and, when an Agent waits for a reboot into discovery after its
 //! cluster went (`UnbindingPendingUserAction`), gives the host back to metal3 so that it boots the
@@ -143,7 +143,7 @@ pub async fn reconcile<S: Store>(ctx: &BmacContext<S>, ns: &str, name: &str) -> 
     })
 }
 
-/// §5.2, in order; the first step that stops ends the chain.
+/// spec-controllers.md §5.2, in order; the first step that stops ends the chain.
 async fn run_steps<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step, StoreError> {
     if w.infraenv.is_some() {
         w.bmh.metadata.labels.get_or_insert_default().insert(BACKUP_LABEL.to_string(), "true".to_string());
@@ -178,7 +178,7 @@ fn agent_bound_reason(agent: Option<&Agent>) -> Option<&str> {
     find_condition(&status.conditions, BOUND).map(|c| c.reason.as_str())
 }
 
-/// §5.1: the Agent of a BMH: the newest Agent of its namespace with an interface whose MAC is the
+/// spec-controllers.md §5.1: the Agent of a BMH: the newest Agent of its namespace with an interface whose MAC is the
 /// host's boot MAC.
 async fn find_agent<S: Store>(store: &S, bmh: &BareMetalHost) -> Result<Option<Agent>, StoreError> {
     let Some(mac) = bmh.spec.boot_mac_address.as_deref().filter(|m| !m.is_empty()) else {
@@ -209,7 +209,7 @@ pub fn agent_has_mac(agent: &Agent, mac: &str) -> bool {
     })
 }
 
-/// §5.6: the BMH finalizer, and what deleting a BMH does to its Agent. The finalizer protocol of
+/// spec-controllers.md §5.6: the BMH finalizer, and what deleting a BMH does to its Agent. The finalizer protocol of
 /// [`crate::controllers::runtime::finalizer`], on the BMH held in memory: what this step changes is
 /// written with the rest of the reconcile's changes, in one write.
 async fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
@@ -258,8 +258,8 @@ async fn handle_finalizer<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step
     Step::Stop
 }
 
-/// §5.6 `handleDrain`: one attempt at draining the spoke node of the BMH's Agent, if it is bound to a
-/// cluster, with its progress in the BMH's drain annotations. Continue once the node is drained or
+/// spec-controllers.md §5.6 `handleDrain`: one attempt at draining the spoke node of the BMH's Agent, if it is bound to
+/// a cluster, with its progress in the BMH's drain annotations. Continue once the node is drained or
 /// the `drain-timeout` has passed; otherwise try again in [`DRAIN_ATTEMPT`].
 async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     let Some(agent) = &w.agent else { return Step::Continue };
@@ -322,8 +322,8 @@ async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     }
 }
 
-/// §5.5: the Agent's cluster went and its host waits for a reboot into discovery: hand the BMH back
-/// to metal3, which deprovisions it and (§5.3, on a later reconcile) boots the discovery image.
+/// spec-controllers.md §5.5: the Agent's cluster went and its host waits for a reboot into discovery: hand the BMH back
+/// to metal3, which deprovisions it and (spec-controllers.md §5.3, on a later reconcile) boots the discovery image.
 fn reconcile_unbound_agent<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     let clear_annotations = |bmh: &mut BareMetalHost| {
         let ann = bmh.annotations_mut();
@@ -358,7 +358,7 @@ fn reconcile_unbound_agent<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Ste
     }
 }
 
-/// §5.4: detach hosts whose installation no longer needs metal3, pause detached ones.
+/// spec-controllers.md §5.4: detach hosts whose installation no longer needs metal3, pause detached ones.
 fn handle_pause_and_detach<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     if w.bmh.annotation(ALLOW_PROVISIONED_HOST_MANAGEMENT_ANNOTATION).is_some() {
         if ctx.converged && w.bmh.metadata.deletion_timestamp.is_none() {
@@ -390,7 +390,7 @@ fn handle_pause_and_detach<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Ste
         w.bmh.annotations_mut().insert(DETACHED_ANNOTATION.to_string(), value);
         return Step::Stop;
     }
-    // Only while the BMAC keeps the host detached: once §5.5 gave the host back to metal3, metal3
+    // Only while the BMAC keeps the host detached: once spec-controllers.md §5.5 gave the host back to metal3, metal3
     // may still report `detached` for a moment, and pausing then would stop it from ever noticing.
     if ctx.pause_provisioned
         && w.bmh.operational_status() == "detached"
@@ -412,8 +412,8 @@ fn handle_pause_and_detach<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Ste
     Step::Continue
 }
 
-/// §5.3 `create-fencing-credentials-secret`: the Agent's fencing credentials, written from the BMH's BMC
-/// (address, the username and password of its credentials secret, and whether to verify the BMC's
+/// spec-controllers.md §5.3 `create-fencing-credentials-secret`: the Agent's fencing credentials, written from the
+/// BMH's BMC (address, the username and password of its credentials secret, and whether to verify the BMC's
 /// certificate) into the secret `<agent>-fencing-credentials`, which the Agent then references. A
 /// name given with `fencing-credentials-secret-name` wins.
 async fn ensure_fencing_credentials<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step, StoreError> {
@@ -480,7 +480,7 @@ async fn ensure_fencing_credentials<S: Store>(ctx: &BmacContext<S>, w: &mut Worl
     Ok(Step::Continue)
 }
 
-/// §5.3 `reconcileBMH`: the image the host boots.
+/// spec-controllers.md §5.3 `reconcileBMH`: the image the host boots.
 async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<Step, StoreError> {
     let Some(infraenv) = &w.infraenv else { return Ok(Step::Stop) };
     if w.bmh.annotation(DETACHED_ANNOTATION).is_some() {
@@ -548,7 +548,7 @@ async fn reconcile_bmh<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Result<
     Ok(Step::Stop)
 }
 
-/// §5.3 `reconcileAgentSpec`: the BMH's annotations become the Agent's spec.
+/// spec-controllers.md §5.3 `reconcileAgentSpec`: the BMH's annotations become the Agent's spec.
 fn reconcile_agent_spec(w: &mut World) -> Step {
     let bmh = &w.bmh;
     let bmh_name = bmh.metadata.name.clone().unwrap_or_default();
@@ -638,7 +638,7 @@ pub fn installation_disk(disks: &[InventoryDisk], hints: &RootDeviceHints) -> St
         .unwrap_or_else(|| DISK_NOT_FOUND_BY_HINTS.to_string())
 }
 
-/// §5.3 `reconcileAgentInventory`: the Agent's inventory as metal3 hardware details, written once.
+/// spec-controllers.md §5.3 `reconcileAgentInventory`: the Agent's inventory as metal3 hardware details, written once.
 fn reconcile_agent_inventory(w: &mut World) -> Step {
     let Some(agent) = &w.agent else { return Step::Continue };
     let Some(status) = &agent.status else { return Step::Continue };
@@ -714,7 +714,7 @@ pub fn hardware_details(agent: &Agent) -> Value {
     })
 }
 
-/// The BMHs a change to another object concerns (§5.1 watches): an Agent's BMH (by label, else by
+/// The BMHs a change to another object concerns (spec-controllers.md §5.1 watches): an Agent's BMH (by label, else by
 /// MAC), an InfraEnv's BMHs (by label), a PreprovisioningImage's BMH (same name).
 pub async fn bmhs_for_agent<S: Store>(store: &S, agent: &Agent) -> Result<Vec<String>, StoreError> {
     let ns = agent.metadata.namespace.as_deref().unwrap_or_default();

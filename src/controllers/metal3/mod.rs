@@ -2,6 +2,8 @@
 //! InfraEnv's image and its Agent, and the PreprovisioningImage controller ([`ppi`]), which publishes
 //! an InfraEnv's image for a host the image-based way. Both wait for an InfraEnv's image to be old
 //! enough ([`cooldown_left`]), and the BMAC reads the PreprovisioningImage's `Ready` condition.
+//!
+//! docs/design.md §6 describes both.
 
 use std::time::Duration;
 
@@ -14,7 +16,8 @@ pub mod ppi;
 
 pub const PPI_READY_CONDITION: &str = "Ready";
 
-/// How long until an InfraEnv's image is old enough to be used (§5.3, §6.1 step 8); None once it is.
+/// How long until an InfraEnv's image is old enough to be used (spec-controllers.md §5.3, spec-controllers.md §6.1 step
+/// 8); None once it is.
 pub fn cooldown_left(infraenv: &InfraEnv, now: Timestamp, cooldown: Duration) -> Option<Duration> {
     let created = infraenv.status.as_ref()?.created_time.as_ref()?.0;
     let ready_at = created.checked_add(jiff::SignedDuration::try_from(cooldown).ok()?).ok()?;

@@ -1,8 +1,8 @@
-//! The PreprovisioningImage controller (spec-controllers §6): metal3 asks, per BareMetalHost, for an
+//! The PreprovisioningImage controller (spec-controllers.md §6): metal3 asks, per BareMetalHost, for an
 //! image to boot the host into its ironic agent; this controller answers with the host's InfraEnv
 //! image (ISO, or initrd + kernel + kernel parameters), after turning the ironic agent on for that
-//! InfraEnv. The image build itself (§6.2's Ignition fragment) happens where every discovery image is
-//! built, keyed on the InfraEnv's `enable-ironic-agent` annotation.
+//! InfraEnv. The image build itself (spec-controllers.md §6.2's Ignition fragment) happens where every discovery image
+//! is built, keyed on the InfraEnv's `enable-ironic-agent` annotation.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,8 +67,8 @@ pub async fn reconcile<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> R
     .await
 }
 
-/// Steps 3–9 of §6.1: the status the PPI should have. Returns what to do next and whether the owning
-/// BMH must be rebooted into a new image.
+/// Steps 3–9 of spec-controllers.md §6.1: the status the PPI should have. Returns what to do next and whether the
+/// owning BMH must be rebooted into a new image.
 async fn image_status<S: Store>(
     ctx: &PpiContext<S>,
     ppi: &mut PreprovisioningImage,
@@ -252,7 +252,7 @@ async fn request_reboot<S: Store>(ctx: &PpiContext<S>, ns: &str, name: &str) -> 
     Ok(())
 }
 
-/// §6.1 step 1: the finalizer goes once the owning BMH no longer needs the image.
+/// spec-controllers.md §6.1 step 1: the finalizer goes once the owning BMH no longer needs the image.
 async fn cleanup<S: Store>(ctx: &PpiContext<S>, ppi: PreprovisioningImage) -> Result<Action, StoreError> {
     if let Some(bmh) = owning_bmh(ctx, &ppi).await? {
         let cleaning = bmh.spec.automated_cleaning_mode.as_deref().unwrap_or("metadata") != "disabled";

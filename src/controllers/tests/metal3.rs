@@ -1,4 +1,4 @@
-//! BMAC and PreprovisioningImage scenarios of spec-controllers §10 (58–76), and the agent-controller
+//! BMAC and PreprovisioningImage scenarios of spec-controllers.md §10 (58–76), and the agent-controller
 //! scenarios that involve a BareMetalHost (31, the BMH half of 38), against the real SQLite store and
 //! backend. metal3 itself is played by the tests: they write the BMH status it would report.
 
@@ -308,7 +308,7 @@ async fn scenario_64_a_bmh_is_detached_once_its_agent_is_past_writing_the_image<
     assert_eq!(saved["provisioning"]["state"], "provisioned");
 }
 
-/// Scenario 65 and §5.5 to the end: the cluster is deleted, the installed host waits for a reboot,
+/// Scenario 65 and spec-controllers.md §5.5 to the end: the cluster is deleted, the installed host waits for a reboot,
 /// the BMAC gives the BMH back to metal3, metal3 deprovisions it and boots the ISO, and the host is
 /// back in the pool.
 async fn scenario_65_an_unbound_installed_host_is_rebooted_into_discovery_through_its_bmh<S: Store>(w: World<S>) {

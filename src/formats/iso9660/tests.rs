@@ -1,4 +1,4 @@
-//! Reader tests against coreos-installer's `synthetic.iso` (spec-images §8.1 anchors) and against
+//! Reader tests against coreos-installer's `synthetic.iso` (spec-images.md §8.1 anchors) and against
 //! hand-corrupted images.
 
 use super::fixtures::fixture;
