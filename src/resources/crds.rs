@@ -1,6 +1,6 @@
 //! The CustomResourceDefinitions of our kinds, generated from the Rust types (`bootstream crds`), so that
 //! a real Kubernetes hub can serve the same objects. `deploy/crds/` holds the committed output; the tests
-//! in `tests/it/crds.rs` keep it current and compare it with the upstream CRDs in
+//! in `tests/it/deploy/crds.rs` keep it current and compare it with the upstream CRDs in
 //! `../shared/fixtures/assisted/crds/`.
 
 use std::collections::HashSet;

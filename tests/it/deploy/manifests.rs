@@ -2,7 +2,7 @@
 //! containers' arguments parse, every ConfigMap key is a setting bootstream reads, Services select
 //! the pods they front and name their ports, service accounts exist in the RBAC manifest, and the
 //! ingress sends image paths to the image servers. (What the roles must allow is checked where the
-//! requests are made: the Kubernetes scenario suite and tests/it/kubernetes.rs run under them.)
+//! requests are made: the Kubernetes scenario suite and tests/it/lifecycle/kubernetes.rs run under them.)
 
 use crate::common;
 

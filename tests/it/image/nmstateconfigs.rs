@@ -379,7 +379,7 @@ fn embed_area_capacity_for_nmstateconfigs_like_the_example() {
         }
     };
     // A discovery Ignition of the usual size: render one through a real server-independent path is
-    // not needed; its gzip archive is ~6 KiB (measured in tests/it/ignition.rs territory), reserve 8 KiB.
+    // not needed; its gzip archive is ~6 KiB (measured in tests/it/content/ignition.rs territory), reserve 8 KiB.
     let budget = 262_144usize - 8 * 1024;
     let size = |n: u32| {
         let hosts: Vec<HostStaticConfig> = (0..n).map(host).collect();

@@ -537,7 +537,7 @@ fn lifecycle_with_kills(rng: &mut Rng) {
 }
 
 /// The existing test `a_base_image_changed_or_gone_on_disk_is_503_never_wrong_bytes`
-/// (tests/it/http_semantics.rs) covers a base image replaced by rename and one removed. This one covers
+/// (tests/it/http/semantics.rs) covers a base image replaced by rename and one removed. This one covers
 /// the same file changed in place: truncated while a download is in flight (the response is cut
 /// short, never padded or filled with other bytes), then every new request refused with 503; and a
 /// file rewritten in place with the same size (its mtime changes) refused as well.

@@ -1,0 +1,7 @@
+//! The API's guards: tokens for resources and images, hostile inputs, tenant isolation, log lines.
+
+mod hostile_inputs;
+mod image_auth;
+mod log_lines;
+mod resource_auth;
+mod tenant_isolation;

@@ -1,0 +1,3 @@
+//! The command line as a user meets it first.
+
+mod serve_embedded_default;

@@ -1,0 +1,4 @@
+//! What a Kubernetes hub gets: the CRDs and the manifests.
+
+mod crds;
+mod manifests;
