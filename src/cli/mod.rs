@@ -1,6 +1,7 @@
 //! The `bootstream` command line: `serve` runs everything in one process; `apply`, `get` and `delete`
 //! talk to a running server's REST API with the same YAML users apply to Kubernetes.
 
+mod client;
 pub mod logwriter;
 pub mod simulate;
 mod table;
@@ -11,13 +12,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use serde::Deserialize;
-use serde_json::Value;
 
 use crate::image::catalog::{Catalog, DigestCache, ImageSource, OsImageSpec};
 use crate::resources::Kind;
 
-const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 const DEFAULT_AGENT_IMAGE: &str = "quay.io/edge-infrastructure/assisted-installer-agent:latest";
 
 #[derive(Parser, Debug)]
@@ -59,55 +57,13 @@ enum Command {
     /// in the data directory. One process leads at a time (a coordination.k8s.io Lease).
     Controller(ControllerCommand),
     /// Create or update resources from YAML files (multi-document; `-` reads standard input).
-    Apply {
-        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
-        /// File(s) to apply.
-        #[arg(short = 'f', long = "filename", required = true)]
-        files: Vec<PathBuf>,
-    },
+    Apply(client::ApplyArgs),
     /// Show resources.
-    Get {
-        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
-        /// Kind: infraenv, secret (singular, plural or Kind name).
-        kind: String,
-        name: Option<String>,
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
-        /// List across all namespaces.
-        #[arg(short = 'A', long)]
-        all_namespaces: bool,
-        #[arg(short = 'o', long, value_enum)]
-        output: Option<Output>,
-    },
+    Get(client::GetArgs),
     /// Delete a resource.
-    Delete {
-        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
-        kind: String,
-        name: String,
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
-    },
+    Delete(client::DeleteArgs),
     /// Change fields of a resource with a JSON merge patch, like `kubectl patch --type merge`.
-    Patch {
-        #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
-        kind: String,
-        name: String,
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
-        /// Patch type; only `merge` (RFC 7386) is supported.
-        #[arg(long = "type", default_value = "merge")]
-        patch_type: String,
-        /// The patch, as JSON.
-        #[arg(short = 'p', long = "patch")]
-        patch: String,
-        /// `status` patches the status subresource (what metal3 writes on a BareMetalHost).
-        #[arg(long)]
-        subresource: Option<String>,
-    },
+    Patch(client::PatchArgs),
     /// Drive the agent API as a fleet of discovery agents would (for load tests and demos).
     Simulate(crate::cli::simulate::SimulateArgs),
     /// Print the CustomResourceDefinitions of all kinds as multi-document YAML, or write them to a
@@ -117,12 +73,6 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Output {
-    Json,
-    Yaml,
 }
 
 #[derive(clap::Args, Debug)]
@@ -832,188 +782,19 @@ fn ensure_sample_image(data_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The commands that are clients of a server: on one thread, with an HTTP client that carries the
+/// API token (made first, so that a bad token or CA file fails every one of them alike).
 async fn client_command(cmd: Command, token: Option<String>, ca_file: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(token) = &token {
-        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| anyhow::anyhow!("the API token has characters a header cannot carry"))?;
-        value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
-    }
-    let mut builder = reqwest::Client::builder().default_headers(headers);
-    if let Some(path) = ca_file {
-        use anyhow::Context;
-        let pem = std::fs::read(path).with_context(|| format!("reading --certificate-authority {}", path.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("--certificate-authority {}: not a PEM bundle", path.display()))?;
-        anyhow::ensure!(!certs.is_empty(), "--certificate-authority {}: no certificate in it", path.display());
-        builder = builder.tls_certs_merge(certs);
-    }
-    let client = builder.build()?;
+    let http = client::http_client(token.as_deref(), ca_file)?;
     match cmd {
-        Command::Apply { server, files } => apply(&client, &server, &files).await,
-        Command::Get { server, kind, name, namespace, all_namespaces, output } => {
-            let kind = parse_kind(&kind)?;
-            let url = match (&name, all_namespaces) {
-                (Some(name), _) => object_url(&server, kind, &namespace, name),
-                (None, true) => format!("{}{}/{}", server.trim_end_matches('/'), kind.api_prefix(), kind.plural()),
-                (None, false) => format!("{}/{}", namespace_url(&server, kind, &namespace), kind.plural()),
-            };
-            let v = call(client.get(&url)).await?;
-            match output {
-                Some(Output::Json) => println!("{}", serde_json::to_string_pretty(&v)?),
-                Some(Output::Yaml) => print!("{}", yaml_serde::to_string(&v)?),
-                None => table::print_table(kind, &v, name.is_some()),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Delete { server, kind, name, namespace } => {
-            let kind = parse_kind(&kind)?;
-            call(client.delete(object_url(&server, kind, &namespace, &name))).await?;
-            println!("{} \"{name}\" deleted", display_kind(kind));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Patch { server, kind, name, namespace, patch_type, patch, subresource } => {
-            let kind = parse_kind(&kind)?;
-            if patch_type != "merge" {
-                anyhow::bail!("--type {patch_type} is not supported; use --type merge");
-            }
-            let body: Value =
-                serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
-            let url = match subresource.as_deref() {
-                None => object_url(&server, kind, &namespace, &name),
-                Some("status") => format!("{}/status", object_url(&server, kind, &namespace, &name)),
-                Some(other) => anyhow::bail!("--subresource {other} is not supported; use --subresource status"),
-            };
-            call(client.patch(url).header("content-type", "application/merge-patch+json").body(body.to_string()))
-                .await?;
-            println!("{} \"{name}\" patched", display_kind(kind));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Simulate(args) => crate::cli::simulate::run(args, token).await,
+        Command::Apply(args) => client::apply(&http, args).await,
+        Command::Get(args) => client::get(&http, args).await,
+        Command::Delete(args) => client::delete(&http, args).await,
+        Command::Patch(args) => client::patch(&http, args).await,
+        Command::Simulate(args) => simulate::run(args, token).await,
         Command::Serve(_) | Command::Controller(_) => unreachable!("servers run on their own runtime"),
         Command::Crds { .. } => unreachable!("crds runs before any runtime starts"),
     }
-}
-
-fn parse_kind(name: &str) -> anyhow::Result<Kind> {
-    Kind::from_cli(name).ok_or_else(|| {
-        anyhow::anyhow!(
-            "unknown kind {name:?}; known: {}",
-            Kind::ALL.iter().map(|k| k.name().to_ascii_lowercase()).collect::<Vec<_>>().join(", ")
-        )
-    })
-}
-
-fn display_kind(kind: Kind) -> String {
-    match kind.api_version().split_once('/') {
-        Some((group, _)) => format!("{}.{group}", kind.name().to_ascii_lowercase()),
-        None => kind.name().to_ascii_lowercase(),
-    }
-}
-
-fn namespace_url(server: &str, kind: Kind, namespace: &str) -> String {
-    if kind.namespaced() {
-        format!("{}{}/namespaces/{namespace}", server.trim_end_matches('/'), kind.api_prefix())
-    } else {
-        format!("{}{}", server.trim_end_matches('/'), kind.api_prefix())
-    }
-}
-
-fn object_url(server: &str, kind: Kind, namespace: &str, name: &str) -> String {
-    format!("{}/{}/{name}", namespace_url(server, kind, namespace), kind.plural())
-}
-
-/// Sends a request and returns its JSON body, or the server's error message.
-async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-    let resp = req.send().await.map_err(|e| {
-        // reqwest's message alone ("error sending request") hides why: a refused connection, an
-        // untrusted certificate.
-        let mut why = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            why.push_str(": ");
-            why.push_str(&s.to_string());
-            source = s.source();
-        }
-        anyhow::anyhow!("cannot reach the bootstream server: {why}")
-    })?;
-    let status = resp.status();
-    let body = resp.bytes().await?;
-    let value: Value =
-        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
-    if status.is_success() {
-        Ok(value)
-    } else {
-        let msg = value.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| value.to_string());
-        anyhow::bail!("{msg}")
-    }
-}
-
-async fn apply(client: &reqwest::Client, server: &str, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let mut failed = false;
-    for file in files {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin())?
-        } else {
-            std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
-        };
-        let docs = match parse_documents(&text) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("error: {}: {e}", file.display());
-                failed = true;
-                continue;
-            }
-        };
-        for (i, doc) in docs.into_iter().enumerate() {
-            let label = format!("{} (document {})", file.display(), i + 1);
-            match apply_one(client, server, &doc).await {
-                Ok(line) => println!("{line}"),
-                Err(e) => {
-                    eprintln!("error: {label}: {e}");
-                    failed = true;
-                }
-            }
-        }
-    }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
-}
-
-/// Splits multi-document YAML; empty documents are skipped, as kubectl does.
-fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
-    let mut out = Vec::new();
-    for de in yaml_serde::Deserializer::from_str(text) {
-        let v = Value::deserialize(de)?;
-        if !v.is_null() {
-            out.push(v);
-        }
-    }
-    Ok(out)
-}
-
-async fn apply_one(client: &reqwest::Client, server: &str, doc: &Value) -> anyhow::Result<String> {
-    let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let kind_name = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let kind = Kind::from_type_meta(api_version, kind_name)?;
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| anyhow::anyhow!("metadata.name is required"))?;
-    let namespace = doc.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-    let before =
-        client.get(object_url(server, kind, namespace, name)).send().await.ok().filter(|r| r.status().is_success());
-    let before_rv = match before {
-        Some(r) => r.json::<Value>().await.ok().and_then(|v| v.pointer("/metadata/resourceVersion").cloned()),
-        None => None,
-    };
-    let stored = call(client.put(object_url(server, kind, namespace, name)).json(doc)).await?;
-    let verb = match before_rv {
-        None => "created",
-        Some(rv) if Some(&rv) == stored.pointer("/metadata/resourceVersion") => "unchanged",
-        Some(_) => "configured",
-    };
-    Ok(format!("{}/{name} {verb}", display_kind(kind)))
 }
 
 /// Parses a command line as `bootstream` would, without running it: for checking the arguments
