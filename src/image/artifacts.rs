@@ -109,7 +109,7 @@ impl<S: Store> Images<S> {
                 overlays.push((a.offset, vec![Segment::Part { part, offset: 0, len }]));
             }
         }
-        let plan = plan.overlay(&mut overlays).map_err(ImageError::Internal)?;
+        let plan = plan.overlay(&mut overlays).map_err(|e| ImageError::Internal(e.to_string()))?;
         Ok(Representation {
             etag: hex::encode(plan.digest()),
             plan,

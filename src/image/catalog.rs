@@ -136,7 +136,8 @@ impl BaseImage {
             return Err("not a regular file".into());
         }
         let identity = FileIdentity::of(&meta);
-        let live = LiveIso::inspect(file.try_clone().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        let live = LiveIso::inspect(file.try_clone().map_err(|e| e.to_string())?)
+            .map_err(|e| crate::errors::chain(&e).to_string())?;
         if live.rootfs.is_none() {
             return Err(format!("missing {}", crate::formats::liveiso::ROOTFS_PATH));
         }

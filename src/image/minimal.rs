@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::ImageError;
+use crate::errors::chain;
 use crate::formats::liveiso::LiveIso;
 use crate::image::catalog::BaseImage;
 use crate::plan::{BaseFile, Plan};
@@ -61,7 +62,8 @@ fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, Imag
     };
     if let Some(area) = base.live.miniso {
         let started = std::time::Instant::now();
-        let m = crate::formats::miniso::minimal_iso(&base.file, area).map_err(|e| unavailable(e.to_string()))?;
+        let m =
+            crate::formats::miniso::minimal_iso(&base.file, area).map_err(|e| unavailable(chain(&e).to_string()))?;
         tracing::info!(version = %base.version, arch = %base.arch, elapsed_ms = started.elapsed().as_millis() as u64,
             "minimal ISO derived from miniso.dat");
         return Ok(Arc::new(MinimalTemplate {
@@ -76,7 +78,8 @@ fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, Imag
     let out = dir.join(format!("{}-v{REMASTER_FORMAT}.iso", base.sha256_hex()));
     if !out.exists() {
         let started = std::time::Instant::now();
-        crate::formats::remaster::remaster_minimal(base.path(), &out).map_err(|e| unavailable(e.to_string()))?;
+        crate::formats::remaster::remaster_minimal(base.path(), &out)
+            .map_err(|e| unavailable(chain(&e).to_string()))?;
         tracing::info!(version = %base.version, arch = %base.arch, path = %out.display(),
             elapsed_ms = started.elapsed().as_millis() as u64, "minimal ISO re-mastered");
     }
@@ -85,7 +88,7 @@ fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, Imag
     let len = file.metadata().map_err(|e| internal(e.to_string()))?.len();
     let sha256 = crate::image::catalog::sha256_file(&file).map_err(|e| internal(e.to_string()))?;
     let live = LiveIso::inspect(file.try_clone().map_err(|e| internal(e.to_string()))?)
-        .map_err(|e| internal(e.to_string()))?;
+        .map_err(|e| internal(chain(&e).to_string()))?;
     let current = live
         .kargs
         .as_ref()
