@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::{CONTENT_BUILDS, ImageError, Images, check_unsupported};
 use crate::content::ironic;
+use crate::errors::chain;
 use crate::formats::kargs::KargOp;
 use crate::plan::Part;
 use crate::resources::{
@@ -486,12 +487,12 @@ impl<S: Store> Images<S> {
                 no_proxy: p.no_proxy.as_deref(),
             }),
         )
-        .map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
+        .map_err(|e| ImageError::Invalid(format!("static network config: {}", chain(&e))))?;
         let ramdisk = if entries.is_empty() {
             None
         } else {
             let bytes = crate::content::staticnet::archive(&entries)
-                .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
+                .map_err(|e| ImageError::Internal(format!("static network ramdisk: {}", chain(&e))))?;
             Some(self.shared_part(bytes))
         };
         let files = (!nmstate.is_empty()).then(|| StaticNetworkFiles {
@@ -544,7 +545,7 @@ impl<S: Store> Images<S> {
             };
             Some(
                 ironic::ignition_fragment(&cfg)
-                    .map_err(|e| ImageError::Invalid(format!("Could not add ironic agent to image: {e}")))?,
+                    .map_err(|e| ImageError::Invalid(format!("Could not add ironic agent to image: {}", chain(&e))))?,
             )
         } else {
             None
@@ -571,7 +572,7 @@ impl<S: Store> Images<S> {
             ca_cert_pem: self.config.service_ca_cert_pem.clone(),
         };
         let ignition = crate::content::ignition::render_discovery_ignition(&input)
-            .map_err(|e| ImageError::Invalid(format!("discovery ignition: {e}")))?;
+            .map_err(|e| ImageError::Invalid(format!("discovery ignition: {}", chain(&e))))?;
         let archive = self.shared_part(crate::formats::initrd::ignition_archive(ignition.as_bytes()));
         Ok((ignition.into(), archive))
     }
