@@ -384,7 +384,7 @@ impl<S: Store> AgentApi<S> {
     /// The URLs a reclaimed node downloads (§7.3): the InfraEnv's kernel, initrd and rootfs.
     async fn boot_artifact_urls(&self, infra_env_id: &str) -> Result<BootArtifactUrls, Response<Body>> {
         let ie = self.infraenv(infra_env_id).await?;
-        let base = self.images.selected_base(&ie).map_err(|e| error(500, &e.to_string()))?;
+        let base = self.images.selected_base(&ie).map_err(|e| error(500, &crate::errors::chain(&e).to_string()))?;
         let urls = self.images.urls(&ie, &base);
         Ok(BootArtifactUrls { kernel_url: urls.kernel, initrd_url: urls.initrd, rootfs_url: urls.rootfs })
     }
