@@ -261,7 +261,8 @@ impl<S: Store> AgentApi<S> {
             let mut host = host;
             if host.namespace.is_empty() {
                 if let Err(e) = self.backend.set_namespace(&host.key(), &ns).await {
-                    tracing::warn!(host = %host.id, namespace = %ns, "host record without its namespace: {e}");
+                    let error = crate::errors::chain(&e);
+                    tracing::warn!(host = %host.id, namespace = %ns, "host record without its namespace: {error}");
                     continue;
                 }
                 host.namespace = ns.clone();

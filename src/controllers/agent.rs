@@ -580,7 +580,7 @@ async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Ac
     if let Some(host) = &host
         && let Err(e) = ctx.backend.deregister_host(&host.key()).await
     {
-        tracing::warn!(agent = %name, "failed to deregister host: {e}");
+        tracing::warn!(agent = %name, "failed to deregister host: {}", chain(&e));
         return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
     }
     tracing::debug!(namespace = %ns, agent = %name, "agent cleaned up; its finalizer goes");

@@ -278,7 +278,8 @@ async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     let timeout = w.bmh.annotation(DRAIN_TIMEOUT_ANNOTATION).and_then(|t| match t.parse::<jiff::SignedDuration>() {
         Ok(d) => Some(d),
         Err(e) => {
-            tracing::warn!(bmh = ?w.bmh.metadata.name, timeout = t, error = %e, "ignoring an unreadable drain-timeout");
+            let error = crate::errors::chain(&e);
+            tracing::warn!(bmh = ?w.bmh.metadata.name, timeout = t, %error, "ignoring an unreadable drain-timeout");
             None
         }
     });
