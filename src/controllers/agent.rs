@@ -107,6 +107,7 @@ pub enum SyncError {
         #[source]
         source: StoreError,
     },
+    /// A missing secret is the user's to fix; a store failure is retried.
     #[error("failed to get secret {namespace}/{name}")]
     Secret {
         namespace: String,
@@ -126,11 +127,9 @@ impl SyncError {
     pub fn is_input(&self) -> bool {
         match self {
             SyncError::Input(_) | SyncError::InstallerArgs { .. } => true,
+            SyncError::Secret { source, .. } => source.is_not_found(),
             SyncError::Api(e) => e.is_client_error(),
-            SyncError::Backend(_)
-            | SyncError::ClusterDeployment { .. }
-            | SyncError::Secret { .. }
-            | SyncError::Store(_) => false,
+            SyncError::Backend(_) | SyncError::ClusterDeployment { .. } | SyncError::Store(_) => false,
         }
     }
 }
@@ -237,10 +236,11 @@ async fn sync_spec<S: Store>(
             let cd = match ctx.store.get::<ClusterDeployment>(&cd_ref.namespace, &cd_ref.name).await {
                 Ok(Some(cd)) => cd,
                 Ok(None) => {
-                    return Err(SyncError::Backend(format!(
-                        "failed to get clusterDeployment with name {} in namespace {}: clusterdeployments.hive.openshift.io \"{}\" not found",
-                        cd_ref.name, cd_ref.namespace, cd_ref.name
-                    )));
+                    return Err(SyncError::ClusterDeployment {
+                        name: cd_ref.name.clone(),
+                        namespace: cd_ref.namespace.clone(),
+                        source: StoreError::not_found::<ClusterDeployment>(&cd_ref.name),
+                    });
                 }
                 Err(source) => {
                     return Err(SyncError::ClusterDeployment {
@@ -299,10 +299,11 @@ async fn sync_spec<S: Store>(
                 None => return Err(SyncError::Input(format!("secret {} did not contain key value", r.name))),
             },
             Ok(None) => {
-                return Err(SyncError::Input(format!(
-                    "failed to get secret {}/{}: secrets \"{}\" not found",
-                    r.namespace, r.name, r.name
-                )));
+                return Err(SyncError::Secret {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    source: StoreError::not_found::<Secret>(&r.name),
+                });
             }
             Err(source) => {
                 return Err(SyncError::Secret { namespace: r.namespace.clone(), name: r.name.clone(), source });
@@ -853,4 +854,54 @@ pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, appro
         return out;
     };
     from_host(host, approved, synced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_synced(error: SyncError) -> (String, String) {
+        let c = agent_conditions(None, &Err(error), false).into_iter().find(|c| c.type_ == SPEC_SYNCED).unwrap();
+        (c.reason, c.message)
+    }
+
+    #[test]
+    fn spec_synced_shows_what_failed_and_why_and_who_must_act() {
+        let missing_cd = SyncError::ClusterDeployment {
+            name: "cd".into(),
+            namespace: "ns".into(),
+            source: StoreError::not_found::<ClusterDeployment>("cd"),
+        };
+        assert_eq!(
+            spec_synced(missing_cd),
+            (
+                REASON_BACKEND_ERROR.to_string(),
+                format!(
+                    "{MESSAGE_SYNC_BACKEND_ERROR}failed to get clusterDeployment with name cd in namespace ns: \
+                     clusterdeployments.hive.openshift.io \"cd\" not found"
+                )
+            )
+        );
+        let secret = |source| SyncError::Secret { namespace: "ns".into(), name: "token".into(), source };
+        assert_eq!(
+            spec_synced(secret(StoreError::not_found::<Secret>("token"))),
+            (
+                REASON_INPUT_ERROR.to_string(),
+                format!("{MESSAGE_SYNC_INPUT_ERROR}failed to get secret ns/token: secrets \"token\" not found")
+            )
+        );
+        let (reason, message) = spec_synced(secret(StoreError::Backend("disk full".into())));
+        assert_eq!(reason, REASON_BACKEND_ERROR);
+        assert_eq!(message, format!("{MESSAGE_SYNC_BACKEND_ERROR}failed to get secret ns/token: store: disk full"));
+        let args = serde_json::from_str::<Vec<String>>("[1]").unwrap_err();
+        let (reason, message) =
+            spec_synced(SyncError::InstallerArgs { host: "h".into(), infra_env: "ie".into(), source: args });
+        assert_eq!(reason, REASON_INPUT_ERROR);
+        assert!(
+            message.starts_with(&format!(
+                "{MESSAGE_SYNC_INPUT_ERROR}Fail to unmarshal installer args for host h in infraEnv ie: invalid type"
+            )),
+            "{message}"
+        );
+    }
 }
