@@ -1,7 +1,8 @@
 //! bootstream: a discovery-image server and late-binding host pool for bare-metal fleets.
 //!
 //! Layers, lowest first; a module uses only the layers below it (checked by `tests/it/layers.rs`):
-//! - [`plan`], [`keylocks`], [`auth`]: the bottom. A plan is a response or a file as an ordered list
+//! - [`errors`], [`plan`], [`keylocks`], [`auth`]: the bottom. How errors are shown (each with its
+//!   chain of causes, [`errors::chain`]). A plan is a response or a file as an ordered list
 //!   of byte segments (ranges of immutable base files, small in-memory parts); the formats read and
 //!   write images through plans, so it sits below them. Per-key async locks. The keys that sign agent
 //!   tokens and image URLs.
@@ -29,6 +30,7 @@ pub mod auth;
 pub mod cli;
 pub mod content;
 pub mod controllers;
+pub mod errors;
 pub mod formats;
 pub mod hosts;
 pub mod http;

@@ -172,6 +172,24 @@ impl Plan {
     }
 }
 
+/// A read of a plan's file failed: which file, and why. Functions that return [`std::io::Result`]
+/// carry it in an `io::Error` of the same kind ([`FileReadError::io`]), whose text is then this one's
+/// and whose source is the original error.
+#[derive(Debug, thiserror::Error)]
+#[error("reading {}", .path.display())]
+pub struct FileReadError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl FileReadError {
+    /// `source`, a failed read of `path`, as an `io::Error` of the same kind that names the file.
+    pub fn io(path: &std::path::Path, source: std::io::Error) -> std::io::Error {
+        std::io::Error::new(source.kind(), FileReadError { path: path.to_path_buf(), source })
+    }
+}
+
 /// Appends a segment's bytes to `out` (positional reads for files). Errors if a file is shorter than
 /// the plan says: the base image changed on disk.
 pub fn read_segment(seg: &Segment, out: &mut Vec<u8>) -> std::io::Result<()> {
@@ -180,9 +198,7 @@ pub fn read_segment(seg: &Segment, out: &mut Vec<u8>) -> std::io::Result<()> {
         Segment::File { file, offset, len } => {
             let start = out.len();
             out.resize(start + *len as usize, 0);
-            file.file
-                .read_exact_at(&mut out[start..], *offset)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("reading {}: {e}", file.path.display())))?;
+            file.file.read_exact_at(&mut out[start..], *offset).map_err(|e| FileReadError::io(&file.path, e))?;
         }
         Segment::Part { part, offset, len } => out.extend_from_slice(&part.bytes[*offset..*offset + *len]),
         Segment::Zeros(n) => out.resize(out.len() + *n as usize, 0),
@@ -250,17 +266,17 @@ impl Plan {
     /// This plan with some byte ranges replaced: the shape of every customized ISO. `overlays` are
     /// `(offset, segments)` that must not overlap; each replaces exactly as many bytes as it holds, so
     /// the length never changes.
-    pub fn overlay(&self, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, String> {
+    pub fn overlay(&self, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, OverlayError> {
         overlays.sort_by_key(|(off, _)| *off);
         let mut b = PlanBuilder::default();
         let mut pos = 0u64;
         for (off, segs) in overlays.iter() {
             if *off < pos {
-                return Err(format!("overlapping overlays at byte {off}"));
+                return Err(OverlayError::Overlapping { offset: *off });
             }
             let len: u64 = segs.iter().map(Segment::len).sum();
             if off + len > self.len {
-                return Err(format!("overlay {off}+{len} goes past the end of the {}-byte image", self.len));
+                return Err(OverlayError::PastTheEnd { offset: *off, len, image_len: self.len });
             }
             for seg in self.slice(pos, *off).segments.iter() {
                 b.push(seg.clone());
@@ -277,8 +293,17 @@ impl Plan {
     }
 }
 
+/// Why overlays cannot be laid over a plan (a bug of the caller: the offsets come from the image).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverlayError {
+    #[error("overlapping overlays at byte {offset}")]
+    Overlapping { offset: u64 },
+    #[error("overlay {offset}+{len} goes past the end of the {image_len}-byte image")]
+    PastTheEnd { offset: u64, len: u64, image_len: u64 },
+}
+
 /// A file with some byte ranges replaced (see [`Plan::overlay`]).
-pub fn overlay_plan(base: &Arc<BaseFile>, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, String> {
+pub fn overlay_plan(base: &Arc<BaseFile>, overlays: &mut [(u64, Vec<Segment>)]) -> Result<Plan, OverlayError> {
     Plan::from_file(base).overlay(overlays)
 }
 

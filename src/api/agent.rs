@@ -261,7 +261,8 @@ impl<S: Store> AgentApi<S> {
             let mut host = host;
             if host.namespace.is_empty() {
                 if let Err(e) = self.backend.set_namespace(&host.key(), &ns).await {
-                    tracing::warn!(host = %host.id, namespace = %ns, "host record without its namespace: {e}");
+                    let error = crate::errors::chain(&e);
+                    tracing::warn!(host = %host.id, namespace = %ns, "host record without its namespace: {error}");
                     continue;
                 }
                 host.namespace = ns.clone();
@@ -384,7 +385,7 @@ impl<S: Store> AgentApi<S> {
     /// The URLs a reclaimed node downloads (spec-controllers.md §7.3): the InfraEnv's kernel, initrd and rootfs.
     async fn boot_artifact_urls(&self, infra_env_id: &str) -> Result<BootArtifactUrls, Response<Body>> {
         let ie = self.infraenv(infra_env_id).await?;
-        let base = self.images.selected_base(&ie).map_err(|e| error(500, &e.to_string()))?;
+        let base = self.images.selected_base(&ie).map_err(|e| error(500, &crate::errors::chain(&e).to_string()))?;
         let urls = self.images.urls(&ie, &base);
         Ok(BootArtifactUrls { kernel_url: urls.kernel, initrd_url: urls.initrd, rootfs_url: urls.rootfs })
     }

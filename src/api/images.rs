@@ -9,6 +9,7 @@ use http::{Request, Response, StatusCode};
 
 use super::route::{IsoUrl, Route};
 use super::{App, controller_only};
+use crate::errors::chain;
 use crate::http::query::query_map;
 use crate::http::respond::respond;
 use crate::http::{Body, text};
@@ -18,7 +19,7 @@ use crate::resources::{ImageType, InfraEnv};
 use crate::store::Store;
 
 fn image_error(e: &ImageError) -> Response<Body> {
-    text(e.http_status(), e.to_string())
+    text(e.http_status(), chain(e).to_string())
 }
 
 fn is_uuid(s: &str) -> bool {

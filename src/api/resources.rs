@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::{App, not_found};
 use crate::controllers::infraenv;
 use crate::controllers::runtime::{Action, Outcome};
+use crate::errors::chain;
 use crate::http::Body;
 use crate::resources::{InfraEnv, Kind, validate_document};
 use crate::store::sqlite::{NewObject, SqliteStore};
@@ -140,7 +141,7 @@ impl<S: Store> App<S> {
         name: &str,
         req: &Request<Bytes>,
     ) -> Result<Response<Body>, StoreError> {
-        let invalid = |e: crate::resources::DocumentError| StoreError::Invalid(e.to_string());
+        let invalid = |e: crate::resources::DocumentError| StoreError::Invalid(chain(&e).to_string());
         let Some(live) = store.get_document(kind, ns, name).await? else {
             return Err(not_found_error(kind, name));
         };
@@ -212,10 +213,10 @@ impl<S: Store> App<S> {
                 o.remove("status");
             }
             doc["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-            let (_, validated) =
-                validate_document(&strip_server_fields(&doc)).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let (_, validated) = validate_document(&strip_server_fields(&doc))
+                .map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
             crate::resources::validate_update(kind, &live, &validated)
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                .map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
             let mut validated = validated;
             validated["metadata"] = doc["metadata"].clone();
             match store.replace_document(kind, validated).await {
@@ -243,7 +244,7 @@ impl<S: Store> App<S> {
     ) -> Result<Response<Body>, StoreError> {
         let doc: Value =
             serde_json::from_slice(body).map_err(|e| StoreError::Invalid(format!("request body is not JSON: {e}")))?;
-        let (doc_kind, mut doc) = validate_document(&doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let (doc_kind, mut doc) = validate_document(&doc).map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
         if doc_kind != kind {
             return Err(StoreError::Invalid(format!(
                 "a {} cannot be written to the {} collection",
@@ -269,7 +270,8 @@ impl<S: Store> App<S> {
         let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let live = store.get_document(kind, &ns, &name).await?;
         if let Some(live) = &live {
-            crate::resources::validate_update(kind, live, &doc).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            crate::resources::validate_update(kind, live, &doc)
+                .map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
         }
         // The InfraEnv controller's finalizer comes with the create: added by the controller, it would
         // be one more write, and one more round of change events, before the status.

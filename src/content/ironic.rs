@@ -77,13 +77,20 @@ pub fn agent_image(
 pub enum IronicError {
     #[error("{0}")]
     Invalid(String),
+    /// An ironic or inspector URL that does not parse.
+    #[error("ironic URL {url:?}")]
+    Url {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
 }
 
 /// Adds the default port to each comma-separated URL that lacks one, and appends `path`.
 fn with_port(urls: &str, port: u16, path: &str) -> Result<String, IronicError> {
     let mut out = Vec::new();
     for u in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-        let parsed = reqwest::Url::parse(u).map_err(|e| IronicError::Invalid(format!("ironic URL {u:?}: {e}")))?;
+        let parsed = reqwest::Url::parse(u).map_err(|source| IronicError::Url { url: u.to_string(), source })?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
             return Err(IronicError::Invalid(format!("ironic URL {u:?}: must be http(s)://host[:port]")));
         }

@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::Secret;
 use crate::auth::AgentAuth;
 use crate::controllers::agent_conditions::*;
 use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
-use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient};
+use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient, SpokeError};
+use crate::errors::chain;
 use crate::hosts::{Host, HostKind, HostStatus};
 use crate::pool::{ApiError, Backend};
 use crate::resources::agent::*;
@@ -85,21 +86,53 @@ impl OwnWrites {
 const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
 
 /// Why the spec could not be synced: input errors wait for the user, backend errors are retried.
-#[derive(Debug, Clone)]
-pub struct SyncError {
-    pub input: bool,
-    pub message: String,
+/// The SpecSynced condition shows it with its causes.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// Something of the Agent or of what it references that the user must fix.
+    #[error("{0}")]
+    Input(String),
+    #[error("Fail to unmarshal installer args for host {host} in infraEnv {infra_env}")]
+    InstallerArgs {
+        host: String,
+        infra_env: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Something that failed on our side; retried.
+    #[error("{0}")]
+    Backend(String),
+    #[error("failed to get clusterDeployment with name {name} in namespace {namespace}")]
+    ClusterDeployment {
+        name: String,
+        namespace: String,
+        #[source]
+        source: StoreError,
+    },
+    /// A missing secret is the user's to fix; a store failure is retried.
+    #[error("failed to get secret {namespace}/{name}")]
+    Secret {
+        namespace: String,
+        name: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The host pool refused (a client error, the user's to fix) or failed.
+    #[error(transparent)]
+    Api(ApiError),
 }
 
 impl SyncError {
-    fn input(message: impl Into<String>) -> SyncError {
-        SyncError { input: true, message: message.into() }
-    }
-    fn backend(message: impl Into<String>) -> SyncError {
-        SyncError { input: false, message: message.into() }
-    }
-    fn from_api(e: ApiError) -> SyncError {
-        SyncError { input: e.is_client_error(), message: e.message }
+    /// The user's to fix: waits for a change instead of being retried.
+    pub fn is_input(&self) -> bool {
+        match self {
+            SyncError::Input(_) | SyncError::InstallerArgs { .. } => true,
+            SyncError::Secret { source, .. } => source.is_not_found(),
+            SyncError::Api(e) => e.is_client_error(),
+            SyncError::Backend(_) | SyncError::ClusterDeployment { .. } | SyncError::Store(_) => false,
+        }
     }
 }
 
@@ -150,7 +183,8 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
     {
         match clean_unbound_spoke_node(ctx, &agent, &info).await {
             Ok(()) => agent.status.get_or_insert_default().deprovision_info = None,
-            Err(message) => {
+            Err(e) => {
+                let message = chain(&e).to_string();
                 agent.status.get_or_insert_default().deprovision_info = Some(DeprovisionInfo { message, ..info });
                 requeue = Some(REQUEUE_ON_ERROR);
             }
@@ -171,7 +205,7 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
 
     let sync = sync_spec(ctx, &mut agent, &mut host, infraenv.as_ref()).await;
     if let Err(e) = &sync
-        && !e.input
+        && !e.is_input()
     {
         requeue = Some(REQUEUE_ON_ERROR);
     }
@@ -193,7 +227,7 @@ async fn sync_spec<S: Store>(
     match (&agent.spec.cluster_deployment_name, &host.cluster_id) {
         (None, Some(_)) => {
             if host.status.is_installing() && host.kind != HostKind::AddToExistingClusterHost {
-                return Err(SyncError::input(format!(
+                return Err(SyncError::Input(format!(
                     "cancelling non-day-2 host [{}] in the middle of installation is not allowed",
                     host.id
                 )));
@@ -204,21 +238,23 @@ async fn sync_spec<S: Store>(
             let cd = match ctx.store.get::<ClusterDeployment>(&cd_ref.namespace, &cd_ref.name).await {
                 Ok(Some(cd)) => cd,
                 Ok(None) => {
-                    return Err(SyncError::backend(format!(
-                        "failed to get clusterDeployment with name {} in namespace {}: clusterdeployments.hive.openshift.io \"{}\" not found",
-                        cd_ref.name, cd_ref.namespace, cd_ref.name
-                    )));
+                    return Err(SyncError::ClusterDeployment {
+                        name: cd_ref.name.clone(),
+                        namespace: cd_ref.namespace.clone(),
+                        source: StoreError::not_found::<ClusterDeployment>(&cd_ref.name),
+                    });
                 }
-                Err(e) => {
-                    return Err(SyncError::backend(format!(
-                        "failed to get clusterDeployment with name {} in namespace {}: {e}",
-                        cd_ref.name, cd_ref.namespace
-                    )));
+                Err(source) => {
+                    return Err(SyncError::ClusterDeployment {
+                        name: cd_ref.name.clone(),
+                        namespace: cd_ref.namespace.clone(),
+                        source,
+                    });
                 }
             };
             let cd_name = cd.metadata.name.clone().unwrap_or_default();
             let Some(cluster) = ctx.backend.cluster_by_kube_key(&cd_ref.namespace, &cd_name).await else {
-                return Err(SyncError::backend(format!(
+                return Err(SyncError::Backend(format!(
                     "failed to find cluster for clusterDeployment {}/{}: record not found",
                     cd_ref.namespace, cd_name
                 )));
@@ -226,8 +262,7 @@ async fn sync_spec<S: Store>(
             match cluster_id {
                 None => {
                     let arch = infraenv.map(|ie| ie.cpu_architecture()).unwrap_or_else(|| "x86_64".into());
-                    *host =
-                        ctx.backend.bind_host(&host.key(), &cluster.id, &arch).await.map_err(SyncError::from_api)?;
+                    *host = ctx.backend.bind_host(&host.key(), &cluster.id, &arch).await.map_err(SyncError::Api)?;
                     return Ok(());
                 }
                 Some(cid) if *cid != cluster.id => return unbind(ctx, agent, host, infraenv).await,
@@ -241,7 +276,7 @@ async fn sync_spec<S: Store>(
     if !agent.spec.approved && infraenv.and_then(|ie| ie.spec.agent_approval.as_ref()).is_some_and(|a| a.auto_approve) {
         agent.spec.approved = true;
         let status = agent.status.clone();
-        *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
+        *agent = ctx.store.update(&*agent).await.map_err(SyncError::Store)?;
         ctx.own_writes.record(agent);
         agent.status = status;
     }
@@ -251,7 +286,7 @@ async fn sync_spec<S: Store>(
         && propagate_node_labels(agent, ie)
     {
         let status = agent.status.clone();
-        *agent = ctx.store.update(&*agent).await.map_err(|e| SyncError::backend(e.to_string()))?;
+        *agent = ctx.store.update(&*agent).await.map_err(SyncError::Store)?;
         ctx.own_writes.record(agent);
         agent.status = status;
     }
@@ -263,15 +298,18 @@ async fn sync_spec<S: Store>(
         Some(r) => match ctx.store.get::<Secret>(&r.namespace, &r.name).await {
             Ok(Some(secret)) => match crate::resources::secret_value(&secret, IGNITION_TOKEN_KEY) {
                 Some(token) => token,
-                None => return Err(SyncError::input(format!("secret {} did not contain key value", r.name))),
+                None => return Err(SyncError::Input(format!("secret {} did not contain key value", r.name))),
             },
             Ok(None) => {
-                return Err(SyncError::input(format!(
-                    "failed to get secret {}/{}: secrets \"{}\" not found",
-                    r.namespace, r.name, r.name
-                )));
+                return Err(SyncError::Secret {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    source: StoreError::not_found::<Secret>(&r.name),
+                });
             }
-            Err(e) => return Err(SyncError::backend(format!("failed to get secret {}/{}: {e}", r.namespace, r.name))),
+            Err(source) => {
+                return Err(SyncError::Secret { namespace: r.namespace.clone(), name: r.name.clone(), source });
+            }
         },
     };
     let ignition_headers = match spec.ignition_endpoint_http_headers.as_ref().filter(|h| !h.is_empty()) {
@@ -285,11 +323,12 @@ async fn sync_spec<S: Store>(
         None => String::new(),
         Some(text) => match serde_json::from_str::<Vec<String>>(text) {
             Ok(args) => serde_json::to_string(&args).expect("strings serialize"),
-            Err(e) => {
-                return Err(SyncError::input(format!(
-                    "Fail to unmarshal installer args for host {} in infraEnv {}: {e}",
-                    host.id, host.infra_env_id
-                )));
+            Err(source) => {
+                return Err(SyncError::InstallerArgs {
+                    host: host.id.clone(),
+                    infra_env: host.infra_env_id.clone(),
+                    source,
+                });
             }
         },
     };
@@ -328,7 +367,7 @@ async fn sync_spec<S: Store>(
             Ok(())
         })
         .await
-        .map_err(SyncError::from_api)?;
+        .map_err(SyncError::Api)?;
 
     // Day 2: an approved, ready host of an installed cluster installs on its own.
     if host.kind == HostKind::AddToExistingClusterHost && host.status == HostStatus::Known && host.approved {
@@ -336,7 +375,7 @@ async fn sync_spec<S: Store>(
             .backend
             .fire_event(&host.key(), crate::hosts::machine::Event::InstallHost)
             .await
-            .map_err(SyncError::from_api)?;
+            .map_err(SyncError::Api)?;
     }
     Ok(())
 }
@@ -407,7 +446,9 @@ async fn unbind<S: Store>(
         } else if installed {
             match run_reclaim_agent(ctx, &cluster.namespace, &cluster.name, host, &node_name).await {
                 Ok(()) => reclaim = true,
-                Err(e) => tracing::info!(host = %host.id, "not reclaiming, the host waits for a reboot: {e}"),
+                Err(e) => {
+                    tracing::info!(host = %host.id, "not reclaiming, the host waits for a reboot: {}", chain(&e))
+                }
             }
         }
         deprovision = Some(DeprovisionInfo {
@@ -419,7 +460,7 @@ async fn unbind<S: Store>(
     }
     let ie_cluster =
         infraenv.and_then(|ie| ie.spec.cluster_ref.as_ref()).map(|r| format!("{}/{}", r.namespace, r.name));
-    *host = ctx.backend.unbind_host(&host.key(), reclaim, ie_cluster.as_deref()).await.map_err(SyncError::from_api)?;
+    *host = ctx.backend.unbind_host(&host.key(), reclaim, ie_cluster.as_deref()).await.map_err(SyncError::Api)?;
     let status = agent.status.get_or_insert_default();
     if deprovision.is_some() {
         status.deprovision_info = deprovision;
@@ -444,7 +485,7 @@ async fn spoke_client<S: Store>(
     ctx: &AgentContext<S>,
     cd_ns: &str,
     cd_name: &str,
-) -> Result<Option<SpokeClient>, String> {
+) -> Result<Option<SpokeClient>, SpokeError> {
     crate::controllers::spoke::for_cluster(&ctx.store, cd_ns, cd_name).await
 }
 
@@ -455,10 +496,8 @@ async fn run_reclaim_agent<S: Store>(
     cd_name: &str,
     host: &Host,
     node_name: &str,
-) -> Result<(), String> {
-    let client = spoke_client(ctx, cd_ns, cd_name)
-        .await?
-        .ok_or_else(|| format!("the admin kubeconfig of {cd_ns}/{cd_name} is missing"))?;
+) -> Result<(), SpokeError> {
+    let client = crate::controllers::spoke::for_cluster_required(&ctx.store, cd_ns, cd_name).await?;
     let cfg = ReclaimAgentConfig {
         node_name: node_name.to_string(),
         infra_env_id: host.infra_env_id.clone(),
@@ -469,7 +508,7 @@ async fn run_reclaim_agent<S: Store>(
         skip_cert_verification: false,
         ca_cert: None,
     };
-    client.ensure_reclaim_agent(&cfg).await.map_err(|e| e.to_string())
+    client.ensure_reclaim_agent(&cfg).await
 }
 
 /// spec-controllers.md §2.8 `cleanUnboundSpokeNode`.
@@ -477,7 +516,7 @@ async fn clean_unbound_spoke_node<S: Store>(
     ctx: &AgentContext<S>,
     agent: &Agent,
     info: &DeprovisionInfo,
-) -> Result<(), String> {
+) -> Result<(), SpokeError> {
     if has_annotation(agent, SKIP_SPOKE_CLEANUP_ANNOTATION) {
         return Ok(());
     }
@@ -488,7 +527,7 @@ async fn clean_unbound_spoke_node<S: Store>(
             return Ok(());
         }
     };
-    client.remove_spoke_resources(&info.node_name).await.map_err(|e| e.to_string())
+    client.remove_spoke_resources(&info.node_name).await
 }
 
 fn has_annotation(agent: &Agent, key: &str) -> bool {
@@ -518,7 +557,7 @@ async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Ac
                 .or(host.as_ref().map(Host::hostname))
                 .unwrap_or_default();
             let result = match spoke_client(ctx, &cd_ref.namespace, &cd_ref.name).await {
-                Ok(Some(client)) => client.remove_spoke_resources(&node).await.map_err(|e| e.to_string()),
+                Ok(Some(client)) => client.remove_spoke_resources(&node).await,
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             };
@@ -530,7 +569,7 @@ async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Ac
                         CLEANUP,
                         "False",
                         "CleanupFailed",
-                        &format!("failed to clean spoke cluster resources: {e}"),
+                        &format!("failed to clean spoke cluster resources: {}", chain(&e)),
                     ),
                     Time(crate::resources::now_seconds()),
                 );
@@ -544,7 +583,7 @@ async fn cleanup<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Ac
     if let Some(host) = &host
         && let Err(e) = ctx.backend.deregister_host(&host.key()).await
     {
-        tracing::warn!(agent = %name, "failed to deregister host: {e}");
+        tracing::warn!(agent = %name, "failed to deregister host: {}", chain(&e));
         return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
     }
     tracing::debug!(namespace = %ns, agent = %name, "agent cleaned up; its finalizer goes");
@@ -802,11 +841,11 @@ async fn update_status<S: Store>(
 pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, approved: bool) -> Vec<Condition> {
     let synced = match sync {
         Ok(()) => condition(SPEC_SYNCED, "True", REASON_SYNC_OK, MESSAGE_SYNC_OK),
-        Err(e) if e.input => {
-            condition(SPEC_SYNCED, "False", REASON_INPUT_ERROR, &format!("{MESSAGE_SYNC_INPUT_ERROR}{}", e.message))
+        Err(e) if e.is_input() => {
+            condition(SPEC_SYNCED, "False", REASON_INPUT_ERROR, &format!("{MESSAGE_SYNC_INPUT_ERROR}{}", chain(e)))
         }
         Err(e) => {
-            condition(SPEC_SYNCED, "False", REASON_BACKEND_ERROR, &format!("{MESSAGE_SYNC_BACKEND_ERROR}{}", e.message))
+            condition(SPEC_SYNCED, "False", REASON_BACKEND_ERROR, &format!("{MESSAGE_SYNC_BACKEND_ERROR}{}", chain(e)))
         }
     };
     let Some(host) = host else {
@@ -817,4 +856,54 @@ pub fn agent_conditions(host: Option<&Host>, sync: &Result<(), SyncError>, appro
         return out;
     };
     from_host(host, approved, synced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_synced(error: SyncError) -> (String, String) {
+        let c = agent_conditions(None, &Err(error), false).into_iter().find(|c| c.type_ == SPEC_SYNCED).unwrap();
+        (c.reason, c.message)
+    }
+
+    #[test]
+    fn spec_synced_shows_what_failed_and_why_and_who_must_act() {
+        let missing_cd = SyncError::ClusterDeployment {
+            name: "cd".into(),
+            namespace: "ns".into(),
+            source: StoreError::not_found::<ClusterDeployment>("cd"),
+        };
+        assert_eq!(
+            spec_synced(missing_cd),
+            (
+                REASON_BACKEND_ERROR.to_string(),
+                format!(
+                    "{MESSAGE_SYNC_BACKEND_ERROR}failed to get clusterDeployment with name cd in namespace ns: \
+                     clusterdeployments.hive.openshift.io \"cd\" not found"
+                )
+            )
+        );
+        let secret = |source| SyncError::Secret { namespace: "ns".into(), name: "token".into(), source };
+        assert_eq!(
+            spec_synced(secret(StoreError::not_found::<Secret>("token"))),
+            (
+                REASON_INPUT_ERROR.to_string(),
+                format!("{MESSAGE_SYNC_INPUT_ERROR}failed to get secret ns/token: secrets \"token\" not found")
+            )
+        );
+        let (reason, message) = spec_synced(secret(StoreError::Backend("disk full".into())));
+        assert_eq!(reason, REASON_BACKEND_ERROR);
+        assert_eq!(message, format!("{MESSAGE_SYNC_BACKEND_ERROR}failed to get secret ns/token: store: disk full"));
+        let args = serde_json::from_str::<Vec<String>>("[1]").unwrap_err();
+        let (reason, message) =
+            spec_synced(SyncError::InstallerArgs { host: "h".into(), infra_env: "ie".into(), source: args });
+        assert_eq!(reason, REASON_INPUT_ERROR);
+        assert!(
+            message.starts_with(&format!(
+                "{MESSAGE_SYNC_INPUT_ERROR}Fail to unmarshal installer args for host h in infraEnv ie: invalid type"
+            )),
+            "{message}"
+        );
+    }
 }

@@ -173,7 +173,7 @@ async fn advance_installation<S: Store>(
         async move {
             for h in hosts.into_iter().filter(|h| h.status == from) {
                 if let Err(e) = backend.fire_event(&h.key(), event.clone()).await {
-                    tracing::warn!(host = %h.id, "install flow: {e}");
+                    tracing::warn!(host = %h.id, "install flow: {}", crate::errors::chain(&e));
                 }
             }
         }

@@ -79,22 +79,21 @@ pub async fn desired_status<S: Store>(
             (status, action)
         }
         Err(err) => {
+            let message = crate::errors::chain(&err);
             let (cond, action) = match &err {
                 ImageError::MissingClusterDeployment(_) => {
-                    (condition("Unknown", REASON_MISSING_CLUSTER_DEPLOYMENT, err.to_string()), Action::Done)
+                    (condition("Unknown", REASON_MISSING_CLUSTER_DEPLOYMENT, message.to_string()), Action::Done)
                 }
-                ImageError::Internal(_)
-                | ImageError::BaseChanged(_)
-                | ImageError::OsImage(crate::image::catalog::LookupError::Loading { .. }) => (
+                err if err.is_internal() => (
                     condition(
                         "False",
                         REASON_IMAGE_CREATION_ERROR,
-                        format!("{MESSAGE_FAILED_TO_CREATE} due to an internal error: {err}"),
+                        format!("{MESSAGE_FAILED_TO_CREATE} due to an internal error: {message}"),
                     ),
                     Action::RequeueAfter(RECOVERABLE_REQUEUE),
                 ),
                 _ => (
-                    condition("False", REASON_IMAGE_CREATION_ERROR, format!("{MESSAGE_FAILED_TO_CREATE}: {err}")),
+                    condition("False", REASON_IMAGE_CREATION_ERROR, format!("{MESSAGE_FAILED_TO_CREATE}: {message}")),
                     Action::Done,
                 ),
             };

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::errors::chain;
 use crate::store::{Store, StoreError};
 
 #[derive(Clone, Debug)]
@@ -115,7 +116,7 @@ pub async fn acquire<S: Store>(store: &S, config: &LeaseConfig) {
                 }
             }
             Err(e) if e.is_conflict() => continue,
-            Err(e) => tracing::warn!(lease = %config.name, error = %e, "could not take the Lease; retrying"),
+            Err(e) => tracing::warn!(lease = %config.name, error = %chain(&e), "could not take the Lease; retrying"),
         }
         tokio::time::sleep(config.renew_every).await;
     }
@@ -131,9 +132,9 @@ pub async fn hold<S: Store>(store: &S, config: &LeaseConfig) -> String {
             Ok(Attempt::Held) => renewed = tokio::time::Instant::now(),
             Ok(Attempt::HeldBy(holder)) => return format!("the Lease is now held by {holder}"),
             Err(e) => {
-                tracing::warn!(lease = %config.name, error = %e, "renewing the Lease failed");
+                tracing::warn!(lease = %config.name, error = %chain(&e), "renewing the Lease failed");
                 if renewed.elapsed() >= config.renew_deadline {
-                    return format!("the Lease could not be renewed for {:?}: {e}", config.renew_deadline);
+                    return format!("the Lease could not be renewed for {:?}: {}", config.renew_deadline, chain(&e));
                 }
             }
         }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use tokio::sync::broadcast;
 
+use crate::errors::chain;
 use crate::image::Images;
 use crate::pool::Backend;
 use crate::resources::{InfraEnv, NMStateConfig};
@@ -101,7 +102,7 @@ async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
                 queue.push((ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default()));
             }
         }
-        Err(e) => tracing::warn!("listing InfraEnvs: {e}"),
+        Err(e) => tracing::warn!("listing InfraEnvs: {}", chain(&e)),
     }
 }
 
@@ -135,7 +136,7 @@ pub async fn infraenvs_affected_by<S: Store>(
         // selected by now, and those whose image has it (a relabelled or deleted config leaves them).
         let config = store.get::<NMStateConfig>(namespace, name).await;
         if let Err(e) = &config {
-            tracing::warn!("reading NMStateConfig {namespace}/{name}: {e}");
+            tracing::warn!("reading NMStateConfig {namespace}/{name}: {}", chain(&e));
         }
         let built_with: HashSet<String> =
             images.infraenvs_built_with(namespace, name).into_iter().map(|(_, n)| n).collect();
@@ -161,12 +162,12 @@ pub async fn infraenvs_affected_by<S: Store>(
             .await;
         match affected {
             Ok(affected) => keys.extend(affected.into_iter().flatten()),
-            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
+            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {}", chain(&e)),
         }
     } else if resource == resource_name::<Secret>() {
         match store.list::<InfraEnv>(Some(namespace)).await {
             Ok(list) => keys.extend(list.into_iter().filter(|ie| ie.spec.pull_secret_ref.name == name).map(key)),
-            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {e}"),
+            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {}", chain(&e)),
         }
     }
     keys.sort();

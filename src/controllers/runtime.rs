@@ -44,7 +44,24 @@ pub enum Action {
 }
 
 /// What a waiter of [`WorkQueue::enqueue_and_wait`] learns: the action of the reconcile, or its error.
-pub type Outcome = Result<Action, String>;
+pub type Outcome = Result<Action, ReconcileError>;
+
+/// Why a reconcile did not succeed, as every waiter of it learns: the reconciler's error (shared
+/// among the waiters), or a panic.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Failed(Arc<dyn std::error::Error + Send + Sync>),
+    #[error("the reconcile panicked")]
+    Panicked,
+}
+
+/// Outcomes are compared by what they say (the tests' traces of runs compare them).
+impl PartialEq for ReconcileError {
+    fn eq(&self, other: &ReconcileError) -> bool {
+        crate::errors::chain(self).to_string() == crate::errors::chain(other).to_string()
+    }
+}
 
 /// Exponential backoff: `first` after the first failure in a row, doubling at each further one, at
 /// most `cap`.
@@ -68,7 +85,7 @@ impl Backoff {
 
 /// A controller's reconcile, and what to do when it fails.
 pub trait Reconciler: Send + Sync + 'static {
-    type Error: std::fmt::Display + Send + 'static;
+    type Error: std::error::Error + Send + Sync + 'static;
 
     /// Brings the object `key` names (and the world it stands for) to what it asks for.
     fn reconcile(&self, key: &Key) -> impl Future<Output = Result<Action, Self::Error>> + Send;
@@ -372,9 +389,10 @@ fn settle<R: Reconciler>(
                 name = %key.1,
                 attempts,
                 retry = ?next,
-                "reconcile failed: {e}"
+                "reconcile failed: {}",
+                crate::errors::chain(&e)
             );
-            (Err(e.to_string()), next)
+            (Err(ReconcileError::Failed(Arc::new(e))), next)
         }
     };
     queue.finish(key, outcome.clone(), next, now);
@@ -419,7 +437,7 @@ pub async fn run<R: Reconciler>(
                         let attempts = queue.failed(&key);
                         let next = Action::RequeueAfter(Backoff::DEFAULT.delay(attempts));
                         tracing::error!(controller = name, namespace = %key.0, name = %key.1, "reconcile panicked");
-                        queue.finish(&key, Err("the reconcile panicked".into()), next, Instant::now());
+                        queue.finish(&key, Err(ReconcileError::Panicked), next, Instant::now());
                     }
                 }
             }
@@ -718,6 +736,16 @@ mod tests {
         Duration::from_secs_f64(s)
     }
 
+    /// A test reconciler's error.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Failure(String);
+
+    /// The outcome a waiter learns of a reconcile that failed with `message`.
+    fn failed(message: impl Into<String>) -> ReconcileError {
+        ReconcileError::Failed(Arc::new(Failure(message.into())))
+    }
+
     #[test]
     fn a_key_is_queued_once_however_often_it_is_pushed() {
         let q = WorkQueue::default();
@@ -797,8 +825,8 @@ mod tests {
     }
 
     impl Reconciler for Failing {
-        type Error = String;
-        async fn reconcile(&self, _: &Key) -> Result<Action, String> {
+        type Error = Failure;
+        async fn reconcile(&self, _: &Key) -> Result<Action, Failure> {
             let mut runs = self.runs.lock().unwrap();
             let n = runs.len() as u32;
             runs.push(n);
@@ -806,7 +834,7 @@ mod tests {
             let mut at = 0;
             for &f in &self.plan {
                 if n < at + f {
-                    return Err(format!("failure {} of {f}", n - at + 1));
+                    return Err(Failure(format!("failure {} of {f}", n - at + 1)));
                 }
                 at += f + 1;
                 if n < at {
@@ -850,8 +878,8 @@ mod tests {
     }
 
     impl Reconciler for Script {
-        type Error = String;
-        async fn reconcile(&self, key: &Key) -> Result<Action, String> {
+        type Error = Failure;
+        async fn reconcile(&self, key: &Key) -> Result<Action, Failure> {
             let name = key.1.clone();
             let call = {
                 let mut calls = self.calls.lock().unwrap();
@@ -868,7 +896,7 @@ mod tests {
             Yield(if name == "busy" { 20 } else { 1 }).await;
             self.in_progress.lock().unwrap().remove(&name);
             match (name.as_str(), call) {
-                ("flaky", 1..=3) | ("flaky", 5) => Err(format!("failure {call}")),
+                ("flaky", 1..=3) | ("flaky", 5) => Err(Failure(format!("failure {call}"))),
                 ("flaky", 4) => Ok(Action::RequeueAfter(secs(10.0))),
                 ("poll", 1..=2) => Ok(Action::RequeueAfter(secs(5.0))),
                 _ => Ok(Action::Done),
@@ -906,7 +934,7 @@ mod tests {
 
     #[test]
     fn the_runtime_does_the_same_under_every_schedule() {
-        let failure = |n: u32| Err(format!("failure {n}"));
+        let failure = |n: u32| Err(failed(format!("failure {n}")));
         let after = |s: f64| Ok(Action::RequeueAfter(secs(s)));
         let done = Ok(Action::Done);
         let expected: Trace = [
@@ -959,8 +987,8 @@ mod tests {
         q.finish(&a, Ok(Action::Done), Action::Done, now);
         assert!((&mut first).now_or_never().is_none());
         assert_eq!(q.try_next(|_| 0), Some(key("a")));
-        q.finish(&a, Err("broken".into()), Action::RequeueAfter(secs(1.0)), now);
-        assert_eq!(first.now_or_never(), Some(Some(Err("broken".into()))));
+        q.finish(&a, Err(failed("broken")), Action::RequeueAfter(secs(1.0)), now);
+        assert_eq!(first.now_or_never(), Some(Some(Err(failed("broken")))));
         assert_eq!(q.try_next(|_| 0), Some(key("c")));
         q.finish(&key("c"), Ok(Action::Done), Action::Done, now);
         assert_eq!(second.as_mut().now_or_never(), Some(Some(Ok(Action::Done))));
@@ -985,8 +1013,8 @@ mod tests {
     }
 
     impl Reconciler for Slow {
-        type Error = String;
-        async fn reconcile(&self, key: &Key) -> Result<Action, String> {
+        type Error = Failure;
+        async fn reconcile(&self, key: &Key) -> Result<Action, Failure> {
             {
                 let mut now = self.now.lock().unwrap();
                 let n = now.entry(key.1.clone()).or_default();

@@ -23,14 +23,36 @@ const MACHINE_ANNOTATION: &str = "machine.openshift.io/machine";
 const MACHINESET_LABEL: &str = "machine.openshift.io/cluster-api-machineset";
 const BMH_ANNOTATION: &str = "metal3.io/BareMetalHost";
 
+/// Why something could not be done on a spoke cluster; Display says what failed, the source why.
 #[derive(Debug, thiserror::Error)]
 pub enum SpokeError {
-    #[error("invalid spoke kubeconfig: {0}")]
-    Kubeconfig(String),
-    #[error("failed to find node {node}: {reason}")]
-    NodeMissing { node: String, reason: String },
-    #[error("{what}: {source}")]
-    Api { what: String, source: kube::Error },
+    /// The hub's objects that lead to the spoke could not be read.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("the admin kubeconfig of {namespace}/{name} is missing")]
+    NoKubeconfig { namespace: String, name: String },
+    #[error("secret {0} did not contain key kubeconfig")]
+    NoKubeconfigKey(String),
+    #[error("invalid spoke kubeconfig")]
+    KubeconfigText(#[source] std::str::Utf8Error),
+    #[error("invalid spoke kubeconfig")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    #[error("invalid spoke kubeconfig")]
+    Client(#[source] kube::Error),
+    #[error("failed to find node {node}: not found")]
+    NodeMissing { node: String },
+    #[error("failed to find node {node}")]
+    NodeLookup {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{what}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> SpokeError {
@@ -56,17 +78,28 @@ pub async fn for_cluster<S: crate::store::Store>(
     store: &S,
     cd_ns: &str,
     cd_name: &str,
-) -> Result<Option<SpokeClient>, String> {
-    let cd = store.get::<crate::resources::ClusterDeployment>(cd_ns, cd_name).await.map_err(|e| e.to_string())?;
+) -> Result<Option<SpokeClient>, SpokeError> {
+    let cd = store.get::<crate::resources::ClusterDeployment>(cd_ns, cd_name).await?;
     let secret_ref = cd.as_ref().and_then(|cd| cd.admin_kubeconfig_secret_name());
     let secret_name = kubeconfig_secret_name(cd_name, secret_ref.as_deref());
-    let Some(secret) = store.get::<Secret>(cd_ns, &secret_name).await.map_err(|e| e.to_string())? else {
+    let Some(secret) = store.get::<Secret>(cd_ns, &secret_name).await? else {
         return Ok(None);
     };
     let Some(kubeconfig) = secret.data.as_ref().and_then(|d| d.get("kubeconfig")) else {
-        return Err(format!("secret {secret_name} did not contain key kubeconfig"));
+        return Err(SpokeError::NoKubeconfigKey(secret_name));
     };
-    SpokeClient::from_kubeconfig(&kubeconfig.0).await.map(Some).map_err(|e| e.to_string())
+    SpokeClient::from_kubeconfig(&kubeconfig.0).await.map(Some)
+}
+
+/// [`for_cluster`], with a missing admin kubeconfig an error.
+pub async fn for_cluster_required<S: crate::store::Store>(
+    store: &S,
+    cd_ns: &str,
+    cd_name: &str,
+) -> Result<SpokeClient, SpokeError> {
+    for_cluster(store, cd_ns, cd_name)
+        .await?
+        .ok_or_else(|| SpokeError::NoKubeconfig { namespace: cd_ns.to_string(), name: cd_name.to_string() })
 }
 
 /// Where one drain attempt left a node.
@@ -106,15 +139,15 @@ fn gvk(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
 
 impl SpokeClient {
     pub async fn from_kubeconfig(kubeconfig: &[u8]) -> Result<SpokeClient, SpokeError> {
-        let text = std::str::from_utf8(kubeconfig).map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
-        let kc = Kubeconfig::from_yaml(text).map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+        let text = std::str::from_utf8(kubeconfig).map_err(SpokeError::KubeconfigText)?;
+        let kc = Kubeconfig::from_yaml(text).map_err(SpokeError::Kubeconfig)?;
         let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
-            .map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+            .map_err(SpokeError::Kubeconfig)?;
         // An unreachable spoke must fail the unbind quickly (it falls back to a plain unbind).
         config.connect_timeout = Some(Duration::from_secs(10));
         config.read_timeout = Some(Duration::from_secs(20));
-        let client = kube::Client::try_from(config).map_err(|e| SpokeError::Kubeconfig(e.to_string()))?;
+        let client = kube::Client::try_from(config).map_err(SpokeError::Client)?;
         Ok(SpokeClient { client })
     }
 
@@ -252,9 +285,9 @@ impl SpokeClient {
         let node = match nodes.get_opt(&cfg.node_name).await {
             Ok(Some(n)) => n,
             Ok(None) => {
-                return Err(SpokeError::NodeMissing { node: cfg.node_name.clone(), reason: "not found".into() });
+                return Err(SpokeError::NodeMissing { node: cfg.node_name.clone() });
             }
-            Err(e) => return Err(SpokeError::NodeMissing { node: cfg.node_name.clone(), reason: e.to_string() }),
+            Err(source) => return Err(SpokeError::NodeLookup { node: cfg.node_name.clone(), source }),
         };
         let ds = reclaim_daemonset(cfg, node.metadata.uid.as_deref().unwrap_or_default());
         let name = ds["metadata"]["name"].as_str().unwrap_or_default().to_string();

@@ -59,7 +59,7 @@ pub enum InitrdError {
     #[error("archive member {path:?} was added twice")]
     DuplicatePath { path: String },
     /// An I/O error while writing or compressing an archive.
-    #[error("writing archive: {0}")]
+    #[error("writing archive")]
     Write(#[source] io::Error),
     /// A compressed member in a format this reader does not decode.
     #[error("{format}-compressed archive at offset {offset} is not supported by this reader")]
@@ -68,7 +68,7 @@ pub enum InitrdError {
     #[error("uncompressed archive at offset {offset} is not 4-byte aligned")]
     Misaligned { offset: usize },
     /// A malformed newc header or a truncated archive.
-    #[error("reading cpio archive starting at offset {offset}: {source}")]
+    #[error("reading cpio archive starting at offset {offset}")]
     Cpio {
         offset: usize,
         #[source]
@@ -87,7 +87,7 @@ pub enum InitrdError {
     #[error("found trailing garbage inside compressed archive at offset {offset}")]
     TrailingGarbage { offset: usize },
     /// A corrupt gzip member.
-    #[error("decompressing gzip member at offset {offset}: {source}")]
+    #[error("decompressing gzip member at offset {offset}")]
     Gzip {
         offset: usize,
         #[source]

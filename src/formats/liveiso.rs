@@ -119,29 +119,113 @@ pub struct LiveIso {
 #[derive(Debug, thiserror::Error)]
 pub enum LiveIsoError {
     /// Not an ISO 9660 image, or a corrupt one.
-    #[error("{0}")]
+    #[error(transparent)]
     Iso(#[from] IsoError),
-    /// No usable Ignition embed area. coreos-installer's top-level wording, then the reason.
-    #[error("Unrecognized CoreOS ISO image. (no ignition embed area: {0})")]
-    Unrecognized(String),
+    /// A file or an area extends past the end of the image: a corrupt one.
+    #[error(transparent)]
+    Outside(#[from] OutsideImage),
+    /// No usable Ignition embed area. coreos-installer's top-level wording, with the reason inside
+    /// its parentheses (so the reason is quoted here as well as being the source).
+    #[error("Unrecognized CoreOS ISO image. (no ignition embed area: {})", crate::errors::chain(.0))]
+    Unrecognized(#[source] IgnitionAreaError),
     /// `/coreos/kargs.json` exists but is unusable.
-    #[error("kargs.json: {0}")]
-    KargsJson(String),
+    #[error("kargs.json")]
+    KargsJson(#[source] KargsJsonError),
     /// The legacy `coreKarg` system-area header is present but unusable.
-    #[error("coreKarg header: {0}")]
-    LegacyKargs(String),
+    #[error("coreKarg header")]
+    LegacyKargs(#[source] LegacyKargsError),
     #[error("No karg embed areas found; corrupted CoreOS ISO image.")]
     NoKargAreas,
     #[error("kargs don't match at all offsets! (expected '{expected}', but offset {offset} has: '{found}')")]
     KargsMismatch { expected: String, offset: u64, found: String },
-    #[error("karg area at offset {offset}: {error}")]
-    KargArea { offset: u64, error: kargs::KargsError },
+    #[error("karg area at offset {offset}")]
+    KargArea {
+        offset: u64,
+        #[source]
+        source: kargs::KargsError,
+    },
     #[error("missing {0}")]
     Missing(&'static str),
     #[error("{path} is a directory, not a file")]
     NotAFile { path: String },
-    #[error("features.json: {0}")]
-    Features(String),
+    #[error("features.json")]
+    Features(#[source] FeaturesError),
+}
+
+/// Why an image has no usable Ignition embed area.
+#[derive(Debug, thiserror::Error)]
+pub enum IgnitionAreaError {
+    /// igninfo.json or the Ignition image cannot be found or read from the ISO 9660 tree.
+    #[error(transparent)]
+    Iso(IsoError),
+    #[error("decoding igninfo.json")]
+    IgnInfo(#[source] serde_json::Error),
+    #[error("{path} is a directory")]
+    Directory { path: String },
+    #[error("igninfo.json offset {offset} is past the end of {path} ({len} bytes)")]
+    OffsetPastFile { offset: u64, path: String, len: u32 },
+    #[error("igninfo.json offset {offset} is past the end of the image")]
+    OffsetPastImage { offset: u64 },
+    #[error(transparent)]
+    Outside(OutsideImage),
+}
+
+/// Why `/coreos/kargs.json` is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum KargsJsonError {
+    /// It cannot be read from the ISO 9660 tree.
+    #[error(transparent)]
+    Iso(IsoError),
+    #[error("decoding")]
+    Decode(#[source] serde_json::Error),
+    #[error("karg embed area size larger than {KARG_AREA_MAX_SIZE} (found {0})")]
+    AreaTooLarge(usize),
+    #[error("default kargs size {default} larger than embed areas ({size})")]
+    DefaultTooLarge { default: usize, size: usize },
+    /// A file it names is not in the tree.
+    #[error("looking up '{path}'")]
+    Lookup {
+        path: String,
+        #[source]
+        source: IsoError,
+    },
+    #[error("{path} is a directory")]
+    Directory { path: String },
+    /// The pad or end character of a file's area.
+    #[error("{what} character {character:?} for {path} is not ASCII")]
+    NotAscii { what: &'static str, character: char, path: String },
+    #[error("offset {offset} in {path} is past the end of the image")]
+    OffsetPastImage { offset: u64, path: String },
+}
+
+/// Why the legacy `coreKarg` header is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum LegacyKargsError {
+    #[error("karg embed area length larger than {KARG_AREA_MAX_SIZE} (found {0})")]
+    AreaTooLarge(u64),
+    /// The area holding the default kernel arguments cannot be read.
+    #[error("default kargs")]
+    Default(#[source] Box<LiveIsoError>),
+}
+
+/// Why `/coreos/features.json` is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum FeaturesError {
+    /// It cannot be read from the ISO 9660 tree.
+    #[error(transparent)]
+    Iso(IsoError),
+    #[error("decoding")]
+    Decode(#[source] serde_json::Error),
+}
+
+/// A file or an area of an image that extends past its end.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} (bytes {offset}..{end}) extends past the end of the image ({image_len} bytes)")]
+pub struct OutsideImage {
+    pub what: String,
+    pub offset: u64,
+    pub end: u64,
+    pub image_len: u64,
 }
 
 impl LiveIso {
@@ -190,13 +274,12 @@ struct IgnInfo {
 fn ignition_area<S: ReadAt>(iso: &IsoFs<S>) -> Result<Area, LiveIsoError> {
     let unrecognized = |e: IsoError| match e {
         IsoError::Io { .. } => LiveIsoError::Iso(e),
-        e => LiveIsoError::Unrecognized(e.to_string()),
+        e => LiveIsoError::Unrecognized(IgnitionAreaError::Iso(e)),
     };
     let info = match iso.get_path(IGNINFO_PATH) {
         Ok(record) => {
             let json = read_metadata(iso, &record).map_err(unrecognized)?;
-            serde_json::from_slice(&json)
-                .map_err(|e| LiveIsoError::Unrecognized(format!("decoding igninfo.json: {e}")))?
+            serde_json::from_slice(&json).map_err(|e| LiveIsoError::Unrecognized(IgnitionAreaError::IgnInfo(e)))?
         }
         Err(e) if e.is_not_found() => IgnInfo { file: DEFAULT_IGNITION_PATH.to_string(), offset: None, length: None },
         Err(e) => return Err(unrecognized(e)),
@@ -204,24 +287,27 @@ fn ignition_area<S: ReadAt>(iso: &IsoFs<S>) -> Result<Area, LiveIsoError> {
     let path = info.file.to_uppercase();
     let record = iso.get_path(&path).map_err(unrecognized)?;
     if record.is_dir {
-        return Err(LiveIsoError::Unrecognized(format!("{path} is a directory")));
+        return Err(LiveIsoError::Unrecognized(IgnitionAreaError::Directory { path }));
     }
     let offset_in_file = info.offset.unwrap_or(0);
     let len = match info.length {
         Some(len) => len,
         None => u64::from(record.length).checked_sub(offset_in_file).ok_or_else(|| {
-            LiveIsoError::Unrecognized(format!(
-                "igninfo.json offset {offset_in_file} is past the end of {path} ({} bytes)",
-                record.length
-            ))
+            LiveIsoError::Unrecognized(IgnitionAreaError::OffsetPastFile {
+                offset: offset_in_file,
+                path: path.clone(),
+                len: record.length,
+            })
         })?,
     };
     // The offset comes from the JSON (any u64): added unchecked, a huge one would wrap around.
-    let offset = record.byte_offset().checked_add(offset_in_file).ok_or_else(|| {
-        LiveIsoError::Unrecognized(format!("igninfo.json offset {offset_in_file} is past the end of the image"))
-    })?;
+    let offset = record
+        .byte_offset()
+        .checked_add(offset_in_file)
+        .ok_or(LiveIsoError::Unrecognized(IgnitionAreaError::OffsetPastImage { offset: offset_in_file }))?;
     let area = Area { offset, len };
-    check_inside(iso, area, &format!("the Ignition area in {path}")).map_err(LiveIsoError::Unrecognized)?;
+    check_inside(iso, area, &format!("the Ignition area in {path}"))
+        .map_err(|e| LiveIsoError::Unrecognized(IgnitionAreaError::Outside(e)))?;
     Ok(area)
 }
 
@@ -264,41 +350,39 @@ fn kargs_areas<S: ReadAt>(iso: &IsoFs<S>) -> Result<Option<KargsAreas>, LiveIsoE
     };
     let json = read_metadata(iso, &record).map_err(|e| match e {
         IsoError::Io { .. } => LiveIsoError::Iso(e),
-        e => LiveIsoError::KargsJson(e.to_string()),
+        e => LiveIsoError::KargsJson(KargsJsonError::Iso(e)),
     })?;
     let info: KargsInfo =
-        serde_json::from_slice(&json).map_err(|e| LiveIsoError::KargsJson(format!("decoding: {e}")))?;
+        serde_json::from_slice(&json).map_err(|e| LiveIsoError::KargsJson(KargsJsonError::Decode(e)))?;
     if info.size > KARG_AREA_MAX_SIZE {
-        return Err(LiveIsoError::KargsJson(format!(
-            "karg embed area size larger than {KARG_AREA_MAX_SIZE} (found {})",
-            info.size
-        )));
+        return Err(LiveIsoError::KargsJson(KargsJsonError::AreaTooLarge(info.size)));
     }
     if info.default.len() > info.size {
-        return Err(LiveIsoError::KargsJson(format!(
-            "default kargs size {} larger than embed areas ({})",
-            info.default.len(),
-            info.size
-        )));
+        return Err(LiveIsoError::KargsJson(KargsJsonError::DefaultTooLarge {
+            default: info.default.len(),
+            size: info.size,
+        }));
     }
     let mut areas = Vec::with_capacity(info.files.len());
     for file in &info.files {
         let path = file.path.to_uppercase();
         let record = iso.get_path(&path).map_err(|e| match e {
             IsoError::Io { .. } => LiveIsoError::Iso(e),
-            e => LiveIsoError::KargsJson(format!("looking up '{}': {e}", file.path)),
+            source => LiveIsoError::KargsJson(KargsJsonError::Lookup { path: file.path.clone(), source }),
         })?;
         if record.is_dir {
-            return Err(LiveIsoError::KargsJson(format!("{} is a directory", file.path)));
+            return Err(LiveIsoError::KargsJson(KargsJsonError::Directory { path: file.path.clone() }));
         }
-        let fill = |c: Option<char>, default: u8, what: &str| match c {
+        let fill = |c: Option<char>, default: u8, what: &'static str| match c {
             None => Ok(default),
             Some(c) if c.is_ascii() => Ok(c as u8),
-            Some(c) => Err(LiveIsoError::KargsJson(format!("{what} character {c:?} for {} is not ASCII", file.path))),
+            Some(character) => {
+                Err(LiveIsoError::KargsJson(KargsJsonError::NotAscii { what, character, path: file.path.clone() }))
+            }
         };
         // As for igninfo.json: a huge offset must not wrap around to a small one.
         let offset = record.byte_offset().checked_add(file.offset).ok_or_else(|| {
-            LiveIsoError::KargsJson(format!("offset {} in {} is past the end of the image", file.offset, file.path))
+            LiveIsoError::KargsJson(KargsJsonError::OffsetPastImage { offset: file.offset, path: file.path.clone() })
         })?;
         areas.push(KargArea { offset, pad: fill(file.pad, b'#', "pad")?, end: fill(file.end, b'\n', "end")? });
     }
@@ -319,14 +403,12 @@ fn legacy_kargs_areas<S: ReadAt>(iso: &IsoFs<S>) -> Result<Option<KargsAreas>, L
     };
     let size = field(1);
     if size > KARG_AREA_MAX_SIZE as u64 {
-        return Err(LiveIsoError::LegacyKargs(format!(
-            "karg embed area length larger than {KARG_AREA_MAX_SIZE} (found {size})"
-        )));
+        return Err(LiveIsoError::LegacyKargs(LegacyKargsError::AreaTooLarge(size)));
     }
     let size = size as usize;
     let default_area = KargArea { offset: field(2), pad: b'#', end: b'\n' };
     let default = read_karg_area(iso, default_area, size)
-        .map_err(|e| LiveIsoError::LegacyKargs(format!("default kargs: {e}")))?;
+        .map_err(|e| LiveIsoError::LegacyKargs(LegacyKargsError::Default(Box::new(e))))?;
     let areas = (3..3 + LEGACY_KARGS_MAX_AREAS)
         .map(field)
         .take_while(|offset| *offset != 0)
@@ -359,7 +441,8 @@ fn build_kargs_areas<S: ReadAt>(
 fn read_karg_area<S: ReadAt>(iso: &IsoFs<S>, area: KargArea, size: usize) -> Result<String, LiveIsoError> {
     let mut bytes = vec![0u8; size];
     iso.read_at(area.offset, &mut bytes, &format!("karg area at offset {}", area.offset))?;
-    kargs::parse_area(&bytes, area.end, area.pad).map_err(|error| LiveIsoError::KargArea { offset: area.offset, error })
+    kargs::parse_area(&bytes, area.end, area.pad)
+        .map_err(|source| LiveIsoError::KargArea { offset: area.offset, source })
 }
 
 fn features<S: ReadAt>(iso: &IsoFs<S>) -> Result<Features, LiveIsoError> {
@@ -370,9 +453,9 @@ fn features<S: ReadAt>(iso: &IsoFs<S>) -> Result<Features, LiveIsoError> {
     };
     let json = read_metadata(iso, &record).map_err(|e| match e {
         IsoError::Io { .. } => LiveIsoError::Iso(e),
-        e => LiveIsoError::Features(e.to_string()),
+        e => LiveIsoError::Features(FeaturesError::Iso(e)),
     })?;
-    serde_json::from_slice(&json).map_err(|e| LiveIsoError::Features(format!("decoding: {e}")))
+    serde_json::from_slice(&json).map_err(|e| LiveIsoError::Features(FeaturesError::Decode(e)))
 }
 
 /// The byte range of a regular file, `None` if the path does not exist.
@@ -386,7 +469,7 @@ fn optional_file<S: ReadAt>(iso: &IsoFs<S>, path: &'static str) -> Result<Option
         return Err(LiveIsoError::NotAFile { path: path.into() });
     }
     let area = Area { offset: record.byte_offset(), len: record.length.into() };
-    check_inside(iso, area, path).map_err(|e| LiveIsoError::Iso(IsoError::Invalid(e)))?;
+    check_inside(iso, area, path)?;
     Ok(Some(area))
 }
 
@@ -394,21 +477,22 @@ fn read_metadata<S: ReadAt>(iso: &IsoFs<S>, record: &Record) -> Result<Vec<u8>, 
     iso.read_file(record, METADATA_LIMIT)
 }
 
-fn check_inside<S: ReadAt>(iso: &IsoFs<S>, area: Area, what: &str) -> Result<(), String> {
+fn check_inside<S: ReadAt>(iso: &IsoFs<S>, area: Area, what: &str) -> Result<(), OutsideImage> {
     match area.offset.checked_add(area.len) {
         Some(end) if end <= iso.image_len() => Ok(()),
-        _ => Err(format!(
-            "{what} (bytes {}..{}) extends past the end of the image ({} bytes)",
-            area.offset,
-            area.offset.saturating_add(area.len),
-            iso.image_len()
-        )),
+        _ => Err(OutsideImage {
+            what: what.to_string(),
+            offset: area.offset,
+            end: area.offset.saturating_add(area.len),
+            image_len: iso.image_len(),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::errors::chain;
     use crate::formats::iso9660::fixtures::fixture;
 
     fn inspect(name: &str) -> Result<LiveIso, LiveIsoError> {
@@ -558,8 +642,7 @@ mod tests {
 
     #[test]
     fn synthetic_is_unrecognized() {
-        let err = inspect("synthetic.iso").unwrap_err();
-        let message = err.to_string();
+        let message = chain(&inspect("synthetic.iso").unwrap_err()).to_string();
         assert!(message.starts_with("Unrecognized CoreOS ISO image."), "{message}");
         assert!(message.contains("no ignition embed area: intermediate directory IMAGES does not exist"), "{message}");
     }
@@ -581,8 +664,8 @@ mod tests {
         let mut bytes = fixture_bytes("embed-areas-2021-09.iso");
         assert_eq!(&bytes[65903..65915], b"IGNITION.IMG");
         bytes[65903] = b'Z';
-        let err = inspect_bytes(bytes).unwrap_err();
-        assert!(err.to_string().starts_with("Unrecognized CoreOS ISO image."), "{err}");
+        let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
+        assert!(err.starts_with("Unrecognized CoreOS ISO image."), "{err}");
     }
 
     /// embed.rs anchors on 2021-09: kargs.json and the legacy header each suffice; with both
@@ -625,9 +708,9 @@ mod tests {
         // one area differing from the others
         let second = kargs.areas[1].offset as usize;
         bytes[second] = b'X';
-        let err = inspect_bytes(bytes).unwrap_err();
+        let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
         assert!(
-            err.to_string().starts_with(&format!(
+            err.starts_with(&format!(
                 "kargs don't match at all offsets! (expected '{new}', but offset {second} has: 'Xitigations"
             )),
             "{err}"
@@ -696,8 +779,8 @@ mod tests {
         for (json, message) in cases {
             let mut bytes = pristine.clone();
             replace_file(&mut bytes, KARGS_JSON_PATH, json);
-            let err = inspect_bytes(bytes).unwrap_err();
-            assert!(err.to_string().starts_with(message), "{json}: {err}");
+            let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
+            assert!(err.starts_with(message), "{json}: {err}");
         }
     }
 
@@ -732,8 +815,8 @@ mod tests {
         ] {
             let mut bytes = pristine.clone();
             replace_file(&mut bytes, IGNINFO_PATH, json);
-            let err = inspect_bytes(bytes).unwrap_err();
-            assert!(err.to_string().starts_with(message), "{json}: {err}");
+            let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
+            assert!(err.starts_with(message), "{json}: {err}");
         }
     }
 
@@ -749,11 +832,8 @@ mod tests {
             KARGS_JSON_PATH,
             r#"{"default": "a", "files": [{"path": "EFI/fedora/grub.cfg", "offset": 18446744073709551615}], "size": 100}"#,
         );
-        let err = inspect_bytes(bytes).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "kargs.json: offset 18446744073709551615 in EFI/fedora/grub.cfg is past the end of the image"
-        );
+        let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
+        assert_eq!(err, "kargs.json: offset 18446744073709551615 in EFI/fedora/grub.cfg is past the end of the image");
 
         let mut bytes = pristine;
         replace_file(
@@ -761,9 +841,9 @@ mod tests {
             IGNINFO_PATH,
             r#"{"file": "images/ignition.img", "offset": 18446744073709551615, "length": 1}"#,
         );
-        let err = inspect_bytes(bytes).unwrap_err();
+        let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
         assert_eq!(
-            err.to_string(),
+            err,
             "Unrecognized CoreOS ISO image. (no ignition embed area: igninfo.json offset 18446744073709551615 is past the end of the image)"
         );
     }
@@ -772,8 +852,8 @@ mod tests {
     fn invalid_features_json_is_an_error() {
         let mut bytes = fixture_bytes("embed-areas-2022-02.iso");
         replace_file(&mut bytes, FEATURES_PATH, r#"{"live-initrd-network": "yes"}"#);
-        let err = inspect_bytes(bytes).unwrap_err();
-        assert!(err.to_string().starts_with("features.json: decoding: "), "{err}");
+        let err = chain(&inspect_bytes(bytes).unwrap_err()).to_string();
+        assert!(err.starts_with("features.json: decoding: "), "{err}");
     }
 
     #[test]
@@ -793,6 +873,6 @@ mod tests {
         let mut bytes = pristine;
         let at = pos(&bytes, b"VMLINUZ");
         bytes[at] = b'Z';
-        assert_eq!(inspect_bytes(bytes).unwrap_err().to_string(), "missing IMAGES/PXEBOOT/VMLINUZ");
+        assert_eq!(chain(&inspect_bytes(bytes).unwrap_err()).to_string(), "missing IMAGES/PXEBOOT/VMLINUZ");
     }
 }

@@ -30,10 +30,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::formats::iso9660::{IsoFs, ReadAt, SECTOR};
+use crate::formats::iso9660::{IsoError, IsoFs, ReadAt, SECTOR};
 use crate::formats::kargs::{self, KargOp, KargsError};
 use crate::formats::liveiso::{Area, LiveIso, LiveIsoError};
-use crate::plan::{BaseFile, Part, Plan, PlanBuilder, Segment, ZEROS};
+use crate::plan::{BaseFile, FileReadError, Part, Plan, PlanBuilder, Segment, ZEROS};
 
 /// coreos-installer reads at most this much of `miniso.dat`; a structure that needs more is an
 /// error (the file itself may be longer: trailing bytes are ignored).
@@ -64,7 +64,7 @@ pub enum MinisoError {
     #[error("This ISO image does not support extracting a minimal ISO.")]
     Unsupported,
     /// The full ISO could not be inspected.
-    #[error("{0}")]
+    #[error(transparent)]
     FullIso(#[from] LiveIsoError),
     /// The full ISO has no karg areas, so coreos-installer cannot tell whether it is pristine.
     #[error("No karg embed areas found; old or corrupted CoreOS ISO image.")]
@@ -75,18 +75,18 @@ pub enum MinisoError {
         "Cannot operate on ISO with embedded customizations.\nReset it with `coreos-installer iso reset` and try again."
     )]
     Customized,
-    #[error("reading miniso data file: {0}")]
+    #[error("reading miniso data file")]
     Data(#[from] DataError),
     /// The packed stream or the table does not fit what it is applied to.
-    #[error("unpacking miniso: {0}")]
-    Unpack(String),
+    #[error("unpacking miniso")]
+    Unpack(#[source] UnpackError),
     /// The rebuilt minimal ISO is not the one that was packed (the full ISO was modified or
     /// corrupted). coreos-installer's wording; digests in lower-case hex.
     #[error("wrong final digest: expected {expected}, found {found}")]
     WrongDigest { expected: String, found: String },
     /// The rebuilt minimal ISO is not a CoreOS live ISO we can customize.
-    #[error("minimal ISO: {0}")]
-    MinimalIso(String),
+    #[error("minimal ISO")]
+    MinimalIso(#[source] MinimalIsoError),
     #[error("minimal ISO does not have coreos.liveiso= karg")]
     NoLiveIsoKarg,
     /// A rootfs URL would become several kernel arguments. coreos-installer's wording.
@@ -94,9 +94,9 @@ pub enum MinisoError {
     ForbiddenWhitespace(String),
     #[error("empty rootfs URL")]
     EmptyRootfsUrl,
-    #[error("{0}")]
+    #[error(transparent)]
     Kargs(#[from] KargsError),
-    #[error("reading {what}: {source}")]
+    #[error("reading {what}")]
     Io {
         what: String,
         #[source]
@@ -104,18 +104,89 @@ pub enum MinisoError {
     },
 }
 
+/// Why the packed minimal ISO does not unpack.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("miniso.dat (bytes {offset}..{end}) is past the end of the full ISO ({full_len} bytes)")]
+    DataPastTheEnd { offset: u64, end: u64, full_len: u64 },
+    #[error("malformed packed stream")]
+    MalformedStream(#[source] XzError),
+    #[error("decompressing packed stream")]
+    Decompress(#[source] lzma_rs::error::Error),
+    #[error("packed stream decompressed to {len} bytes, but its chunks declare {declared}")]
+    DeclaredLength { len: usize, declared: u64 },
+    #[error("copying {gap} packed bytes at offset {at}: the packed stream ends after {stream_len} bytes")]
+    StreamEnds { gap: u64, at: u64, stream_len: u64 },
+    #[error(
+        "copying full ISO file at offset {offset}: {length} bytes reach past the end of the full ISO ({full_len} bytes)"
+    )]
+    SharedPastTheEnd { offset: u64, length: u64, full_len: u64 },
+    #[error("the table shares {shared_len} bytes, more than the full ISO's {full_len}")]
+    SharedTooMuch { shared_len: u64, full_len: u64 },
+}
+
+/// Why the structure of the packed xz stream is not one this reader accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum XzError {
+    #[error("too short for an xz stream header")]
+    NoHeader,
+    #[error("not an xz stream")]
+    NotXz,
+    #[error("unsupported stream flags {0:02x} {1:02x}")]
+    StreamFlags(u8, u8),
+    #[error("unexpected end")]
+    UnexpectedEnd,
+    #[error("invalid variable-length integer")]
+    Multibyte,
+    #[error("non-zero padding")]
+    Padding,
+    #[error("block with a filter chain (only a single LZMA2 filter is supported)")]
+    FilterChain,
+    #[error("invalid LZMA2 chunk control byte {0:#04x}")]
+    ChunkControl(u8),
+    #[error("it expands to more than {0} bytes")]
+    TooLarge(u64),
+    #[error("invalid stream footer")]
+    Footer,
+    #[error("{0} bytes after the end of the stream")]
+    Trailing(usize),
+}
+
+/// Why the unpacked minimal ISO is not one we can customize.
+#[derive(Debug, thiserror::Error)]
+pub enum MinimalIsoError {
+    #[error(transparent)]
+    Iso(IsoError),
+    #[error(transparent)]
+    LiveIso(LiveIsoError),
+    #[error("{KARGS_JSON_PATH} is a directory")]
+    KargsJsonIsADirectory,
+    #[error("does not have kargs.json")]
+    NoKargsJson,
+    #[error("kargs.json")]
+    ReadKargsJson(#[source] IsoError),
+    #[error("decoding kargs embed area info")]
+    DecodeKargsJson(#[source] serde_json::Error),
+    #[error("serializing kargs.json")]
+    SerializeKargsJson(#[source] serde_json::Error),
+    #[error("New version of {KARGS_JSON_PATH} does not fit in space ({len} vs {file_len})")]
+    KargsJsonTooLong { len: usize, file_len: usize },
+    #[error(transparent)]
+    Overlay(#[from] crate::plan::OverlayError),
+}
+
 /// Why `miniso.dat` could not be decoded. The wording follows coreos-installer's error chain
 /// (`failed to deserialize header: ...`, `validating header: not a miniso file!`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DataError {
-    #[error("failed to deserialize header: {0}")]
-    Header(Malformed),
+    #[error("failed to deserialize header")]
+    Header(#[source] Malformed),
     #[error("validating header: not a miniso file!")]
     Magic,
     #[error("validating header: incompatible miniso file version: {VERSION} vs {found} (created by {app_version})")]
     Version { found: u32, app_version: String },
-    #[error("failed to deserialize data: {0}")]
-    Data(Malformed),
+    #[error("failed to deserialize data")]
+    Data(#[source] Malformed),
     #[error("validating table: table is empty; ISOs have no files in common?")]
     EmptyTable,
     #[error("validating table: table has {count} entries, more than the {MAX_TABLE_ENTRIES} supported")]
@@ -352,7 +423,7 @@ impl MinimalIso {
     /// The minimal ISO with `kargs` in every karg area.
     pub fn with_kargs(&self, kargs: &str) -> Result<Plan, MinisoError> {
         let mut overlays = self.karg_overlays(kargs)?;
-        self.plan.overlay(&mut overlays).map_err(MinisoError::MinimalIso)
+        self.plan.overlay(&mut overlays).map_err(|e| MinisoError::MinimalIso(e.into()))
     }
 
     /// Exactly what `coreos-installer iso extract minimal-iso --rootfs-url URL` writes.
@@ -391,20 +462,20 @@ fn build(full: &Arc<BaseFile>, full_live: &LiveIso, miniso_area: Area) -> Result
     verify(&unpacked, &data.digest)?;
     stats.app_version = data.app_version;
 
-    let iso = IsoFs::from_source(unpacked.clone()).map_err(|e| MinisoError::MinimalIso(e.to_string()))?;
-    let mut live = LiveIso::from_iso(&iso).map_err(|e| MinisoError::MinimalIso(e.to_string()))?;
+    let iso = IsoFs::from_source(unpacked.clone()).map_err(|e| MinisoError::MinimalIso(MinimalIsoError::Iso(e)))?;
+    let mut live = LiveIso::from_iso(&iso).map_err(|e| MinisoError::MinimalIso(MinimalIsoError::LiveIso(e)))?;
     // coreos-installer rewrites kargs.json's default, so the minimal ISO must have one.
     let kargs_json_record = match iso.get_path(KARGS_JSON_PATH) {
         Ok(record) if !record.is_dir => record,
-        Ok(_) => return Err(MinisoError::MinimalIso(format!("{KARGS_JSON_PATH} is a directory"))),
-        Err(e) if e.is_not_found() => return Err(MinisoError::MinimalIso("does not have kargs.json".into())),
-        Err(e) => return Err(MinisoError::MinimalIso(e.to_string())),
+        Ok(_) => return Err(MinisoError::MinimalIso(MinimalIsoError::KargsJsonIsADirectory)),
+        Err(e) if e.is_not_found() => return Err(MinisoError::MinimalIso(MinimalIsoError::NoKargsJson)),
+        Err(e) => return Err(MinisoError::MinimalIso(MinimalIsoError::Iso(e))),
     };
     let kargs_json: KargsJson = serde_json::from_slice(
         &iso.read_file(&kargs_json_record, METADATA_LIMIT)
-            .map_err(|e| MinisoError::MinimalIso(format!("kargs.json: {e}")))?,
+            .map_err(|e| MinisoError::MinimalIso(MinimalIsoError::ReadKargsJson(e)))?,
     )
-    .map_err(|e| MinisoError::MinimalIso(format!("decoding kargs embed area info: {e}")))?;
+    .map_err(|e| MinisoError::MinimalIso(MinimalIsoError::DecodeKargsJson(e)))?;
     let kargs = live.kargs.as_mut().ok_or(MinisoError::NoKargs)?;
     let liveiso_karg = kargs
         .current
@@ -417,20 +488,17 @@ fn build(full: &Arc<BaseFile>, full_live: &LiveIso, miniso_area: Area) -> Result
     // kargs.json default rewritten, so that resetting the kargs does not bring coreos.liveiso back.
     let json = KargsJson { default: kargs_without_liveiso.clone(), ..kargs_json };
     let json = serde_json::to_string_pretty(&json)
-        .map_err(|e| MinisoError::MinimalIso(format!("serializing kargs.json: {e}")))?;
+        .map_err(|e| MinisoError::MinimalIso(MinimalIsoError::SerializeKargsJson(e)))?;
     let file_len = kargs_json_record.length as usize;
     if json.len() > file_len {
-        return Err(MinisoError::MinimalIso(format!(
-            "New version of {KARGS_JSON_PATH} does not fit in space ({} vs {file_len})",
-            json.len()
-        )));
+        return Err(MinisoError::MinimalIso(MinimalIsoError::KargsJsonTooLong { len: json.len(), file_len }));
     }
     let mut bytes = json.into_bytes();
     bytes.resize(file_len, b' ');
     let part = Arc::new(Part::new(bytes));
     let plan = unpacked
         .overlay(&mut [(kargs_json_record.byte_offset(), vec![Segment::Part { part, offset: 0, len: file_len }])])
-        .map_err(MinisoError::MinimalIso)?;
+        .map_err(|e| MinisoError::MinimalIso(e.into()))?;
     kargs.default = kargs_without_liveiso.clone();
     Ok(MinimalIso { plan, live, kargs_without_liveiso, stats })
 }
@@ -439,12 +507,11 @@ fn build(full: &Arc<BaseFile>, full_live: &LiveIso, miniso_area: Area) -> Result
 fn read_data(full: &BaseFile, area: Area) -> Result<MinisoData, MinisoError> {
     let len = area.len.min(DATA_MAX_SIZE as u64 + 1);
     if area.offset.checked_add(len).is_none_or(|end| end > full.len) {
-        return Err(MinisoError::Unpack(format!(
-            "miniso.dat (bytes {}..{}) is past the end of the full ISO ({} bytes)",
-            area.offset,
-            area.offset.saturating_add(len),
-            full.len
-        )));
+        return Err(MinisoError::Unpack(UnpackError::DataPastTheEnd {
+            offset: area.offset,
+            end: area.offset.saturating_add(len),
+            full_len: full.len,
+        }));
     }
     let mut bytes = vec![0u8; len as usize];
     FileExt::read_exact_at(&full.file, &mut bytes, area.offset)
@@ -469,11 +536,7 @@ pub fn unpack(data: &MinisoData, full: &Arc<BaseFile>) -> Result<(Plan, UnpackSt
         // validate_table guarantees start >= b.len()
         let gap = start - b.len();
         if used + gap > stream.len() {
-            return Err(MinisoError::Unpack(format!(
-                "copying {gap} packed bytes at offset {}: the packed stream ends after {} bytes",
-                b.len(),
-                stream.len()
-            )));
+            return Err(MinisoError::Unpack(UnpackError::StreamEnds { gap, at: b.len(), stream_len: stream.len() }));
         }
         for seg in stream.slice(used, used + gap).segments() {
             b.push(seg.clone());
@@ -481,18 +544,15 @@ pub fn unpack(data: &MinisoData, full: &Arc<BaseFile>) -> Result<(Plan, UnpackSt
         used += gap;
         let length = u64::from(e.length);
         if e.full_offset() + length > full.len {
-            return Err(MinisoError::Unpack(format!(
-                "copying full ISO file at offset {}: {length} bytes reach past the end of the full ISO ({} bytes)",
-                e.full_offset(),
-                full.len
-            )));
+            return Err(MinisoError::Unpack(UnpackError::SharedPastTheEnd {
+                offset: e.full_offset(),
+                length,
+                full_len: full.len,
+            }));
         }
         shared_len += length;
         if shared_len > full.len {
-            return Err(MinisoError::Unpack(format!(
-                "the table shares {shared_len} bytes, more than the full ISO's {}",
-                full.len
-            )));
+            return Err(MinisoError::Unpack(UnpackError::SharedTooMuch { shared_len, full_len: full.len }));
         }
         b.file(full, e.full_offset(), length);
     }
@@ -531,7 +591,7 @@ pub fn plan_sha256(plan: &Plan) -> io::Result<[u8; 32]> {
                 while done < *len {
                     let n = (*len - done).min(buf.len() as u64) as usize;
                     FileExt::read_exact_at(&file.file, &mut buf[..n], offset + done)
-                        .map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", file.path.display())))?;
+                        .map_err(|e| FileReadError::io(&file.path, e))?;
                     h.update(&buf[..n]);
                     done += n as u64;
                 }
@@ -552,16 +612,12 @@ pub fn plan_sha256(plan: &Plan) -> io::Result<[u8; 32]> {
 
 /// Decompresses the packed stream after checking its structure and declared sizes.
 fn decompress(xz: &[u8]) -> Result<Vec<u8>, MinisoError> {
-    let declared = xz_unpacked_len(xz, MAX_UNPACKED_LEN)
-        .map_err(|e| MinisoError::Unpack(format!("malformed packed stream: {e}")))?;
+    let declared =
+        xz_unpacked_len(xz, MAX_UNPACKED_LEN).map_err(|e| MinisoError::Unpack(UnpackError::MalformedStream(e)))?;
     let mut out = Vec::with_capacity(declared as usize);
-    lzma_rs::xz_decompress(&mut &xz[..], &mut out)
-        .map_err(|e| MinisoError::Unpack(format!("decompressing packed stream: {e}")))?;
+    lzma_rs::xz_decompress(&mut &xz[..], &mut out).map_err(|e| MinisoError::Unpack(UnpackError::Decompress(e)))?;
     if out.len() as u64 != declared {
-        return Err(MinisoError::Unpack(format!(
-            "packed stream decompressed to {} bytes, but its chunks declare {declared}",
-            out.len()
-        )));
+        return Err(MinisoError::Unpack(UnpackError::DeclaredLength { len: out.len(), declared }));
     }
     Ok(out)
 }
@@ -570,23 +626,23 @@ fn decompress(xz: &[u8]) -> Result<Vec<u8>, MinisoError> {
 /// LZMA2 chunks declare, failing past `limit`. The decoder (lzma-rs) holds a whole block in
 /// memory and stops each chunk at its declared size, so this bounds its memory. Only what
 /// coreos-installer writes is accepted: one stream, blocks with a single (LZMA2) filter.
-fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, String> {
+fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, XzError> {
     struct Cursor<'a>(&'a [u8], usize);
     impl Cursor<'_> {
-        fn take(&mut self, n: usize) -> Result<&[u8], String> {
-            let end = self.1.checked_add(n).filter(|e| *e <= self.0.len()).ok_or("unexpected end")?;
+        fn take(&mut self, n: usize) -> Result<&[u8], XzError> {
+            let end = self.1.checked_add(n).filter(|e| *e <= self.0.len()).ok_or(XzError::UnexpectedEnd)?;
             let s = &self.0[self.1..end];
             self.1 = end;
             Ok(s)
         }
-        fn u8(&mut self) -> Result<u8, String> {
+        fn u8(&mut self) -> Result<u8, XzError> {
             Ok(self.take(1)?[0])
         }
-        fn be16(&mut self) -> Result<u64, String> {
+        fn be16(&mut self) -> Result<u64, XzError> {
             let b = self.take(2)?;
             Ok(u64::from(u16::from_be_bytes([b[0], b[1]])))
         }
-        fn multibyte(&mut self) -> Result<u64, String> {
+        fn multibyte(&mut self) -> Result<u64, XzError> {
             let mut value = 0u64;
             for i in 0..9 {
                 let byte = self.u8()?;
@@ -595,12 +651,12 @@ fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, String> {
                     return Ok(value);
                 }
             }
-            Err("invalid variable-length integer".into())
+            Err(XzError::Multibyte)
         }
-        fn pad4(&mut self, since: usize) -> Result<(), String> {
+        fn pad4(&mut self, since: usize) -> Result<(), XzError> {
             while (self.1 - since) % 4 != 0 {
                 if self.u8()? != 0 {
-                    return Err("non-zero padding".into());
+                    return Err(XzError::Padding);
                 }
             }
             Ok(())
@@ -608,16 +664,16 @@ fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, String> {
     }
 
     let mut c = Cursor(xz, 0);
-    let header = c.take(12).map_err(|_| "too short for an xz stream header")?;
+    let header = c.take(12).map_err(|_| XzError::NoHeader)?;
     if header[..6] != [0xfd, b'7', b'z', b'X', b'Z', 0] {
-        return Err("not an xz stream".into());
+        return Err(XzError::NotXz);
     }
     let check_len = match (header[6], header[7]) {
         (0, 0x00) => 0,
         (0, 0x01) => 4,
         (0, 0x04) => 8,
         (0, 0x0a) => 32,
-        (a, b) => return Err(format!("unsupported stream flags {a:02x} {b:02x}")),
+        (a, b) => return Err(XzError::StreamFlags(a, b)),
     };
     let mut total = 0u64;
     let index_start = loop {
@@ -629,7 +685,7 @@ fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, String> {
         // (size + 1) * 4 bytes in all, with the size byte and a CRC32 at the end
         let header = c.take(usize::from(size) * 4 + 3)?;
         if header[0] & 0x03 != 0 {
-            return Err("block with a filter chain (only a single LZMA2 filter is supported)".into());
+            return Err(XzError::FilterChain);
         }
         loop {
             let control = c.u8()?;
@@ -649,11 +705,11 @@ fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, String> {
                     c.take(packed as usize)?;
                     n
                 }
-                _ => return Err(format!("invalid LZMA2 chunk control byte {control:#04x}")),
+                _ => return Err(XzError::ChunkControl(control)),
             };
             total += unpacked;
             if total > limit {
-                return Err(format!("it expands to more than {limit} bytes"));
+                return Err(XzError::TooLarge(limit));
             }
         }
         c.pad4(block_start)?;
@@ -670,10 +726,10 @@ fn xz_unpacked_len(xz: &[u8], limit: u64) -> Result<u64, String> {
     let footer = c.take(12)?;
     let backward = u64::from(u32::from_le_bytes([footer[4], footer[5], footer[6], footer[7]]));
     if (backward + 1) * 4 != index_len || footer[10..] != *b"YZ" {
-        return Err("invalid stream footer".into());
+        return Err(XzError::Footer);
     }
     if c.1 != xz.len() {
-        return Err(format!("{} bytes after the end of the stream", xz.len() - c.1));
+        return Err(XzError::Trailing(xz.len() - c.1));
     }
     Ok(total)
 }
@@ -778,6 +834,7 @@ struct KargsJsonFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::errors::chain;
     use proptest::prelude::*;
     use std::io::Write;
 
@@ -855,7 +912,7 @@ mod tests {
             bytes.push(tag);
             bytes.extend_from_slice(&[0; 16]);
             assert_eq!(
-                MinisoData::parse(&bytes).unwrap_err().to_string(),
+                chain(&MinisoData::parse(&bytes).unwrap_err()).to_string(),
                 format!(
                     "failed to deserialize header: invalid integer encoding (tag byte {tag:#04x}) for version at byte 8"
                 )
@@ -875,10 +932,13 @@ mod tests {
     fn header_validation_messages() {
         let mut bad_magic = sample();
         bad_magic[0] = b'X';
-        assert_eq!(MinisoData::parse(&bad_magic).unwrap_err().to_string(), "validating header: not a miniso file!");
+        assert_eq!(
+            chain(&MinisoData::parse(&bad_magic).unwrap_err()).to_string(),
+            "validating header: not a miniso file!"
+        );
         let v2 = encode(2, "9.9.9", &[entry(1, 3, 2048)], [0; 32], b"");
         assert_eq!(
-            MinisoData::parse(&v2).unwrap_err().to_string(),
+            chain(&MinisoData::parse(&v2).unwrap_err()).to_string(),
             "validating header: incompatible miniso file version: 1 vs 2 (created by 9.9.9)"
         );
         // The header is decoded whole before it is validated, as bincode does.
@@ -886,7 +946,7 @@ mod tests {
         let mut bad_utf8 = MAGIC.to_vec();
         bad_utf8.extend_from_slice(&[1, 2, 0xff, 0xfe]);
         assert_eq!(
-            MinisoData::parse(&bad_utf8).unwrap_err().to_string(),
+            chain(&MinisoData::parse(&bad_utf8).unwrap_err()).to_string(),
             "failed to deserialize header: invalid UTF-8 in app_version"
         );
     }
@@ -895,12 +955,12 @@ mod tests {
     fn table_validation_messages() {
         let empty = encode(1, "x", &[], [0; 32], b"");
         assert_eq!(
-            MinisoData::parse(&empty).unwrap_err().to_string(),
+            chain(&MinisoData::parse(&empty).unwrap_err()).to_string(),
             "validating table: table is empty; ISOs have no files in common?"
         );
         let overlap = encode(1, "x", &[entry(10, 0, 2049), entry(11, 0, 1)], [0; 32], b"");
         assert_eq!(
-            MinisoData::parse(&overlap).unwrap_err().to_string(),
+            chain(&MinisoData::parse(&overlap).unwrap_err()).to_string(),
             "validating table: Files at offsets 20480 and 22528 overlap"
         );
         let unsorted = encode(1, "x", &[entry(11, 0, 1), entry(10, 0, 1)], [0; 32], b"");
@@ -913,7 +973,7 @@ mod tests {
         huge.truncate(8 + 1 + 2);
         varint(&mut huge, MAX_TABLE_ENTRIES as u64 + 1);
         assert_eq!(
-            MinisoData::parse(&huge).unwrap_err().to_string(),
+            chain(&MinisoData::parse(&huge).unwrap_err()).to_string(),
             "validating table: table has 65537 entries, more than the 65536 supported"
         );
     }
@@ -937,7 +997,7 @@ mod tests {
         varint(&mut big, DATA_MAX_SIZE as u64);
         big.resize(DATA_MAX_SIZE + 100, 0);
         assert_eq!(
-            MinisoData::parse(&big).unwrap_err().to_string(),
+            chain(&MinisoData::parse(&big).unwrap_err()).to_string(),
             "failed to deserialize data: collision with data size limit at offset 1048576"
         );
         // the same, in a file that simply ends: truncated
@@ -1012,13 +1072,13 @@ mod tests {
     fn unpack_and_verify_failures() {
         let (full, _, data) = fake();
         let (plan, _) = unpack(&data, &full).unwrap();
-        let err = verify(&plan, &[0; 32]).unwrap_err().to_string();
+        let err = chain(&verify(&plan, &[0; 32]).unwrap_err()).to_string();
         assert!(err.starts_with(&format!("wrong final digest: expected {}, found ", "00".repeat(32))), "{err}");
 
         // a shared file past the end of the full ISO
         let mut past = data.clone();
         past.entries[1] = entry(2, 7, 4096);
-        let err = unpack(&past, &full).unwrap_err().to_string();
+        let err = chain(&unpack(&past, &full).unwrap_err()).to_string();
         assert_eq!(
             err,
             "unpacking miniso: copying full ISO file at offset 14336: 4096 bytes reach past the end of the full ISO (16384 bytes)"
@@ -1026,7 +1086,7 @@ mod tests {
         // a stream too short for the table's gaps
         let mut short = data.clone();
         short.entries = vec![entry(10, 2, 1)];
-        let err = unpack(&short, &full).unwrap_err().to_string();
+        let err = chain(&unpack(&short, &full).unwrap_err()).to_string();
         assert_eq!(
             err,
             "unpacking miniso: copying 20480 packed bytes at offset 0: the packed stream ends after 6852 bytes"
@@ -1034,12 +1094,12 @@ mod tests {
         // a hand-built table that `parse` would have refused
         let mut unsorted = data.clone();
         unsorted.entries.reverse();
-        let err = unpack(&unsorted, &full).unwrap_err().to_string();
+        let err = chain(&unpack(&unsorted, &full).unwrap_err()).to_string();
         assert_eq!(err, "reading miniso data file: validating table: Files at offsets 4096 and 2048 overlap");
         // garbage instead of xz
         let mut garbage = data.clone();
         garbage.xzpacked = b"not xz at all".to_vec();
-        let err = unpack(&garbage, &full).unwrap_err().to_string();
+        let err = chain(&unpack(&garbage, &full).unwrap_err()).to_string();
         assert_eq!(err, "unpacking miniso: malformed packed stream: not an xz stream");
         // a broken check
         let mut corrupt = data;
@@ -1055,10 +1115,10 @@ mod tests {
     fn declared_sizes_are_bounded_before_decoding() {
         let stream = xz(&vec![b'a'; 200_000]);
         assert_eq!(xz_unpacked_len(&stream, u64::MAX).unwrap(), 200_000);
-        assert_eq!(xz_unpacked_len(&stream, 199_999).unwrap_err(), "it expands to more than 199999 bytes");
+        assert_eq!(xz_unpacked_len(&stream, 199_999).unwrap_err(), XzError::TooLarge(199_999));
         let mut trailing = stream.clone();
         trailing.extend_from_slice(&[0; 4]);
-        assert_eq!(xz_unpacked_len(&trailing, u64::MAX).unwrap_err(), "4 bytes after the end of the stream");
+        assert_eq!(xz_unpacked_len(&trailing, u64::MAX).unwrap_err(), XzError::Trailing(4));
         for n in 0..stream.len() {
             assert!(xz_unpacked_len(&stream[..n], u64::MAX).is_err(), "{n}");
         }

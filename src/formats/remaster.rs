@@ -77,11 +77,15 @@ const WRITE_BUFFER: usize = 1 << 20;
 /// the output path), without the input path, which callers add.
 #[derive(Debug, thiserror::Error)]
 pub enum RemasterError {
-    #[error("{}: {cause}", path.display())]
-    Io { path: PathBuf, cause: io::Error },
-    #[error("{0}")]
+    #[error("{}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
     Iso(#[from] IsoError),
-    #[error("{0}")]
+    #[error(transparent)]
     LiveIso(#[from] LiveIsoError),
     #[error("the ISO has no IMAGES/PXEBOOT/ROOTFS.IMG: it is already a minimal ISO, or not a live ISO")]
     NoRootfs,
@@ -97,19 +101,65 @@ pub enum RemasterError {
          Reset it with `coreos-installer iso reset` and try again."
     )]
     Customized(String),
-    #[error("kargs.json: {0}")]
-    KargsJson(String),
+    #[error("kargs.json")]
+    KargsJson(#[source] KargsJsonError),
     /// A name or structure of the full ISO that the level-1 writer cannot reproduce.
-    #[error("{path} cannot be reproduced in the re-mastered image: {error}")]
-    Unrepresentable { path: String, error: WriteError },
+    #[error("{path} cannot be reproduced in the re-mastered image")]
+    Unrepresentable {
+        path: String,
+        #[source]
+        source: WriteError,
+    },
     #[error("El Torito: {0}")]
     Boot(String),
     #[error("inconsistent ISO: {0}")]
     Inconsistent(String),
-    #[error("writing {}: {error}", path.display())]
-    Write { path: PathBuf, error: WriteError },
-    #[error("the re-mastered image failed verification: {0}")]
-    Verify(String),
+    /// The default kernel arguments of the legacy header cannot lose their `coreos.liveiso=`.
+    #[error("inconsistent ISO")]
+    InconsistentKargs(#[source] LiveIsoKargError),
+    #[error("writing {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: WriteError,
+    },
+    #[error("the re-mastered image failed verification")]
+    Verify(#[source] VerifyError),
+}
+
+/// Why kargs.json cannot be rewritten for the minimal ISO.
+#[derive(Debug, thiserror::Error)]
+pub enum KargsJsonError {
+    #[error("decoding")]
+    Decode(#[source] serde_json::Error),
+    #[error(transparent)]
+    LiveIsoKarg(LiveIsoKargError),
+    #[error("encoding")]
+    Encode(#[source] serde_json::Error),
+    #[error("the rewritten file ({len} bytes) does not fit in the original's {original_len} bytes")]
+    TooLong { len: usize, original_len: usize },
+}
+
+/// Why `coreos.liveiso=` cannot be removed from a command line.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveIsoKargError {
+    #[error("the default kernel arguments have no {LIVEISO_KARG} karg: '{0}'")]
+    Missing(String),
+    #[error(transparent)]
+    Kargs(#[from] kargs::KargsError),
+}
+
+/// How the re-mastered image differs from what was planned.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// It cannot be read back.
+    #[error(transparent)]
+    Iso(#[from] IsoError),
+    #[error("kargs.json")]
+    KargsJson(#[source] serde_json::Error),
+    /// What differs, for a human.
+    #[error("{0}")]
+    Differs(String),
 }
 
 /// What [`remaster_minimal`] did.
@@ -173,7 +223,7 @@ pub fn remaster_minimal(full_iso: &Path, out: &Path) -> Result<RemasterReport, R
     let started = Instant::now();
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |cause| RemasterError::Io { path, cause }
+        move |source| RemasterError::Io { path, source }
     };
     let file = File::open(full_iso).map_err(io_err(full_iso))?;
     refuse_same_file(&file, full_iso, out)?;
@@ -188,7 +238,7 @@ pub fn remaster_minimal(full_iso: &Path, out: &Path) -> Result<RemasterReport, R
     let (temp_path, temp) = create_temp(dir, out)?;
     let result = (|| -> Result<RemasterReport, RemasterError> {
         let mut writer = BufWriter::with_capacity(WRITE_BUFFER, &temp);
-        let write_err = |error| RemasterError::Write { path: temp_path.clone(), error };
+        let write_err = |source| RemasterError::Write { path: temp_path.clone(), source };
         let layout = plan.builder.write_to(&mut writer).map_err(write_err)?;
         writer.flush().map_err(|e| write_err(WriteError::Io(e)))?;
         drop(writer);
@@ -261,7 +311,7 @@ fn plan(iso: &IsoFs, source: SharedSource) -> Result<Plan, RemasterError> {
         }
         // Karg areas known only from the legacy header (RHCOS 4.7/4.8 era).
         Err(e) if e.is_not_found() => {
-            let (default, token) = remove_liveiso(&kargs.default).map_err(RemasterError::Inconsistent)?;
+            let (default, token) = remove_liveiso(&kargs.default).map_err(RemasterError::InconsistentKargs)?;
             (None, default, token)
         }
         Err(e) => return Err(e.into()),
@@ -407,7 +457,7 @@ fn plan(iso: &IsoFs, source: SharedSource) -> Result<Plan, RemasterError> {
     // The new tree.
     let mut builder = IsoBuilder::new(iso.volume_id())
         .and_then(|b| b.system_id(iso.system_id()))
-        .map_err(|error| RemasterError::Unrepresentable { path: "the volume or system id".into(), error })?;
+        .map_err(|source| RemasterError::Unrepresentable { path: "the volume or system id".into(), source })?;
     let mut dates = [0u8; PVD_DATES.end - PVD_DATES.start];
     iso.read_at(16 * SECTOR + PVD_DATES.start as u64, &mut dates, "volume dates")?;
     let (created, modified) = (dates[..17].try_into().unwrap(), dates[17..].try_into().unwrap());
@@ -416,7 +466,7 @@ fn plan(iso: &IsoFs, source: SharedSource) -> Result<Plan, RemasterError> {
     let mut tree = Vec::new();
     let (mut file_count, mut dir_count) = (0, 0);
     for (path, record) in &walk {
-        let unrepresentable = |error| RemasterError::Unrepresentable { path: path.clone(), error };
+        let unrepresentable = |source| RemasterError::Unrepresentable { path: path.clone(), source };
         if record.is_dir {
             builder.add_dir(path).map_err(unrepresentable)?;
             dir_count += 1;
@@ -445,10 +495,11 @@ fn plan(iso: &IsoFs, source: SharedSource) -> Result<Plan, RemasterError> {
     }
     builder
         .set_boot(BootSetup { catalog_path: catalog_path.clone(), catalog, boot_info_table })
-        .map_err(|error| RemasterError::Unrepresentable { path: "the El Torito boot setup".into(), error })?;
+        .map_err(|source| RemasterError::Unrepresentable { path: "the El Torito boot setup".into(), source })?;
     // Surface layout problems (names, depth, boot setup) as such, before creating any file.
-    let layout =
-        builder.layout().map_err(|error| RemasterError::Unrepresentable { path: "the image layout".into(), error })?;
+    let layout = builder
+        .layout()
+        .map_err(|source| RemasterError::Unrepresentable { path: "the image layout".into(), source })?;
     debug_assert_eq!(file_count + dir_count, tree.len());
 
     let legacy_headers = if write_legacy {
@@ -471,7 +522,7 @@ fn plan(iso: &IsoFs, source: SharedSource) -> Result<Plan, RemasterError> {
         area.extend_from_slice(&header);
         builder
             .system_area(area.clone())
-            .map_err(|error| RemasterError::Unrepresentable { path: "the legacy headers".into(), error })?;
+            .map_err(|source| RemasterError::Unrepresentable { path: "the legacy headers".into(), source })?;
         Some(header)
     } else {
         None
@@ -524,16 +575,16 @@ struct KargsJsonFile {
 /// new bytes, the new default and the removed token.
 fn rewrite_kargs_json(original: &[u8]) -> Result<(Vec<u8>, String, String), RemasterError> {
     let mut info: KargsJson =
-        serde_json::from_slice(original).map_err(|e| RemasterError::KargsJson(format!("decoding: {e}")))?;
-    let (default, token) = remove_liveiso(&info.default).map_err(RemasterError::KargsJson)?;
+        serde_json::from_slice(original).map_err(|e| RemasterError::KargsJson(KargsJsonError::Decode(e)))?;
+    let (default, token) =
+        remove_liveiso(&info.default).map_err(|e| RemasterError::KargsJson(KargsJsonError::LiveIsoKarg(e)))?;
     info.default = default;
-    let json = serde_json::to_string_pretty(&info).map_err(|e| RemasterError::KargsJson(format!("encoding: {e}")))?;
+    let json = serde_json::to_string_pretty(&info).map_err(|e| RemasterError::KargsJson(KargsJsonError::Encode(e)))?;
     if json.len() > original.len() {
-        return Err(RemasterError::KargsJson(format!(
-            "the rewritten file ({} bytes) does not fit in the original's {} bytes",
-            json.len(),
-            original.len()
-        )));
+        return Err(RemasterError::KargsJson(KargsJsonError::TooLong {
+            len: json.len(),
+            original_len: original.len(),
+        }));
     }
     let mut bytes = json.into_bytes();
     bytes.resize(original.len(), b' ');
@@ -541,26 +592,27 @@ fn rewrite_kargs_json(original: &[u8]) -> Result<(Vec<u8>, String, String), Rema
 }
 
 /// `kargs` without its `coreos.liveiso=` token (coreos-installer's karg deletion), and the token.
-fn remove_liveiso(kargs: &str) -> Result<(String, String), String> {
+fn remove_liveiso(kargs: &str) -> Result<(String, String), LiveIsoKargError> {
     let token = kargs
         .split_ascii_whitespace()
         .find(|karg| karg.starts_with(LIVEISO_KARG))
-        .ok_or_else(|| format!("the default kernel arguments have no {LIVEISO_KARG} karg: '{kargs}'"))?
+        .ok_or_else(|| LiveIsoKargError::Missing(kargs.to_string()))?
         .to_string();
-    let without = kargs::apply_ops(kargs, &[KargOp::Delete(token.clone())]).map_err(|e| e.to_string())?;
+    let without = kargs::apply_ops(kargs, &[KargOp::Delete(token.clone())])?;
     Ok((without, token))
 }
 
 /// Reads the output back and checks it against the plan; builds the report.
 fn verify(plan: &Plan, layout: &Layout, path: &Path) -> Result<RemasterReport, RemasterError> {
-    let fail = |what: String| RemasterError::Verify(what);
-    let file = File::open(path).map_err(|cause| RemasterError::Io { path: path.to_path_buf(), cause })?;
-    let iso = IsoFs::open(file).map_err(|e| fail(e.to_string()))?;
+    let fail = |what: String| RemasterError::Verify(VerifyError::Differs(what));
+    let unreadable = |e: IsoError| RemasterError::Verify(VerifyError::Iso(e));
+    let file = File::open(path).map_err(|source| RemasterError::Io { path: path.to_path_buf(), source })?;
+    let iso = IsoFs::open(file).map_err(unreadable)?;
     if iso.volume_id() != plan.volume_id || iso.system_id() != plan.system_id {
         return Err(fail(format!("volume/system id {:?}/{:?}", iso.volume_id(), iso.system_id())));
     }
 
-    let walk = iso.walk().map_err(|e| fail(e.to_string()))?;
+    let walk = iso.walk().map_err(unreadable)?;
     let found: Vec<(String, bool, Option<u32>)> = walk
         .iter()
         .map(|(p, r)| (p.clone(), r.is_dir, (!r.is_dir && Some(p) != plan.catalog_path.as_ref()).then_some(r.length)))
@@ -570,9 +622,8 @@ fn verify(plan: &Plan, layout: &Layout, path: &Path) -> Result<RemasterReport, R
     }
     let record = |path: &str| layout.get(path).ok_or_else(|| fail(format!("{path} is not in the layout")));
 
-    let el_torito = eltorito::read_el_torito(&iso)
-        .map_err(|e| fail(e.to_string()))?
-        .ok_or_else(|| fail("no El Torito boot record".into()))?;
+    let el_torito =
+        eltorito::read_el_torito(&iso).map_err(unreadable)?.ok_or_else(|| fail("no El Torito boot record".into()))?;
     if Some(el_torito.catalog_lba) != layout.boot_catalog_lba {
         return Err(fail(format!("the boot record points at block {}", el_torito.catalog_lba)));
     }
@@ -595,7 +646,7 @@ fn verify(plan: &Plan, layout: &Layout, path: &Path) -> Result<RemasterReport, R
         }
         if *info_table {
             let mut table = [0u8; 12];
-            iso.read_at(image_record.byte_offset() + 8, &mut table, image).map_err(|e| fail(e.to_string()))?;
+            iso.read_at(image_record.byte_offset() + 8, &mut table, image).map_err(unreadable)?;
             let expected = [eltorito::PVD_LBA, image_record.lba, image_record.length];
             if table.chunks(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).ne(expected) {
                 return Err(fail(format!("the boot info table of {image} is wrong")));
@@ -617,7 +668,7 @@ fn verify(plan: &Plan, layout: &Layout, path: &Path) -> Result<RemasterReport, R
     for (file, offset, expected) in &plan.karg_areas {
         let at = record(file)?.byte_offset() + offset;
         let mut bytes = vec![0u8; expected.len()];
-        iso.read_at(at, &mut bytes, "karg area").map_err(|e| fail(e.to_string()))?;
+        iso.read_at(at, &mut bytes, "karg area").map_err(unreadable)?;
         if &bytes != expected {
             return Err(fail(format!("the karg area in {file} at offset {offset} differs from the full ISO's")));
         }
@@ -627,26 +678,27 @@ fn verify(plan: &Plan, layout: &Layout, path: &Path) -> Result<RemasterReport, R
     let (file, offset, len) = &plan.ignition;
     let ignition_area = Area { offset: record(file)?.byte_offset() + offset, len: *len };
     let mut zeros = vec![0u8; *len as usize];
-    iso.read_at(ignition_area.offset, &mut zeros, "Ignition area").map_err(|e| fail(e.to_string()))?;
+    iso.read_at(ignition_area.offset, &mut zeros, "Ignition area").map_err(unreadable)?;
     if zeros.iter().any(|b| *b != 0) {
         return Err(fail("the Ignition area is not empty".into()));
     }
     let kargs_json = match &plan.legacy_headers {
-        None => iso
-            .read_file(&iso.get_path(KARGS_JSON_PATH).map_err(|e| fail(e.to_string()))?, KARGS_JSON_LIMIT)
-            .map_err(|e| fail(e.to_string()))?,
+        None => {
+            iso.read_file(&iso.get_path(KARGS_JSON_PATH).map_err(unreadable)?, KARGS_JSON_LIMIT).map_err(unreadable)?
+        }
         Some(_) => Vec::new(),
     };
     match &plan.legacy_headers {
         None => {
-            let info: KargsJson = serde_json::from_slice(&kargs_json).map_err(|e| fail(format!("kargs.json: {e}")))?;
+            let info: KargsJson =
+                serde_json::from_slice(&kargs_json).map_err(|e| RemasterError::Verify(VerifyError::KargsJson(e)))?;
             if info.default != plan.new_default {
                 return Err(fail(format!("kargs.json default is '{}'", info.default)));
             }
         }
         Some(expected) => {
             let mut header = vec![0u8; expected.len()];
-            iso.read_at(LEGACY_HEADERS_OFFSET, &mut header, "legacy headers").map_err(|e| fail(e.to_string()))?;
+            iso.read_at(LEGACY_HEADERS_OFFSET, &mut header, "legacy headers").map_err(unreadable)?;
             let areas: Vec<u64> = (3..3 + LEGACY_MAX_AREAS)
                 .map(|i| u64::from_le_bytes(header[8 * i..8 * i + 8].try_into().unwrap()))
                 .take_while(|offset| *offset != 0)
@@ -692,7 +744,7 @@ fn refuse_same_file(input: &File, input_path: &Path, out: &Path) -> Result<(), R
     if a.dev() == b.dev() && a.ino() == b.ino() {
         return Err(RemasterError::Io {
             path: out.to_path_buf(),
-            cause: io::Error::new(
+            source: io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!("is the full ISO {} itself; choose another output path", input_path.display()),
             ),
@@ -711,13 +763,14 @@ fn create_temp(dir: &Path, out: &Path) -> Result<(PathBuf, File), RemasterError>
         .write(true)
         .create_new(true)
         .open(&path)
-        .map_err(|cause| RemasterError::Io { path: path.clone(), cause })?;
+        .map_err(|source| RemasterError::Io { path: path.clone(), source })?;
     Ok((path, file))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::errors::chain;
 
     #[test]
     fn kargs_json_rewrite_matches_coreos_installer() {
@@ -754,14 +807,16 @@ mod tests {
 
     #[test]
     fn kargs_json_without_liveiso_is_refused() {
-        let err = rewrite_kargs_json(br#"{"default": "a b", "files": [], "size": 10}"#).unwrap_err();
-        assert!(err.to_string().contains("no coreos.liveiso= karg"), "{err}");
-        let err = rewrite_kargs_json(b"{").unwrap_err();
-        assert!(err.to_string().starts_with("kargs.json: decoding"), "{err}");
+        let err =
+            chain(&rewrite_kargs_json(br#"{"default": "a b", "files": [], "size": 10}"#).unwrap_err()).to_string();
+        assert!(err.contains("no coreos.liveiso= karg"), "{err}");
+        let err = chain(&rewrite_kargs_json(b"{").unwrap_err()).to_string();
+        assert!(err.starts_with("kargs.json: decoding"), "{err}");
         // Pretty-printing a compact file can make it longer than the original.
         let err =
             rewrite_kargs_json(br#"{"default":"coreos.liveiso=x a","files":[{"path":"p","offset":1}],"size":99}"#)
                 .unwrap_err();
-        assert!(err.to_string().contains("does not fit"), "{err}");
+        let err = chain(&err).to_string();
+        assert!(err.contains("does not fit"), "{err}");
     }
 }

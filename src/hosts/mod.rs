@@ -33,9 +33,9 @@ macro_rules! host_statuses {
         }
 
         impl std::str::FromStr for HostStatus {
-            type Err = String;
-            fn from_str(s: &str) -> Result<HostStatus, String> {
-                match s { $($text => Ok(HostStatus::$variant),)* other => Err(format!("unknown host status {other:?}")) }
+            type Err = UnknownHostStatus;
+            fn from_str(s: &str) -> Result<HostStatus, UnknownHostStatus> {
+                match s { $($text => Ok(HostStatus::$variant),)* other => Err(UnknownHostStatus(other.to_string())) }
             }
         }
     };
@@ -70,6 +70,11 @@ host_statuses! {
     DisconnectedUnbound => "disconnected-unbound",
     DisabledUnbound => "disabled-unbound",
 }
+
+/// A host status string that is none of [`HostStatus`]'s.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown host status {0:?}")]
+pub struct UnknownHostStatus(pub String);
 
 impl std::fmt::Display for HostStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

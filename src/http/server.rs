@@ -29,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use super::{Admission, Body, Completion, Handler, RouteLabel};
+use crate::errors::chain;
 use crate::plan::{BaseFile, Segment, ZEROS};
 
 /// Limits every connection gets, on either path (ours and hyper's).
@@ -146,7 +147,7 @@ pub async fn serve<H: Handler>(
                 Ok(s) => s,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    tracing::warn!("accept failed: {}", chain(&e));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -170,7 +171,7 @@ pub async fn serve<H: Handler>(
                 }
             };
             if let Err(e) = result {
-                tracing::debug!("connection ended: {e}");
+                tracing::debug!("connection ended: {}", chain(&e));
             }
         });
     }

@@ -50,7 +50,7 @@ impl<S: Store> Images<S> {
     /// The Ignition embed area's new bytes: the Ignition archive, the static-network ramdisk, zeros.
     fn embed_area(&self, area: Area, content: &DiscoveryContent) -> Result<Vec<Segment>, ImageError> {
         let ign = content.archive.bytes.len();
-        crate::content::ignition::check_archive_size(ign, area.len).map_err(|e| ImageError::Invalid(e.to_string()))?;
+        crate::content::ignition::check_archive_size(ign, area.len).map_err(ImageError::IgnitionArchive)?;
         let ram = content.ramdisk.as_ref().map(|r| r.bytes.len()).unwrap_or(0);
         if (ign + ram) as u64 > area.len {
             return Err(ImageError::Invalid(format!(
@@ -78,7 +78,7 @@ impl<S: Store> Images<S> {
         content: &DiscoveryContent,
         kind: ImageType,
     ) -> Result<Representation, ImageError> {
-        base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        base.check_unchanged()?;
         let template;
         let (plan, live, kargs): (Plan, &LiveIso, Option<String>) = match kind {
             ImageType::FullIso => (Plan::from_file(&base.file), &base.live, None),
@@ -99,17 +99,16 @@ impl<S: Store> Images<S> {
                 )));
             };
             let current = kargs.unwrap_or_else(|| areas.current.clone());
-            let new = crate::formats::kargs::apply_ops(&current, &content.karg_ops)
-                .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
+            let kargs_error = |source| ImageError::KernelArguments { index: None, source };
+            let new = crate::formats::kargs::apply_ops(&current, &content.karg_ops).map_err(kargs_error)?;
             for a in &areas.areas {
-                let bytes = crate::formats::kargs::render_area(&new, areas.size, a.end, a.pad)
-                    .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?;
+                let bytes = crate::formats::kargs::render_area(&new, areas.size, a.end, a.pad).map_err(kargs_error)?;
                 let part = self.shared_part(bytes);
                 let len = part.bytes.len();
                 overlays.push((a.offset, vec![Segment::Part { part, offset: 0, len }]));
             }
         }
-        let plan = plan.overlay(&mut overlays).map_err(ImageError::Internal)?;
+        let plan = plan.overlay(&mut overlays)?;
         Ok(Representation {
             etag: hex::encode(plan.digest()),
             plan,
@@ -153,12 +152,12 @@ impl<S: Store> Images<S> {
         base: &BaseImage,
         content: &DiscoveryContent,
     ) -> Result<Representation, ImageError> {
-        base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        base.check_unchanged()?;
         crate::content::ignition::check_archive_size(
             content.archive.bytes.len(),
             crate::content::ignition::IGNITION_ARCHIVE_LIMIT as u64,
         )
-        .map_err(|e| ImageError::Invalid(e.to_string()))?;
+        .map_err(ImageError::IgnitionArchive)?;
         let initrd = base.live.initrd;
         let mut b = PlanBuilder::default();
         b.file(&base.file, initrd.offset, initrd.len);
@@ -193,7 +192,7 @@ impl<S: Store> Images<S> {
         let initrd = self.pxe_initrd(ie, base, content)?;
         let mut bytes = vec![0u8; 8];
         std::os::unix::fs::FileExt::read_exact_at(&base.file.file, &mut bytes, area.offset)
-            .map_err(|e| ImageError::Internal(format!("reading initrd.addrsize: {e}")))?;
+            .map_err(|source| ImageError::Io { what: "reading initrd.addrsize".into(), source })?;
         bytes.extend_from_slice(&initrd.plan.len().to_be_bytes());
         let plan = Plan::from_part(Arc::new(Part::new(bytes)));
         Ok(Representation {
@@ -207,7 +206,7 @@ impl<S: Store> Images<S> {
 
     /// Kernel or rootfs of a base image, as they are.
     pub fn boot_artifact(&self, base: &BaseImage, which: BootArtifact) -> Result<Representation, ImageError> {
-        base.check_unchanged().map_err(ImageError::BaseChanged)?;
+        base.check_unchanged()?;
         let (area, name) = match which {
             BootArtifact::Kernel => (base.live.kernel, "vmlinuz"),
             // The catalog only loads images with a rootfs.

@@ -20,7 +20,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::formats::liveiso::LiveIso;
+use crate::errors::chain;
+use crate::formats::liveiso::{LiveIso, LiveIsoError};
 use crate::plan::BaseFile;
 use crate::resources::normalize_arch;
 
@@ -47,6 +48,7 @@ impl std::fmt::Display for ImageSource {
     }
 }
 
+// The error is the message of a command-line value (clap shows it as it is); nothing else uses it.
 impl std::str::FromStr for OsImageSpec {
     type Err = String;
 
@@ -108,6 +110,48 @@ impl FileIdentity {
     }
 }
 
+/// Why a catalog image could not be loaded; its Display says what failed, its source why.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot open")]
+    Open(#[source] std::io::Error),
+    #[error("cannot stat")]
+    Stat(#[source] std::io::Error),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// Not a CoreOS live ISO we can serve.
+    #[error(transparent)]
+    Inspect(#[from] LiveIsoError),
+    #[error("missing {}", crate::formats::liveiso::ROOTFS_PATH)]
+    NoRootfs,
+    #[error("reading for checksum")]
+    Checksum(#[source] std::io::Error),
+    #[error(transparent)]
+    Download(#[from] download::DownloadError),
+    #[error("loading panicked")]
+    Panicked(#[source] tokio::task::JoinError),
+    #[error("content SHA-256 {found} does not match the expected {expected}")]
+    WrongDigest { found: String, expected: String },
+}
+
+/// The file of a loaded base image is no longer the one that was loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum BaseImageChanged {
+    #[error(
+        "base image {} changed on disk since it was loaded; restart bootstream to load the new file",
+        .path.display()
+    )]
+    Changed { path: PathBuf },
+    #[error("base image {} is gone", .path.display())]
+    Gone {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// A loaded, validated base image.
 #[derive(Debug)]
 pub struct BaseImage {
@@ -129,18 +173,18 @@ impl BaseImage {
 
     /// Opens and validates `path`. The content hash comes from `digests` when the file is unchanged
     /// since it was last hashed, so restarts do not re-read every image.
-    pub fn load(version: &str, arch: &str, path: &Path, digests: &DigestCache) -> Result<BaseImage, String> {
-        let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    pub fn load(version: &str, arch: &str, path: &Path, digests: &DigestCache) -> Result<BaseImage, LoadError> {
+        let file = File::open(path).map_err(LoadError::Open)?;
+        let meta = file.metadata().map_err(LoadError::Stat)?;
         if !meta.is_file() {
-            return Err("not a regular file".into());
+            return Err(LoadError::NotAFile);
         }
         let identity = FileIdentity::of(&meta);
-        let live = LiveIso::inspect(file.try_clone().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        let live = LiveIso::inspect(file.try_clone().map_err(LoadError::Io)?)?;
         if live.rootfs.is_none() {
-            return Err(format!("missing {}", crate::formats::liveiso::ROOTFS_PATH));
+            return Err(LoadError::NoRootfs);
         }
-        let sha256 = digests.get_or_compute(path, identity, &file)?;
+        let sha256 = digests.get_or_compute(path, identity, &file).map_err(LoadError::Checksum)?;
         let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         Ok(BaseImage {
             version: version.to_string(),
@@ -153,14 +197,11 @@ impl BaseImage {
     }
 
     /// Fails if the file at our path is no longer the file we loaded.
-    pub fn check_unchanged(&self) -> Result<(), String> {
+    pub fn check_unchanged(&self) -> Result<(), BaseImageChanged> {
         match std::fs::metadata(&self.file.path) {
             Ok(meta) if FileIdentity::of(&meta) == self.identity => Ok(()),
-            Ok(_) => Err(format!(
-                "base image {} changed on disk since it was loaded; restart bootstream to load the new file",
-                self.file.path.display()
-            )),
-            Err(e) => Err(format!("base image {} is gone: {e}", self.file.path.display())),
+            Ok(_) => Err(BaseImageChanged::Changed { path: self.file.path.clone() }),
+            Err(source) => Err(BaseImageChanged::Gone { path: self.file.path.clone(), source }),
         }
     }
 }
@@ -194,7 +235,8 @@ impl DigestCache {
         DigestCache { path: Some(path), entries: Mutex::new(entries) }
     }
 
-    pub fn get_or_compute(&self, path: &Path, identity: FileIdentity, file: &File) -> Result<[u8; 32], String> {
+    /// The SHA-256 of `file` (at `path`, with `identity`): from the cache, else read and remembered.
+    pub fn get_or_compute(&self, path: &Path, identity: FileIdentity, file: &File) -> std::io::Result<[u8; 32]> {
         if let Some((id, sha)) = self.entries.lock().unwrap().get(path)
             && *id == identity
             && let Ok(bytes) = hex::decode(sha)
@@ -203,7 +245,7 @@ impl DigestCache {
             return Ok(arr);
         }
         let started = std::time::Instant::now();
-        let digest = sha256_file(file).map_err(|e| format!("reading for checksum: {e}"))?;
+        let digest = sha256_file(file)?;
         tracing::info!(path = %path.display(), elapsed_ms = started.elapsed().as_millis() as u64, "hashed base image");
         self.insert(path, identity, digest);
         Ok(digest)
@@ -221,7 +263,7 @@ impl DigestCache {
             let ok = std::fs::write(&tmp, serde_json::to_vec_pretty(&list).expect("serializable"))
                 .and_then(|_| std::fs::rename(&tmp, cache_path));
             if let Err(e) = ok {
-                tracing::warn!("cannot save {}: {e}", cache_path.display());
+                tracing::warn!("cannot save {}: {}", cache_path.display(), chain(&e));
             }
         }
     }
@@ -245,7 +287,7 @@ pub fn sha256_file(file: &File) -> std::io::Result<[u8; 32]> {
 pub enum EntryState {
     Loading,
     Ready(Arc<BaseImage>),
-    Failed(String),
+    Failed(Arc<LoadError>),
 }
 
 #[derive(Clone, Debug)]
@@ -311,9 +353,9 @@ impl Catalog {
                     version = %e.spec.version, arch = %e.spec.arch, path = %img.path().display(),
                     volume_id = %img.live.volume_id, "OS image ready"
                 ),
-                EntryState::Failed(reason) => tracing::error!(
+                EntryState::Failed(error) => tracing::error!(
                     version = %e.spec.version, arch = %e.spec.arch, source = %e.spec.source,
-                    "OS image not served: {reason}"
+                    "OS image not served: {}: {}", e.spec.source, chain(&**error)
                 ),
                 EntryState::Loading => {}
             }
@@ -331,7 +373,7 @@ impl Catalog {
             let line = match &e.state {
                 EntryState::Ready(img) => format!("{v} {a} ready {}", img.path().display()),
                 EntryState::Loading => format!("{v} {a} loading {}", e.spec.source),
-                EntryState::Failed(reason) => format!("{v} {a} failed: {reason}"),
+                EntryState::Failed(error) => format!("{v} {a} failed: {}: {}", e.spec.source, chain(&**error)),
             };
             out.push_str(&line);
             out.push('\n');
@@ -437,7 +479,7 @@ pub async fn load_all(catalog: Arc<Catalog>, images_dir: PathBuf, digests: Arc<D
             let spec = entry.spec;
             let state = match load_one(&spec, &images_dir, digests).await {
                 Ok(img) => EntryState::Ready(Arc::new(img)),
-                Err(reason) => EntryState::Failed(format!("{}: {reason}", spec.source)),
+                Err(error) => EntryState::Failed(Arc::new(error)),
             };
             catalog.set_state(index, state);
         }));
@@ -447,7 +489,7 @@ pub async fn load_all(catalog: Arc<Catalog>, images_dir: PathBuf, digests: Arc<D
     }
 }
 
-async fn load_one(spec: &OsImageSpec, images_dir: &Path, digests: Arc<DigestCache>) -> Result<BaseImage, String> {
+async fn load_one(spec: &OsImageSpec, images_dir: &Path, digests: Arc<DigestCache>) -> Result<BaseImage, LoadError> {
     let (path, expected) = match &spec.source {
         ImageSource::Path(p) => (p.clone(), None),
         ImageSource::Url { url, sha256 } => {
@@ -458,11 +500,11 @@ async fn load_one(spec: &OsImageSpec, images_dir: &Path, digests: Arc<DigestCach
     let (version, arch) = (spec.version.clone(), spec.arch.clone());
     let img = tokio::task::spawn_blocking(move || BaseImage::load(&version, &arch, &path, &digests))
         .await
-        .map_err(|e| format!("loading panicked: {e}"))??;
+        .map_err(LoadError::Panicked)??;
     if let Some(expected) = expected
         && img.sha256_hex() != expected
     {
-        return Err(format!("content SHA-256 {} does not match the expected {expected}", img.sha256_hex()));
+        return Err(LoadError::WrongDigest { found: img.sha256_hex(), expected });
     }
     Ok(img)
 }
@@ -487,6 +529,31 @@ pub mod download {
 
     use super::{DigestCache, FileIdentity};
 
+    /// Why an image could not be downloaded; its Display says what failed, its source why.
+    #[derive(Debug, thiserror::Error)]
+    pub enum DownloadError {
+        #[error("creating {}", .0.display())]
+        CreateDir(PathBuf, #[source] std::io::Error),
+        #[error("HTTP client")]
+        Client(#[source] reqwest::Error),
+        #[error("downloading")]
+        Request(#[source] reqwest::Error),
+        #[error("downloading: HTTP {0}")]
+        Status(http::StatusCode),
+        #[error("creating {}", .0.display())]
+        Create(PathBuf, #[source] std::io::Error),
+        #[error("locking {}", .0.display())]
+        Lock(PathBuf, #[source] std::io::Error),
+        #[error("writing {}", .0.display())]
+        Write(PathBuf, #[source] std::io::Error),
+        #[error("downloading: got {got} bytes, expected {expected}")]
+        Length { got: u64, expected: u64 },
+        #[error("downloaded content has SHA-256 {found}, expected {expected}")]
+        Digest { found: String, expected: String },
+        #[error("renaming into place")]
+        Rename(#[source] std::io::Error),
+    }
+
     /// One download at a time per digest: several catalog entries may name the same image (from the same
     /// or from different URLs); the first to finish provides it to the others.
     fn digest_lock(sha256: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -496,7 +563,7 @@ pub mod download {
     }
 
     /// Returns the path of the verified image named by its SHA-256 in `dir`, downloading it if needed.
-    pub async fn fetch(url: &str, sha256: &str, dir: &Path, digests: &DigestCache) -> Result<PathBuf, String> {
+    pub async fn fetch(url: &str, sha256: &str, dir: &Path, digests: &DigestCache) -> Result<PathBuf, DownloadError> {
         let dest = dir.join(format!("{sha256}.iso"));
         let lock = digest_lock(sha256);
         let _guard = lock.lock().await;
@@ -504,13 +571,13 @@ pub mod download {
         if tokio::fs::metadata(&dest).await.is_ok() {
             return Ok(dest);
         }
-        tokio::fs::create_dir_all(dir).await.map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        tokio::fs::create_dir_all(dir).await.map_err(|e| DownloadError::CreateDir(dir.to_path_buf(), e))?;
         let tmp = dir.join(format!("{}{}", partial_prefix(sha256), uuid::Uuid::new_v4()));
         let result = download_to(url, sha256, &tmp).await;
         match result {
             // The file stays open (and locked) until it has its final name.
             Ok((digest, _locked)) => {
-                tokio::fs::rename(&tmp, &dest).await.map_err(|e| format!("renaming into place: {e}"))?;
+                tokio::fs::rename(&tmp, &dest).await.map_err(DownloadError::Rename)?;
                 if let Ok(dirf) = std::fs::File::open(dir) {
                     let _ = dirf.sync_all();
                 }
@@ -555,15 +622,15 @@ pub mod download {
     }
 
     /// Downloads `url` into `tmp` and returns its digest and the still open, locked file.
-    async fn download_to(url: &str, sha256: &str, tmp: &Path) -> Result<([u8; 32], tokio::fs::File), String> {
+    async fn download_to(url: &str, sha256: &str, tmp: &Path) -> Result<([u8; 32], tokio::fs::File), DownloadError> {
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(30))
             .read_timeout(std::time::Duration::from_secs(120))
             .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
-        let resp = client.get(url).send().await.map_err(|e| format!("downloading: {e}"))?;
+            .map_err(DownloadError::Client)?;
+        let resp = client.get(url).send().await.map_err(DownloadError::Request)?;
         if !resp.status().is_success() {
-            return Err(format!("downloading: HTTP {}", resp.status()));
+            return Err(DownloadError::Status(resp.status()));
         }
         let expected_len = resp.content_length();
         let bar =
@@ -573,30 +640,30 @@ pub mod download {
                 .expect("valid template"),
         );
         bar.set_message(format!("downloading {url}"));
-        let mut file = tokio::fs::File::create(tmp).await.map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        let mut file = tokio::fs::File::create(tmp).await.map_err(|e| DownloadError::Create(tmp.to_path_buf(), e))?;
         if !try_lock(&file) {
-            return Err(format!("locking {}: {}", tmp.display(), std::io::Error::last_os_error()));
+            return Err(DownloadError::Lock(tmp.to_path_buf(), std::io::Error::last_os_error()));
         }
         let mut hasher = Sha256::new();
         let mut got = 0u64;
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("downloading: {e}"))?;
+            let chunk = chunk.map_err(DownloadError::Request)?;
             hasher.update(&chunk);
-            file.write_all(&chunk).await.map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+            file.write_all(&chunk).await.map_err(|e| DownloadError::Write(tmp.to_path_buf(), e))?;
             got += chunk.len() as u64;
             bar.set_position(got);
         }
-        file.sync_all().await.map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        file.sync_all().await.map_err(|e| DownloadError::Write(tmp.to_path_buf(), e))?;
         bar.finish_and_clear();
         if let Some(n) = expected_len
             && n != got
         {
-            return Err(format!("downloading: got {got} bytes, expected {n}"));
+            return Err(DownloadError::Length { got, expected: n });
         }
         let digest: [u8; 32] = hasher.finalize().into();
         if hex::encode(digest) != sha256 {
-            return Err(format!("downloaded content has SHA-256 {}, expected {sha256}", hex::encode(digest)));
+            return Err(DownloadError::Digest { found: hex::encode(digest), expected: sha256.to_string() });
         }
         tracing::info!(url, bytes = got, "downloaded OS image");
         Ok((digest, file))

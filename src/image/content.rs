@@ -183,13 +183,24 @@ pub fn host_static_config(c: &NMStateConfig) -> crate::content::staticnet::HostS
     host
 }
 
+/// Why a pull secret is not a Docker config JSON with auths.
+#[derive(Debug, thiserror::Error)]
+pub enum PullSecretError {
+    #[error("not JSON")]
+    NotJson(#[source] serde_json::Error),
+    #[error("no \"auths\" object")]
+    NoAuths,
+    #[error("auths.{registry}: no \"auth\" string")]
+    NoAuth { registry: String },
+}
+
 /// A pull secret must be a Docker config JSON with an `auths` map (assisted-service checks the same).
-fn validate_pull_secret(text: &str) -> Result<(), String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let auths = v.get("auths").and_then(|a| a.as_object()).ok_or("no \"auths\" object")?;
+fn validate_pull_secret(text: &str) -> Result<(), PullSecretError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(PullSecretError::NotJson)?;
+    let auths = v.get("auths").and_then(|a| a.as_object()).ok_or(PullSecretError::NoAuths)?;
     for (registry, entry) in auths {
         if entry.get("auth").and_then(|a| a.as_str()).is_none() {
-            return Err(format!("auths.{registry}: no \"auth\" string"));
+            return Err(PullSecretError::NoAuth { registry: registry.clone() });
         }
     }
     Ok(())
@@ -281,7 +292,8 @@ impl<S: Store> Images<S> {
         if let Err(e) = self.content(ie).await {
             tracing::debug!(
                 infraenv = ie.metadata.uid.as_deref().unwrap_or_default(),
-                "no content ahead of the create: {e}"
+                "no content ahead of the create: {}",
+                crate::errors::chain(&e)
             );
         }
     }
@@ -318,11 +330,9 @@ impl<S: Store> Images<S> {
         }
         let secret_name = &ie.spec.pull_secret_ref.name;
         let secret: Option<Secret> = self.store.get(ns, secret_name).await?;
-        let secret = secret.ok_or_else(|| {
-            ImageError::Invalid(format!(
-                "failed to find secret {secret_name}: {}",
-                StoreError::not_found::<Secret>(secret_name)
-            ))
+        let secret = secret.ok_or_else(|| ImageError::NoPullSecret {
+            secret: secret_name.clone(),
+            source: StoreError::not_found::<Secret>(secret_name),
         })?;
         let nmstate = self.selected_nmstate_configs(ie).await?;
         let ironic_enabled = ironic::enabled(ie);
@@ -411,7 +421,7 @@ impl<S: Store> Images<S> {
             ImageError::Invalid(format!("secret {secret_name} did not contain key {DOCKER_CONFIG_JSON_KEY}"))
         })?;
         validate_pull_secret(&pull_secret)
-            .map_err(|e| ImageError::Invalid(format!("invalid pull secret data in secret {secret_name}: {e}")))?;
+            .map_err(|source| ImageError::PullSecret { secret: secret_name.clone(), source })?;
         let proxy = ie.spec.proxy.as_ref().and_then(|p| {
             let proxy = crate::content::ignition::Proxy {
                 http_proxy: non_empty(&p.http_proxy),
@@ -431,7 +441,7 @@ impl<S: Store> Images<S> {
             // Checked before anything is built: an argument that would read differently to iPXE,
             // GRUB or the kernel refuses the whole image (every artifact carries the arguments).
             crate::formats::kargs::check_op(&op)
-                .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments[{i}]: {e}")))?;
+                .map_err(|source| ImageError::KernelArguments { index: Some(i), source })?;
             if let KargOp::Append(arg) = &op {
                 karg_appends.push(arg.clone());
             }
@@ -446,7 +456,7 @@ impl<S: Store> Images<S> {
             self.ignition_part(&ie, &uid, pull_secret, proxy, icc.as_ref(), has_static_network)
         });
         let (network, ignition) = tokio::join!(network, ignition);
-        let joined = |e: tokio::task::JoinError| ImageError::Internal(format!("building the discovery content: {e}"));
+        let joined = |source| ImageError::Task { what: "building the discovery content", source };
         // The static network's errors first: they are the user's to fix, and the likelier.
         let network = network.map_err(joined)??;
         let (ignition, archive) = ignition.map_err(joined)??;
@@ -486,12 +496,11 @@ impl<S: Store> Images<S> {
                 no_proxy: p.no_proxy.as_deref(),
             }),
         )
-        .map_err(|e| ImageError::Invalid(format!("static network config: {e}")))?;
+        .map_err(ImageError::StaticNetwork)?;
         let ramdisk = if entries.is_empty() {
             None
         } else {
-            let bytes = crate::content::staticnet::archive(&entries)
-                .map_err(|e| ImageError::Internal(format!("static network ramdisk: {e}")))?;
+            let bytes = crate::content::staticnet::archive(&entries).map_err(ImageError::StaticNetworkRamdisk)?;
             Some(self.shared_part(bytes))
         };
         let files = (!nmstate.is_empty()).then(|| StaticNetworkFiles {
@@ -542,10 +551,7 @@ impl<S: Store> Images<S> {
                 no_proxy: proxy.as_ref().and_then(|p| p.no_proxy.clone()),
                 has_static_network,
             };
-            Some(
-                ironic::ignition_fragment(&cfg)
-                    .map_err(|e| ImageError::Invalid(format!("Could not add ironic agent to image: {e}")))?,
-            )
+            Some(ironic::ignition_fragment(&cfg).map_err(ImageError::Ironic)?)
         } else {
             None
         };
@@ -570,8 +576,7 @@ impl<S: Store> Images<S> {
             insecure_skip_verify: false,
             ca_cert_pem: self.config.service_ca_cert_pem.clone(),
         };
-        let ignition = crate::content::ignition::render_discovery_ignition(&input)
-            .map_err(|e| ImageError::Invalid(format!("discovery ignition: {e}")))?;
+        let ignition = crate::content::ignition::render_discovery_ignition(&input).map_err(ImageError::Ignition)?;
         let archive = self.shared_part(crate::formats::initrd::ignition_archive(ignition.as_bytes()));
         Ok((ignition.into(), archive))
     }

@@ -1,6 +1,8 @@
 //! The iPXE script of an InfraEnv and the kernel command line it carries, checked to read back as
 //! exactly what was meant.
 
+use std::sync::Arc;
+
 use super::{DiscoveryContent, ImageError};
 
 /// Fixed kernel arguments of the iPXE boot script (spec-controllers.md §8.1).
@@ -19,7 +21,7 @@ pub fn ipxe_kernel_arguments(rootfs_url: &str, content: &DiscoveryContent) -> Re
         kargs
     } else {
         crate::formats::kargs::apply_ops(&kargs, &content.karg_ops)
-            .map_err(|e| ImageError::Invalid(format!("spec.kernelArguments: {e}")))?
+            .map_err(|source| ImageError::KernelArguments { index: None, source })?
     };
     if kargs.len() >= KERNEL_COMMAND_LINE_MAX {
         return Err(ImageError::Invalid(format!(
@@ -34,24 +36,25 @@ pub fn ipxe_kernel_arguments(rootfs_url: &str, content: &DiscoveryContent) -> Re
 /// The iPXE script that boots `kernel_url` with `kargs` and `initrd_url`, checked to read back as
 /// exactly those four commands (see [`check_ipxe_script`]).
 pub fn render_ipxe_script(initrd_url: &str, kernel_url: &str, kargs: &str) -> Result<String, ImageError> {
-    static TEMPLATE: std::sync::LazyLock<Result<minijinja::Environment<'static>, minijinja::Error>> =
+    static TEMPLATE: std::sync::LazyLock<Result<minijinja::Environment<'static>, Arc<minijinja::Error>>> =
         std::sync::LazyLock::new(|| {
             let mut env = minijinja::Environment::new();
             env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
             env.add_template("boot.ipxe", include_str!("../../templates/ipxe/boot.ipxe"))?;
             Ok(env)
         });
+    let template_error = |e| ImageError::IpxeTemplate(Arc::new(e));
     let template = TEMPLATE
         .as_ref()
-        .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?
+        .map_err(|e| ImageError::IpxeTemplate(e.clone()))?
         .get_template("boot.ipxe")
-        .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
+        .map_err(template_error)?;
     let mut script = template
         .render(minijinja::context! { initrd_url => initrd_url, kernel_url => kernel_url, kargs => kargs })
-        .map_err(|e| ImageError::Internal(format!("iPXE template: {e}")))?;
+        .map_err(template_error)?;
     // The template engine drops the file's final newline; iPXE wants complete lines.
     script.push('\n');
-    check_ipxe_script(&script).map_err(|e| ImageError::Internal(format!("iPXE script: {e}")))?;
+    check_ipxe_script(&script).map_err(ImageError::IpxeScript)?;
     Ok(script)
 }
 
@@ -59,28 +62,41 @@ pub fn render_ipxe_script(initrd_url: &str, kernel_url: &str, kargs: &str) -> Re
 /// `kernel` and `boot`: each line one command (no `;`, `&&` or `||` token chaining another, no
 /// comment token cutting one short, no `${...}` expansion). The inputs are checked where they come
 /// in (kernel arguments, URLs); this is the last word before a script leaves.
-pub fn check_ipxe_script(script: &str) -> Result<(), String> {
+pub fn check_ipxe_script(script: &str) -> Result<(), IpxeScriptError> {
     let lines: Vec<&str> = script.split('\n').collect();
     let commands = ["#!ipxe", "initrd", "kernel", "boot"];
     if lines.len() != commands.len() + 1 || lines.last() != Some(&"") {
-        return Err(format!("{} lines, expected {}", lines.len().saturating_sub(1), commands.len()));
+        return Err(IpxeScriptError::Lines { found: lines.len().saturating_sub(1), expected: commands.len() });
     }
     for (line, command) in lines.iter().zip(commands) {
         if line.bytes().any(|b| b.is_ascii_control()) {
-            return Err(format!("a control character in the {command} line"));
+            return Err(IpxeScriptError::ControlCharacter { command });
         }
         let mut tokens = line.split_ascii_whitespace();
         if tokens.next() != Some(command) {
-            return Err(format!("the {command} line does not start with {command}"));
+            return Err(IpxeScriptError::NotTheCommand { command });
         }
         if command == "#!ipxe" {
             continue;
         }
         if let Some(t) = tokens.find(|t| matches!(*t, ";" | "&&" | "||") || t.starts_with('#') || t.contains('$')) {
-            return Err(format!("the {command} line holds {t:?}, which iPXE would not pass to {command}"));
+            return Err(IpxeScriptError::Token { command, token: t.to_string() });
         }
     }
     Ok(())
+}
+
+/// How an iPXE script would not read as the four commands it is meant to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IpxeScriptError {
+    #[error("{found} lines, expected {expected}")]
+    Lines { found: usize, expected: usize },
+    #[error("a control character in the {command} line")]
+    ControlCharacter { command: &'static str },
+    #[error("the {command} line does not start with {command}")]
+    NotTheCommand { command: &'static str },
+    #[error("the {command} line holds {token:?}, which iPXE would not pass to {command}")]
+    Token { command: &'static str, token: String },
 }
 
 #[cfg(test)]

@@ -27,6 +27,21 @@ pub struct MinimalTemplate {
     pub kargs_without_liveiso: String,
 }
 
+/// Why a base image cannot give a minimal ISO.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    /// Its `miniso.dat` does not give one.
+    #[error(transparent)]
+    Miniso(#[from] crate::formats::miniso::MinisoError),
+    /// It cannot be re-mastered into one.
+    #[error(transparent)]
+    Remaster(#[from] crate::formats::remaster::RemasterError),
+    #[error("no kernel argument embed areas")]
+    NoKargAreas,
+    #[error("minimal ISO does not have coreos.liveiso= karg")]
+    NoLiveIsoKarg,
+}
+
 /// A template being built or built, shared by the requests that need it.
 type TemplateCell = Arc<tokio::sync::OnceCell<Arc<MinimalTemplate>>>;
 
@@ -48,7 +63,7 @@ impl Templates {
         cell.get_or_try_init(|| async move {
             tokio::task::spawn_blocking(move || build(&base, &data_dir))
                 .await
-                .map_err(|e| ImageError::Internal(format!("building the minimal ISO: {e}")))?
+                .map_err(|source| ImageError::Task { what: "building the minimal ISO", source })?
         })
         .await
         .cloned()
@@ -56,12 +71,14 @@ impl Templates {
 }
 
 fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, ImageError> {
-    let unavailable = |e: String| {
-        ImageError::Invalid(format!("OS image {} ({}) cannot provide a minimal ISO: {e}", base.version, base.arch))
+    let unavailable = |source: Unavailable| ImageError::NoMinimalIso {
+        version: base.version.clone(),
+        arch: base.arch.clone(),
+        source: Box::new(source),
     };
     if let Some(area) = base.live.miniso {
         let started = std::time::Instant::now();
-        let m = crate::formats::miniso::minimal_iso(&base.file, area).map_err(|e| unavailable(e.to_string()))?;
+        let m = crate::formats::miniso::minimal_iso(&base.file, area).map_err(|e| unavailable(e.into()))?;
         tracing::info!(version = %base.version, arch = %base.arch, elapsed_ms = started.elapsed().as_millis() as u64,
             "minimal ISO derived from miniso.dat");
         return Ok(Arc::new(MinimalTemplate {
@@ -72,27 +89,24 @@ fn build(base: &BaseImage, data_dir: &Path) -> Result<Arc<MinimalTemplate>, Imag
     }
 
     let dir = data_dir.join("minimal");
-    std::fs::create_dir_all(&dir).map_err(|e| ImageError::Internal(format!("creating {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|source| ImageError::Io { what: format!("creating {}", dir.display()), source })?;
     let out = dir.join(format!("{}-v{REMASTER_FORMAT}.iso", base.sha256_hex()));
     if !out.exists() {
         let started = std::time::Instant::now();
-        crate::formats::remaster::remaster_minimal(base.path(), &out).map_err(|e| unavailable(e.to_string()))?;
+        crate::formats::remaster::remaster_minimal(base.path(), &out).map_err(|e| unavailable(e.into()))?;
         tracing::info!(version = %base.version, arch = %base.arch, path = %out.display(),
             elapsed_ms = started.elapsed().as_millis() as u64, "minimal ISO re-mastered");
     }
-    let internal = |e: String| ImageError::Internal(format!("{}: {e}", out.display()));
-    let file = std::fs::File::open(&out).map_err(|e| internal(e.to_string()))?;
-    let len = file.metadata().map_err(|e| internal(e.to_string()))?.len();
-    let sha256 = crate::image::catalog::sha256_file(&file).map_err(|e| internal(e.to_string()))?;
-    let live = LiveIso::inspect(file.try_clone().map_err(|e| internal(e.to_string()))?)
-        .map_err(|e| internal(e.to_string()))?;
-    let current = live
-        .kargs
-        .as_ref()
-        .map(|k| k.current.clone())
-        .ok_or_else(|| unavailable("no kernel argument embed areas".into()))?;
-    let kargs_without_liveiso = without_liveiso(&current)
-        .ok_or_else(|| unavailable("minimal ISO does not have coreos.liveiso= karg".into()))?;
+    let io_error = |source| ImageError::Io { what: out.display().to_string(), source };
+    let file = std::fs::File::open(&out).map_err(io_error)?;
+    let len = file.metadata().map_err(io_error)?.len();
+    let sha256 = crate::image::catalog::sha256_file(&file).map_err(io_error)?;
+    let live = LiveIso::inspect(file.try_clone().map_err(io_error)?)
+        .map_err(|source| ImageError::RemasteredIso { path: out.clone(), source })?;
+    let current =
+        live.kargs.as_ref().map(|k| k.current.clone()).ok_or_else(|| unavailable(Unavailable::NoKargAreas))?;
+    let kargs_without_liveiso = without_liveiso(&current).ok_or_else(|| unavailable(Unavailable::NoLiveIsoKarg))?;
     let file = Arc::new(BaseFile { path: out, file, len, sha256 });
     Ok(Arc::new(MinimalTemplate { plan: Plan::from_file(&file), live, kargs_without_liveiso }))
 }

@@ -29,8 +29,10 @@ pub mod minimal;
 mod urls;
 
 pub use artifacts::BootArtifact;
-pub use content::{DiscoveryContent, SelectedConfig, StaticNetworkFiles, host_static_config};
-pub use ipxe::{KERNEL_COMMAND_LINE_MAX, check_ipxe_script, ipxe_kernel_arguments, render_ipxe_script};
+pub use content::{DiscoveryContent, PullSecretError, SelectedConfig, StaticNetworkFiles, host_static_config};
+pub use ipxe::{
+    IpxeScriptError, KERNEL_COMMAND_LINE_MAX, check_ipxe_script, ipxe_kernel_arguments, render_ipxe_script,
+};
 pub use urls::{ArtifactUrls, enc};
 
 use std::collections::HashMap;
@@ -91,7 +93,8 @@ impl ServiceConfig {
 }
 
 /// Why an InfraEnv has no image. The controller turns these into the `ImageCreated` condition; the
-/// download handlers into an HTTP status with the same message.
+/// download handlers into an HTTP status with the same message. Both show the error with its causes
+/// ([`crate::errors::chain`]): a variant's Display says what failed, its source why.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     #[error("InfraEnv {0} not found")]
@@ -102,17 +105,90 @@ pub enum ImageError {
     /// Something about the InfraEnv or its inputs that the user must fix.
     #[error("{0}")]
     Invalid(String),
+    /// The pull secret `spec.pullSecretRef` names does not exist.
+    #[error("failed to find secret {secret}")]
+    NoPullSecret {
+        secret: String,
+        #[source]
+        source: StoreError,
+    },
+    /// The pull secret is not a Docker config JSON with auths.
+    #[error("invalid pull secret data in secret {secret}")]
+    PullSecret {
+        secret: String,
+        #[source]
+        source: content::PullSecretError,
+    },
+    /// A kernel argument (`index` of `spec.kernelArguments`, or the edits as a whole) that cannot be
+    /// written or applied.
+    #[error("spec.kernelArguments{}", .index.map(|i| format!("[{i}]")).unwrap_or_default())]
+    KernelArguments {
+        index: Option<usize>,
+        #[source]
+        source: crate::formats::kargs::KargsError,
+    },
+    /// The selected NMStateConfigs.
+    #[error("static network config")]
+    StaticNetwork(#[source] crate::content::staticnet::StaticNetError),
+    #[error("Could not add ironic agent to image")]
+    Ironic(#[source] crate::content::ironic::IronicError),
+    #[error("discovery ignition")]
+    Ignition(#[source] crate::content::ignition::IgnitionError),
+    /// The Ignition archive is over a size limit.
+    #[error(transparent)]
+    IgnitionArchive(crate::content::ignition::IgnitionError),
+    /// The base image cannot give a minimal ISO.
+    #[error("OS image {version} ({arch}) cannot provide a minimal ISO")]
+    NoMinimalIso {
+        version: String,
+        arch: String,
+        #[source]
+        source: Box<minimal::Unavailable>,
+    },
     /// No base image for the requested version or architecture.
-    #[error("{0}")]
+    #[error(transparent)]
     OsImage(#[from] LookupError),
     /// The request asks for something this base image does not have (an s390x file on x86_64...).
     #[error("{0}")]
     NotAvailable(String),
     /// The base image changed on disk; not served until reloaded.
-    #[error("{0}")]
-    BaseChanged(String),
+    #[error(transparent)]
+    BaseChanged(#[from] catalog::BaseImageChanged),
     #[error("{0}")]
     Internal(String),
+    /// Reading the resources the image is made of.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A file of ours (`what` says which, and what was done with it).
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A build on the blocking pool (`what` says which) did not finish.
+    #[error("{what}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error("static network ramdisk")]
+    StaticNetworkRamdisk(#[source] crate::content::staticnet::StaticNetError),
+    /// A plan of the image does not fit together.
+    #[error(transparent)]
+    Plan(#[from] crate::plan::OverlayError),
+    #[error("iPXE template")]
+    IpxeTemplate(#[source] Arc<minijinja::Error>),
+    #[error("iPXE script")]
+    IpxeScript(#[source] ipxe::IpxeScriptError),
+    /// A re-mastered minimal ISO of the data directory that does not inspect.
+    #[error("{}", .path.display())]
+    RemasteredIso {
+        path: PathBuf,
+        #[source]
+        source: crate::formats::liveiso::LiveIsoError,
+    },
 }
 
 impl ImageError {
@@ -120,17 +196,34 @@ impl ImageError {
         use http::StatusCode as S;
         match self {
             ImageError::UnknownInfraEnv(_) | ImageError::NotAvailable(_) => S::NOT_FOUND,
-            ImageError::MissingClusterDeployment(_) | ImageError::Invalid(_) => S::CONFLICT,
+            ImageError::MissingClusterDeployment(_)
+            | ImageError::Invalid(_)
+            | ImageError::NoPullSecret { .. }
+            | ImageError::PullSecret { .. }
+            | ImageError::KernelArguments { .. }
+            | ImageError::StaticNetwork(_)
+            | ImageError::Ironic(_)
+            | ImageError::Ignition(_)
+            | ImageError::IgnitionArchive(_)
+            | ImageError::NoMinimalIso { .. } => S::CONFLICT,
             ImageError::OsImage(e) => e.http_status(),
             ImageError::BaseChanged(_) => S::SERVICE_UNAVAILABLE,
-            ImageError::Internal(_) => S::INTERNAL_SERVER_ERROR,
+            ImageError::Internal(_)
+            | ImageError::Store(_)
+            | ImageError::Io { .. }
+            | ImageError::Task { .. }
+            | ImageError::StaticNetworkRamdisk(_)
+            | ImageError::Plan(_)
+            | ImageError::IpxeTemplate(_)
+            | ImageError::IpxeScript(_)
+            | ImageError::RemasteredIso { .. } => S::INTERNAL_SERVER_ERROR,
         }
     }
-}
 
-impl From<StoreError> for ImageError {
-    fn from(e: StoreError) -> Self {
-        ImageError::Internal(e.to_string())
+    /// Not the InfraEnv's fault and may pass: an internal error, a base image changed on disk or still
+    /// loading (503). The controller tries again later.
+    pub fn is_internal(&self) -> bool {
+        matches!(self.http_status(), http::StatusCode::INTERNAL_SERVER_ERROR | http::StatusCode::SERVICE_UNAVAILABLE)
     }
 }
 

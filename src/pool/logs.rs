@@ -129,7 +129,7 @@ impl HostLogs {
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("removing the host logs in {}: {e}", dir.display()),
+            Err(e) => tracing::warn!("removing the host logs in {}: {}", dir.display(), crate::errors::chain(&e)),
         }
     }
 

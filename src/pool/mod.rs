@@ -21,6 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use crate::errors::chain;
 use crate::hosts::machine::{self, Context, Event};
 use crate::hosts::{Host, HostKey, HostKind, HostStatus};
 use crate::store::StoreError;
@@ -160,7 +161,7 @@ impl Backend {
                     }
                     hosts.insert(key, Arc::new(tokio::sync::Mutex::new(Some(h))));
                 }
-                Err(e) => tracing::error!(record = %record_key, "unreadable host record, ignored: {e}"),
+                Err(e) => tracing::error!(record = %record_key, "unreadable host record, ignored: {}", chain(&e)),
             }
         }
         let mut clusters = HashMap::new();
@@ -169,7 +170,7 @@ impl Backend {
                 Ok(c) => {
                     clusters.insert(id, c);
                 }
-                Err(e) => tracing::error!(cluster = %id, "unreadable cluster record, ignored: {e}"),
+                Err(e) => tracing::error!(cluster = %id, "unreadable cluster record, ignored: {}", chain(&e)),
             }
         }
         let mut members: HashMap<String, std::collections::BTreeSet<HostKey>> = HashMap::new();

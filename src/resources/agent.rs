@@ -489,19 +489,28 @@ impl AgentInventory {
     }
 }
 
+/// Why an Agent is refused (spec-controllers.md §2.10); assisted-service's webhook wording.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentAdmissionError {
+    #[error("Either InstallationDiskID or InstallationDiskPath can be set, not both.")]
+    BothInstallationDisks,
+    #[error("Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation.")]
+    ClusterDeploymentImmutable,
+}
+
 /// spec-controllers.md §2.10 admission on create and update.
-pub fn validate_agent(agent: &Agent) -> Result<(), String> {
+pub fn validate_agent(agent: &Agent) -> Result<(), AgentAdmissionError> {
     if agent.spec.installation_disk_id.as_deref().is_some_and(|s| !s.is_empty())
         && agent.spec.installation_disk_path.as_deref().is_some_and(|s| !s.is_empty())
     {
-        return Err("Either InstallationDiskID or InstallationDiskPath can be set, not both.".into());
+        return Err(AgentAdmissionError::BothInstallationDisks);
     }
     Ok(())
 }
 
 /// spec-controllers.md §2.10 update rule: the cluster of an Agent cannot change while it installs (day-2 hosts may be
 /// released).
-pub fn validate_agent_update(old: &Agent, new: &Agent) -> Result<(), String> {
+pub fn validate_agent_update(old: &Agent, new: &Agent) -> Result<(), AgentAdmissionError> {
     validate_agent(new)?;
     if old.spec.cluster_deployment_name == new.spec.cluster_deployment_name {
         return Ok(());
@@ -511,9 +520,7 @@ pub fn validate_agent_update(old: &Agent, new: &Agent) -> Result<(), String> {
     let day2_release = old.status.as_ref().is_some_and(|s| s.kind == "AddToExistingClusterHost")
         && new.spec.cluster_deployment_name.is_none();
     if installing && !day2_release {
-        return Err(
-            "Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation.".into()
-        );
+        return Err(AgentAdmissionError::ClusterDeploymentImmutable);
     }
     Ok(())
 }

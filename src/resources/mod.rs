@@ -381,6 +381,22 @@ pub fn secret_value(secret: &Secret, key: &str) -> Option<String> {
 pub enum DocumentError {
     #[error("{0}")]
     Invalid(String),
+    /// A field does not decode into its type.
+    #[error("{path}")]
+    Field {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The document as a whole does not decode into its kind's type.
+    #[error(transparent)]
+    Decode(serde_json::Error),
+    #[error("status")]
+    Status(#[source] Box<DocumentError>),
+    #[error("spec.ignitionConfigOverride: not valid JSON")]
+    IgnitionConfigOverride(#[source] serde_json::Error),
+    #[error(transparent)]
+    Agent(#[from] agent::AgentAdmissionError),
     #[error("kind {kind} (apiVersion {api_version}) is not supported; supported kinds: {supported}")]
     UnsupportedKind { kind: String, api_version: String, supported: String },
 }
@@ -559,7 +575,7 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
         Kind::Agent => {
             let mut typed: Agent = typed_from(doc)?;
             typed.status = None;
-            agent::validate_agent(&typed).map_err(DocumentError::Invalid)?;
+            agent::validate_agent(&typed)?;
             if let Some(r) = &typed.spec.cluster_deployment_name
                 && (r.name.is_empty() || r.namespace.is_empty())
             {
@@ -622,13 +638,13 @@ pub fn validate_update(kind: Kind, live: &Value, new: &Value) -> Result<(), Docu
             Ok(())
         }
         Kind::Agent => {
-            let old: Agent = serde_json::from_value(live.clone()).map_err(|e| DocumentError::Invalid(e.to_string()))?;
+            let old: Agent = serde_json::from_value(live.clone()).map_err(DocumentError::Decode)?;
             let mut new_doc = new.clone();
             if let Some(o) = new_doc.as_object_mut() {
                 o.remove("status");
             }
-            let new: Agent = serde_json::from_value(new_doc).map_err(|e| DocumentError::Invalid(e.to_string()))?;
-            agent::validate_agent_update(&old, &new).map_err(DocumentError::Invalid)
+            let new: Agent = serde_json::from_value(new_doc).map_err(DocumentError::Decode)?;
+            Ok(agent::validate_agent_update(&old, &new)?)
         }
         _ => Ok(()),
     }
@@ -641,7 +657,7 @@ pub fn validate_status(kind: Kind, doc: &Value) -> Result<Option<Value>, Documen
         match doc.get("status") {
             None | Some(Value::Null) => Ok(None),
             Some(s) => {
-                let typed: St = typed_from(s).map_err(|e| DocumentError::Invalid(format!("status: {e}")))?;
+                let typed: St = typed_from(s).map_err(|e| DocumentError::Status(Box::new(e)))?;
                 Ok(Some(serde_json::to_value(typed).expect("typed resources serialize")))
             }
         }
@@ -663,9 +679,9 @@ fn typed_from<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, Document
     serde_path_to_error::deserialize(doc).map_err(|e| {
         let path = e.path().to_string();
         if path == "." || path.is_empty() {
-            DocumentError::Invalid(e.into_inner().to_string())
+            DocumentError::Decode(e.into_inner())
         } else {
-            DocumentError::Invalid(format!("{path}: {}", e.into_inner()))
+            DocumentError::Field { path, source: e.into_inner() }
         }
     })
 }
@@ -718,8 +734,7 @@ fn validate_infraenv(ie: &InfraEnv) -> Result<(), DocumentError> {
         }
     }
     if let Some(over) = ie.spec.ignition_config_override.as_deref().filter(|s| !s.trim().is_empty()) {
-        serde_json::from_str::<Value>(over)
-            .map_err(|e| DocumentError::Invalid(format!("spec.ignitionConfigOverride: not valid JSON: {e}")))?;
+        serde_json::from_str::<Value>(over).map_err(DocumentError::IgnitionConfigOverride)?;
     }
     Ok(())
 }
@@ -780,6 +795,7 @@ fn fold_string_data(secret: &mut Secret) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::errors::chain;
 
     fn yaml(s: &str) -> Value {
         yaml_serde::from_str(s).unwrap()
@@ -799,7 +815,7 @@ mod tests {
         let doc = yaml(
             "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a, namespace: b}\nspec:\n  pullSecretRef: {name: ps}\n  sshAuthorisedKey: x\n",
         );
-        let err = validate_document(&doc).unwrap_err().to_string();
+        let err = chain(&validate_document(&doc).unwrap_err()).to_string();
         assert!(err.contains("sshAuthorisedKey"), "{err}");
         assert!(err.starts_with("spec"), "{err}");
     }
@@ -809,7 +825,7 @@ mod tests {
         let doc = yaml(
             "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a, namespace: b}\nspec:\n  pullSecretRef: {name: ps}\n  proxy: {httpProxy: [1]}\n",
         );
-        let err = validate_document(&doc).unwrap_err().to_string();
+        let err = chain(&validate_document(&doc).unwrap_err()).to_string();
         assert!(err.starts_with("spec.proxy.httpProxy: invalid type"), "{err}");
     }
 
@@ -818,16 +834,16 @@ mod tests {
         let doc = yaml(
             "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a, lables: {}}\nspec: {pullSecretRef: {name: ps}}\n",
         );
-        assert!(validate_document(&doc).unwrap_err().to_string().contains("metadata.lables"));
+        assert!(chain(&validate_document(&doc).unwrap_err()).to_string().contains("metadata.lables"));
         let doc =
             yaml("apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: a}\nspecs: {}\n");
-        assert!(validate_document(&doc).unwrap_err().to_string().contains("specs"));
+        assert!(chain(&validate_document(&doc).unwrap_err()).to_string().contains("specs"));
     }
 
     #[test]
     fn unsupported_kind_lists_supported_ones() {
         let doc = yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n");
-        let err = validate_document(&doc).unwrap_err().to_string();
+        let err = chain(&validate_document(&doc).unwrap_err()).to_string();
         assert!(err.contains("ConfigMap") && err.contains("InfraEnv"), "{err}");
     }
 
@@ -846,7 +862,7 @@ mod tests {
         assert_eq!(kind, Kind::NMStateConfig);
         assert_eq!(v["spec"]["interfaces"][1]["macAddress"], "02:00:00:80:12:15");
         let bad = text.replace("02:00:00:80:12:15\"", "02:00:00:80:12\"");
-        let err = validate_document(&yaml(&bad)).unwrap_err().to_string();
+        let err = chain(&validate_document(&yaml(&bad)).unwrap_err()).to_string();
         assert!(err.starts_with("spec.interfaces[1].macAddress"), "{err}");
     }
 

@@ -255,7 +255,7 @@ async fn watch_kind(
         let event = match event {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(kind = kind.name(), error = %e, "watch failed; retrying");
+                tracing::warn!(kind = kind.name(), error = %crate::errors::chain(&e), "watch failed; retrying");
                 continue;
             }
         };

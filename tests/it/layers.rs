@@ -12,6 +12,7 @@ use std::path::Path;
 /// The layers, lowest first. A layer may use those of a lower rank only; layers of one rank are
 /// independent of each other.
 const LAYERS: &[(&str, u32)] = &[
+    ("errors", 0),
     ("plan", 0),
     ("keylocks", 0),
     ("auth", 0),

@@ -264,7 +264,7 @@ pub enum IgnitionError {
     #[error("invalid discovery input {field}: {reason}")]
     InvalidInput { field: &'static str, reason: String },
     /// An override that is not JSON at all.
-    #[error("{origin} is not valid JSON: {source}")]
+    #[error("{origin} is not valid JSON")]
     NotJson {
         origin: ConfigOrigin,
         #[source]
@@ -290,14 +290,14 @@ pub enum IgnitionError {
     #[error("{origin} is invalid: {}", format_problems(.problems))]
     Invalid { origin: ConfigOrigin, problems: Vec<FieldProblem> },
     /// A bug in a bundled template.
-    #[error("rendering template {template}: {source}")]
+    #[error("rendering template {template}")]
     Template {
         template: &'static str,
         #[source]
         source: minijinja::Error,
     },
     /// Serializing a config failed.
-    #[error("serializing the ignition config: {0}")]
+    #[error("serializing the ignition config")]
     Serialize(#[source] serde_json::Error),
     /// Over the 256 KiB limit (assisted-service's message, verbatim).
     #[error(
@@ -314,7 +314,7 @@ pub enum IgnitionError {
     )]
     ArchiveExceedsEmbedArea { archive_len: usize, area_len: u64 },
     /// Building the archive failed.
-    #[error("building the ignition archive: {0}")]
+    #[error("building the ignition archive")]
     Archive(#[from] InitrdError),
 }
 

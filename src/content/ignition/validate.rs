@@ -288,6 +288,7 @@ fn check_node<'a>(
 }
 
 /// Ignition's `validatePath`: absolute and already clean.
+// The error is a FieldProblem's reason, a message for a person: nothing reads more than its text.
 fn check_path(path: &str) -> Result<(), String> {
     if path.is_empty() {
         return Err("path must not be empty".into());
@@ -352,6 +353,7 @@ fn check_resource(res: &Resource, at: &str, p: &mut Problems) {
 }
 
 /// Ignition's `validateURL`: a scheme Ignition can fetch from, and data URLs that decode.
+// As check_path's, the error is a FieldProblem's reason (the data URL error quoted in it).
 fn check_source(src: &str) -> Result<(), String> {
     let shown = shorten(src);
     if has_control(src) {

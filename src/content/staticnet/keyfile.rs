@@ -206,6 +206,37 @@ fn key_fault(k: &str) -> Option<TextFault> {
     None
 }
 
+/// The first line of a keyfile that does not read back as written: its number (from 1), what is
+/// wrong with it, and the line itself (quoted, escaped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {number} {fault}: {line:?}")]
+pub struct KeyfileError {
+    pub number: usize,
+    pub fault: LineFault,
+    pub line: String,
+}
+
+/// What is wrong with a line of a keyfile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineFault {
+    #[error("has the control character '{}'", .0.escape_debug())]
+    ControlCharacter(char),
+    #[error("starts with a blank")]
+    StartsWithBlank,
+    #[error("is not a group header")]
+    NotAGroupHeader,
+    #[error("repeats a group")]
+    RepeatedGroup,
+    #[error("is neither a group, a key nor a comment")]
+    NoKey,
+    #[error("has a key before the first group")]
+    KeyBeforeGroup,
+    #[error("has no valid key")]
+    InvalidKey,
+    #[error("repeats a key of its group")]
+    RepeatedKey,
+}
+
 /// Checks that `keyfile` reads back, line by line, as the groups and keys it was written with:
 /// every line is blank, a `#` comment, a `[group]` header or `key=value`; the first group comes
 /// before any key; no group appears twice and no key twice in its group; no control character
@@ -214,43 +245,43 @@ fn key_fault(k: &str) -> Option<TextFault> {
 /// nmstate's values are checked before it runs ([`unsafe_strings`]); this is what stands behind
 /// that check, so that a value it missed refuses the build rather than ship a keyfile whose
 /// settings are not the ones asked for.
-pub fn check_keyfile(keyfile: &str) -> Result<(), String> {
+pub fn check_keyfile(keyfile: &str) -> Result<(), KeyfileError> {
     let mut groups: HashSet<&str> = HashSet::new();
     let mut keys: HashSet<&str> = HashSet::new();
     let mut in_group = false;
     for (index, line) in keyfile.split('\n').enumerate() {
         let number = index + 1;
-        let bad = |what: &str| Err(format!("line {number} {what}: {:?}", line));
+        let bad = |fault| Err(KeyfileError { number, fault, line: line.to_string() });
         if let Some(c) = line.chars().find(|c| c.is_control()) {
-            return bad(&format!("has the control character '{}'", c.escape_debug()));
+            return bad(LineFault::ControlCharacter(c));
         }
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         if line.starts_with(char::is_whitespace) {
-            return bad("starts with a blank");
+            return bad(LineFault::StartsWithBlank);
         }
         if let Some(rest) = line.strip_prefix('[') {
-            let Some(name) = rest.strip_suffix(']') else { return bad("is not a group header") };
+            let Some(name) = rest.strip_suffix(']') else { return bad(LineFault::NotAGroupHeader) };
             if name.is_empty() || name.contains(['[', ']']) {
-                return bad("is not a group header");
+                return bad(LineFault::NotAGroupHeader);
             }
             if !groups.insert(name) {
-                return bad("repeats a group");
+                return bad(LineFault::RepeatedGroup);
             }
             keys.clear();
             in_group = true;
             continue;
         }
-        let Some((key, _)) = line.split_once('=') else { return bad("is neither a group, a key nor a comment") };
+        let Some((key, _)) = line.split_once('=') else { return bad(LineFault::NoKey) };
         if !in_group {
-            return bad("has a key before the first group");
+            return bad(LineFault::KeyBeforeGroup);
         }
         if key.is_empty() || key.ends_with(char::is_whitespace) || key.contains(['[', ']']) {
-            return bad("has no valid key");
+            return bad(LineFault::InvalidKey);
         }
         if !keys.insert(key) {
-            return bad("repeats a key of its group");
+            return bad(LineFault::RepeatedKey);
         }
     }
     Ok(())
@@ -329,7 +360,7 @@ mod tests {
             ("[a]\nk[de]=1\n", "line 2 has no valid key: \"k[de]=1\""),
         ];
         for (text, error) in cases {
-            assert_eq!(check_keyfile(text), Err(error.to_string()), "{text:?}");
+            assert_eq!(check_keyfile(text).unwrap_err().to_string(), error, "{text:?}");
         }
     }
 }

@@ -65,13 +65,13 @@ pub enum StaticNetError {
     #[error("{}", Problems(.0))]
     Invalid(Vec<Problem>),
     /// [`keyfiles`] could not turn a YAML into keyfiles.
-    #[error("{0}")]
+    #[error(transparent)]
     Yaml(#[from] YamlProblem),
     /// A proxy value that cannot be written into a systemd unit.
     #[error("invalid {name} {value:?} for the live rootfs download: {reason}")]
     InvalidProxy { name: &'static str, value: String, reason: &'static str },
     /// Building the archive failed.
-    #[error("building the static network ramdisk: {0}")]
+    #[error("building the static network ramdisk")]
     Archive(#[from] InitrdError),
 }
 
@@ -90,9 +90,14 @@ pub enum Problem {
     /// A logical NIC name the boot script could not carry (empty, blanks, control characters, `/`).
     #[error("invalid interface name {interface:?} for MAC {} of host {host}", Escaped(.mac))]
     InvalidNicName { host: usize, interface: String, mac: String },
-    /// The YAML is rejected by nmstate or by the checks nmstate does not make.
+    /// The YAML is rejected by nmstate or by the checks nmstate does not make (assisted-service's
+    /// wording quotes the reason, which is also the source).
     #[error("failed to validate network yaml for host {host}, {reason}")]
-    NetworkYaml { host: usize, reason: YamlProblem },
+    NetworkYaml {
+        host: usize,
+        #[source]
+        reason: YamlProblem,
+    },
     /// An ethernet interface, bond port or VLAN base that the boot script cannot map to a NIC.
     #[error("mac-interface mapping for interface {} is missing and not a physical interface", Escaped(.interface))]
     MissingMapping { host: usize, interface: String },
@@ -107,7 +112,8 @@ pub enum Problem {
 pub enum YamlProblem {
     #[error("cannot generate configuration with an empty host YAML")]
     Empty,
-    /// nmstate's own error, as it words it.
+    /// nmstate's own error, as it words it. Kept as text, not as the source: the text can quote
+    /// the document, control characters included, and only this Display escapes them.
     #[error("{}", Escaped(.0))]
     Nmstate(String),
     /// A string nmstate would copy into a keyfile that cannot go there as it is (see
@@ -116,8 +122,13 @@ pub enum YamlProblem {
     UnsafeString(UnsafeString),
     /// A keyfile nmstate wrote that does not read back as the groups and keys it was generated
     /// from: a value got past the checks of the document. Nothing is built with it.
-    #[error("nmstate wrote {file} so that it does not read back as the keys it was generated from ({reason})")]
-    MalformedKeyfile { file: String, reason: String },
+    /// The reason is quoted inside the sentence, and kept as the source.
+    #[error("nmstate wrote {file} so that it does not read back as the keys it was generated from ({source})")]
+    MalformedKeyfile {
+        file: String,
+        #[source]
+        source: keyfile::KeyfileError,
+    },
     #[error("nmstate generated an empty NetworkManager config file content")]
     NoKeyfiles,
     /// nmstate named a keyfile after an interface name that is no plain file name.
@@ -222,7 +233,7 @@ fn generate_from(state: &nmstate::NetworkState) -> Result<Vec<(String, String)>,
 
 /// [`keyfile::check_keyfile`] of a generated keyfile, as a problem.
 fn check_generated(name: &str, contents: &str) -> Result<(), YamlProblem> {
-    keyfile::check_keyfile(contents).map_err(|reason| YamlProblem::MalformedKeyfile { file: name.to_string(), reason })
+    keyfile::check_keyfile(contents).map_err(|source| YamlProblem::MalformedKeyfile { file: name.to_string(), source })
 }
 
 /// A name that stays one file inside the host directory.

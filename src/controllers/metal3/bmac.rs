@@ -278,7 +278,8 @@ async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
     let timeout = w.bmh.annotation(DRAIN_TIMEOUT_ANNOTATION).and_then(|t| match t.parse::<jiff::SignedDuration>() {
         Ok(d) => Some(d),
         Err(e) => {
-            tracing::warn!(bmh = ?w.bmh.metadata.name, timeout = t, error = %e, "ignoring an unreadable drain-timeout");
+            let error = crate::errors::chain(&e);
+            tracing::warn!(bmh = ?w.bmh.metadata.name, timeout = t, %error, "ignoring an unreadable drain-timeout");
             None
         }
     });
@@ -297,10 +298,8 @@ async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
         .or_else(|| agent.status.as_ref().map(|s| s.inventory.hostname.clone()))
         .unwrap_or_default();
     let attempt = async {
-        let client = crate::controllers::spoke::for_cluster(&ctx.store, &cd.namespace, &cd.name)
-            .await?
-            .ok_or_else(|| format!("the admin kubeconfig of {}/{} is missing", cd.namespace, cd.name))?;
-        client.drain_node(&node, now).await.map_err(|e| e.to_string())
+        let client = crate::controllers::spoke::for_cluster_required(&ctx.store, &cd.namespace, &cd.name).await?;
+        client.drain_node(&node, now).await
     };
     match tokio::time::timeout(DRAIN_ATTEMPT, attempt).await {
         Ok(Ok(crate::controllers::spoke::Drain::Done)) => {
@@ -312,7 +311,7 @@ async fn drain<S: Store>(ctx: &BmacContext<S>, w: &mut World) -> Step {
             Step::RequeueAfter(DRAIN_ATTEMPT)
         }
         Ok(Err(e)) => {
-            set_status(format!("failed to drain node: {e}"));
+            set_status(format!("failed to drain node: {}", crate::errors::chain(&e)));
             Step::RequeueAfter(DRAIN_ATTEMPT)
         }
         Err(_) => {

@@ -46,6 +46,44 @@ const NOT_BOOTABLE: u8 = 0x00;
 const MEDIA_CONTINUATION: u8 = 0x20;
 const KEY: [u8; 2] = [0x55, 0xAA];
 
+/// Why a boot catalog read from an image could not be parsed. Entries are counted from 0 (the
+/// validation entry).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    #[error("catalog continues past the {len} bytes read (entry {index}); corrupt catalog?")]
+    Truncated { len: usize, index: usize },
+    #[error("validation entry has header id {0:#04x}, expected 0x01")]
+    ValidationHeader(u8),
+    #[error("validation entry ends in {:02X} {:02X}, expected 55 AA", .0[0], .0[1])]
+    ValidationKey([u8; 2]),
+    #[error("validation entry checksum is wrong")]
+    ValidationChecksum,
+    #[error("entry {index} has header id {id:#04x}, expected a section header")]
+    SectionHeader { index: usize, id: u8 },
+    #[error("entry {index} is a selection-criteria extension, which is not supported")]
+    Extension { index: usize },
+    #[error("entry {index} has boot indicator {indicator:#04x}, expected 0x88 or 0x00")]
+    BootIndicator { index: usize, indicator: u8 },
+    #[error("entry {index} is followed by selection-criteria extensions, which are not supported")]
+    Continuation { index: usize },
+    #[error("entry {index} has unknown boot media type {media}")]
+    MediaType { index: usize, media: u8 },
+}
+
+/// Why a catalog or a boot info table cannot be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("media flags {flags:#04x} of the entry for block {image} use bits other than 4, 6 and 7")]
+    MediaFlags { flags: u8, image: u32 },
+    /// A section (counted from 1) with more entries than its header can count.
+    #[error("section {section} has {entries} entries; at most 65535 fit")]
+    TooManyEntries { section: usize, entries: usize },
+    #[error("a boot file needs at least 64 bytes for a boot info table, this one has {0}")]
+    BootFileTooShort(usize),
+    #[error("boot file of 4 GiB or more")]
+    BootFileTooLarge,
+}
+
 /// Platform id of a validation entry or section header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Platform(pub u8);
@@ -236,7 +274,7 @@ impl<I> BootCatalog<I> {
 
 impl BootCatalog<u32> {
     /// The catalog's bytes, zero-padded to whole blocks.
-    pub fn encode(&self) -> Result<Vec<u8>, String> {
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let mut out = Vec::with_capacity(self.encoded_len().next_multiple_of(SECTOR as usize));
         let mut validation = [0u8; ENTRY_LEN];
         validation[0] = HEADER_VALIDATION;
@@ -248,9 +286,8 @@ impl BootCatalog<u32> {
         out.extend_from_slice(&validation);
         out.extend_from_slice(&encode_entry(&self.default, false)?);
         for (index, section) in self.sections.iter().enumerate() {
-            let count = u16::try_from(section.entries.len()).map_err(|_| {
-                format!("section {} has {} entries; at most 65535 fit", index + 1, section.entries.len())
-            })?;
+            let count = u16::try_from(section.entries.len())
+                .map_err(|_| EncodeError::TooManyEntries { section: index + 1, entries: section.entries.len() })?;
             let mut header = [0u8; ENTRY_LEN];
             header[0] = if index + 1 == self.sections.len() { HEADER_LAST } else { HEADER_MORE };
             header[1] = section.platform.0;
@@ -266,12 +303,9 @@ impl BootCatalog<u32> {
     }
 }
 
-fn encode_entry(entry: &BootEntry<u32>, with_criteria: bool) -> Result<[u8; ENTRY_LEN], String> {
+fn encode_entry(entry: &BootEntry<u32>, with_criteria: bool) -> Result<[u8; ENTRY_LEN], EncodeError> {
     if entry.media_flags & !0xD0 != 0 {
-        return Err(format!(
-            "media flags {:#04x} of the entry for block {} use bits other than 4, 6 and 7",
-            entry.media_flags, entry.image
-        ));
+        return Err(EncodeError::MediaFlags { flags: entry.media_flags, image: entry.image });
     }
     let mut raw = [0u8; ENTRY_LEN];
     raw[0] = if entry.bootable { BOOTABLE } else { NOT_BOOTABLE };
@@ -293,21 +327,19 @@ fn word_sum(bytes: &[u8]) -> u16 {
 
 /// Parses a catalog; `bytes` holds its blocks (at least one entry's worth past its end is not
 /// needed: parsing stops after the last section).
-pub fn parse_catalog(bytes: &[u8]) -> Result<BootCatalog<u32>, String> {
-    let entry = |index: usize| -> Result<&[u8], String> {
-        bytes.get(index * ENTRY_LEN..(index + 1) * ENTRY_LEN).ok_or_else(|| {
-            format!("catalog continues past the {} bytes read (entry {index}); corrupt catalog?", bytes.len())
-        })
+pub fn parse_catalog(bytes: &[u8]) -> Result<BootCatalog<u32>, CatalogError> {
+    let entry = |index: usize| -> Result<&[u8], CatalogError> {
+        bytes.get(index * ENTRY_LEN..(index + 1) * ENTRY_LEN).ok_or(CatalogError::Truncated { len: bytes.len(), index })
     };
     let validation = entry(0)?;
     if validation[0] != HEADER_VALIDATION {
-        return Err(format!("validation entry has header id {:#04x}, expected 0x01", validation[0]));
+        return Err(CatalogError::ValidationHeader(validation[0]));
     }
     if validation[30..32] != KEY {
-        return Err(format!("validation entry ends in {:02X} {:02X}, expected 55 AA", validation[30], validation[31]));
+        return Err(CatalogError::ValidationKey([validation[30], validation[31]]));
     }
     if word_sum(validation) != 0 {
-        return Err("validation entry checksum is wrong".into());
+        return Err(CatalogError::ValidationChecksum);
     }
     let platform = Platform(validation[1]);
     let mut id = [0u8; 24];
@@ -327,7 +359,7 @@ pub fn parse_catalog(bytes: &[u8]) -> Result<BootCatalog<u32>, String> {
             HEADER_LAST => true,
             // No (more) sections: the rest of the block is zero.
             0 => break,
-            other => return Err(format!("entry {} has header id {other:#04x}, expected a section header", index - 1)),
+            id => return Err(CatalogError::SectionHeader { index: index - 1, id }),
         };
         let count = usize::from(u16::from_le_bytes([header[2], header[3]]));
         let mut section_id = [0u8; 28];
@@ -346,21 +378,18 @@ pub fn parse_catalog(bytes: &[u8]) -> Result<BootCatalog<u32>, String> {
     Ok(catalog)
 }
 
-fn parse_entry(raw: &[u8], index: usize, section: bool) -> Result<BootEntry<u32>, String> {
+fn parse_entry(raw: &[u8], index: usize, section: bool) -> Result<BootEntry<u32>, CatalogError> {
     let bootable = match raw[0] {
         BOOTABLE => true,
         NOT_BOOTABLE => false,
-        EXTENSION => {
-            return Err(format!("entry {index} is a selection-criteria extension, which is not supported"));
-        }
-        other => return Err(format!("entry {index} has boot indicator {other:#04x}, expected 0x88 or 0x00")),
+        EXTENSION => return Err(CatalogError::Extension { index }),
+        indicator => return Err(CatalogError::BootIndicator { index, indicator }),
     };
     let media = raw[1];
     if section && media & MEDIA_CONTINUATION != 0 {
-        return Err(format!("entry {index} is followed by selection-criteria extensions, which are not supported"));
+        return Err(CatalogError::Continuation { index });
     }
-    let emulation = Emulation::from_code(media & 0x0F)
-        .ok_or_else(|| format!("entry {index} has unknown boot media type {}", media & 0x0F))?;
+    let emulation = Emulation::from_code(media & 0x0F).ok_or(CatalogError::MediaType { index, media: media & 0x0F })?;
     let mut selection_criteria = [0u8; 20];
     if section {
         selection_criteria.copy_from_slice(&raw[12..32]);
@@ -409,8 +438,7 @@ pub fn read_el_torito<S: ReadAt>(iso: &IsoFs<S>) -> Result<Option<ElTorito>, Iso
     }
     let mut bytes = vec![0u8; available.min(MAX_CATALOG_BLOCKS * SECTOR) as usize];
     iso.read_at(start, &mut bytes, "El Torito boot catalog")?;
-    let catalog = parse_catalog(&bytes)
-        .map_err(|e| IsoError::Invalid(format!("El Torito boot catalog at block {catalog_lba}: {e}")))?;
+    let catalog = parse_catalog(&bytes).map_err(|source| IsoError::BootCatalog { lba: catalog_lba, source })?;
     Ok(Some(ElTorito { catalog_lba, catalog }))
 }
 
@@ -428,11 +456,11 @@ pub fn boot_record_descriptor(catalog_lba: u32) -> Vec<u8> {
 pub const BOOT_INFO_TABLE: std::ops::Range<usize> = 8..64;
 
 /// The boot info table of a boot file stored at `file_lba` whose whole content is `data`.
-pub fn boot_info_table(file_lba: u32, data: &[u8]) -> Result<[u8; 56], String> {
+pub fn boot_info_table(file_lba: u32, data: &[u8]) -> Result<[u8; 56], EncodeError> {
     if data.len() < BOOT_INFO_TABLE.end {
-        return Err(format!("a boot file needs at least 64 bytes for a boot info table, this one has {}", data.len()));
+        return Err(EncodeError::BootFileTooShort(data.len()));
     }
-    let length = u32::try_from(data.len()).map_err(|_| "boot file of 4 GiB or more".to_string())?;
+    let length = u32::try_from(data.len()).map_err(|_| EncodeError::BootFileTooLarge)?;
     let mut table = [0u8; 56];
     table[0..4].copy_from_slice(&PVD_LBA.to_le_bytes());
     table[4..8].copy_from_slice(&file_lba.to_le_bytes());
@@ -515,15 +543,15 @@ mod tests {
             let mut bytes = good.clone();
             bytes[at] = byte;
             let err = parse_catalog(&bytes).unwrap_err();
-            assert!(err.contains(message), "{at}: {err}");
+            assert!(err.to_string().contains(message), "{at}: {err}");
         }
         let mut bytes = good.clone();
         bytes[97] |= MEDIA_CONTINUATION;
-        assert!(parse_catalog(&bytes).unwrap_err().contains("extensions"));
+        assert!(parse_catalog(&bytes).unwrap_err().to_string().contains("extensions"));
         // more entries than bytes
         let mut bytes = good[..128].to_vec();
         bytes[66] = 5;
-        assert!(parse_catalog(&bytes).unwrap_err().contains("continues past"));
+        assert!(parse_catalog(&bytes).unwrap_err().to_string().contains("continues past"));
     }
 
     #[test]

@@ -48,11 +48,36 @@ pub enum IsoError {
     #[error("{0}")]
     NotFound(String),
     /// Reading the underlying file failed.
-    #[error("{what}: {cause}")]
-    Io { what: String, cause: io::Error },
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
     /// The image is not a well-formed ISO 9660 image (or not the subset we support).
     #[error("{0}")]
     Invalid(String),
+    /// A volume descriptor (counted from 1) is malformed.
+    #[error("volume descriptor #{number}")]
+    Descriptor {
+        number: usize,
+        #[source]
+        source: DescriptorError,
+    },
+    /// A record of a directory's data is malformed.
+    #[error("directory {name}")]
+    Directory {
+        name: String,
+        #[source]
+        source: RecordError,
+    },
+    /// The El Torito boot catalog is malformed.
+    #[error("El Torito boot catalog at block {lba}")]
+    BootCatalog {
+        lba: u32,
+        #[source]
+        source: eltorito::CatalogError,
+    },
     /// The primary descriptor claims more blocks than the file holds: a partial download or copy.
     /// The wording is coreos-installer's, which its tests (and ours) match exactly.
     #[error("ISO image is incomplete")]
@@ -60,6 +85,59 @@ pub enum IsoError {
     /// A file read into memory (metadata such as JSON) is larger than the caller allows.
     #[error("{name} is {length} bytes, larger than the {limit}-byte limit for this file")]
     TooLarge { name: String, length: u64, limit: u64 },
+}
+
+/// Why a volume descriptor could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    #[error("boot record")]
+    BootHeader(#[source] HeaderError),
+    #[error("boot record: boot system ID")]
+    BootSystemId(#[source] InvalidName),
+    #[error("boot record: boot ID")]
+    BootId(#[source] InvalidName),
+    #[error("primary descriptor")]
+    PrimaryHeader(#[source] HeaderError),
+    #[error("system ID")]
+    SystemId(#[source] InvalidName),
+    #[error("volume ID")]
+    VolumeId(#[source] InvalidName),
+    #[error("root directory record is not a directory")]
+    RootNotADirectory,
+    #[error("root directory record")]
+    Root(#[source] RecordError),
+}
+
+/// The `CD001` identifier or version 1 every descriptor carries is not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// The identifier as found (lossy UTF-8).
+    #[error("unknown descriptor ID {0:?}")]
+    UnknownId(String),
+    #[error("unknown descriptor version {0}")]
+    UnknownVersion(u8),
+}
+
+/// A name or identifier with characters ISO 9660 does not allow; the raw bytes as lossy UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid string name {0:?}")]
+pub struct InvalidName(pub String);
+
+/// Why a directory record could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("incomplete directory record at byte {at}; corrupt ISO?")]
+    Incomplete { at: u64 },
+    #[error("directory record of {len} bytes at byte {at} is shorter than the {RECORD_HEADER_LEN}-byte header")]
+    Short { len: usize, at: u64 },
+    #[error("directory record at byte {at} has invalid length {len}")]
+    InvalidLength { len: usize, at: u64 },
+    #[error("file identifier of {name_len} bytes overruns the {record_len}-byte record at byte {at}")]
+    IdentifierOverrun { name_len: usize, record_len: usize, at: u64 },
+    #[error("empty file identifier in record at byte {at}")]
+    EmptyIdentifier { at: u64 },
+    #[error(transparent)]
+    Name(#[from] InvalidName),
 }
 
 impl IsoError {
@@ -184,7 +262,8 @@ impl IsoFs<File> {
 impl<S: ReadAt> IsoFs<S> {
     /// Reads the volume descriptor set and checks that the image holds the whole volume.
     pub fn from_source(source: S) -> Result<IsoFs<S>, IsoError> {
-        let image_len = source.size().map_err(|cause| IsoError::Io { what: "getting the image size".into(), cause })?;
+        let image_len =
+            source.size().map_err(|source| IsoError::Io { what: "getting the image size".into(), source })?;
         let descriptors = read_descriptors(&source, image_len)?;
         let primary = descriptors
             .iter()
@@ -372,7 +451,7 @@ fn read_checked<S: ReadAt>(
     check_range(image_len, offset, buf.len() as u64, || what.to_string())?;
     source
         .read_exact_at(buf, offset)
-        .map_err(|cause| IsoError::Io { what: format!("reading {what} at byte {offset}"), cause })
+        .map_err(|source| IsoError::Io { what: format!("reading {what} at byte {offset}"), source })
 }
 
 /// Reads descriptors from LBA 16 up to (not including) the terminator.
@@ -395,7 +474,7 @@ fn read_descriptors<S: ReadAt>(source: &S, image_len: u64) -> Result<Vec<Descrip
             TYPE_SUPPLEMENTARY => Ok(Descriptor::Supplementary),
             type_id => Ok(Descriptor::Unknown { type_id }),
         }
-        .map_err(|e| IsoError::Invalid(format!("volume descriptor #{number}: {e}")))?;
+        .map_err(|source| IsoError::Descriptor { number, source })?;
         descriptors.push(descriptor);
     }
     Err(IsoError::Invalid(format!(
@@ -404,39 +483,39 @@ fn read_descriptors<S: ReadAt>(source: &S, image_len: u64) -> Result<Vec<Descrip
 }
 
 /// Checks the `CD001` identifier and version 1 that every descriptor carries.
-fn verify_descriptor_header(sector: &[u8]) -> Result<(), String> {
+fn verify_descriptor_header(sector: &[u8]) -> Result<(), HeaderError> {
     let id = &sector[1..6];
     if id != b"CD001" {
-        return Err(format!("unknown descriptor ID {:?}", String::from_utf8_lossy(id)));
+        return Err(HeaderError::UnknownId(String::from_utf8_lossy(id).into_owned()));
     }
     if sector[6] != 1 {
-        return Err(format!("unknown descriptor version {}", sector[6]));
+        return Err(HeaderError::UnknownVersion(sector[6]));
     }
     Ok(())
 }
 
-fn parse_boot_descriptor(sector: &[u8]) -> Result<Descriptor, String> {
-    verify_descriptor_header(sector).map_err(|e| format!("boot record: {e}"))?;
+fn parse_boot_descriptor(sector: &[u8]) -> Result<Descriptor, DescriptorError> {
+    verify_descriptor_header(sector).map_err(DescriptorError::BootHeader)?;
     Ok(Descriptor::Boot {
-        boot_system_id: parse_a_string(&sector[7..39]).map_err(|e| format!("boot record: boot system ID: {e}"))?,
-        boot_id: parse_a_string(&sector[39..71]).map_err(|e| format!("boot record: boot ID: {e}"))?,
+        boot_system_id: parse_a_string(&sector[7..39]).map_err(DescriptorError::BootSystemId)?,
+        boot_id: parse_a_string(&sector[39..71]).map_err(DescriptorError::BootId)?,
     })
 }
 
-fn parse_primary_descriptor(sector: &[u8]) -> Result<PrimaryDescriptor, String> {
-    verify_descriptor_header(sector).map_err(|e| format!("primary descriptor: {e}"))?;
-    let system_id = parse_a_string(&sector[8..40]).map_err(|e| format!("system ID: {e}"))?;
+fn parse_primary_descriptor(sector: &[u8]) -> Result<PrimaryDescriptor, DescriptorError> {
+    verify_descriptor_header(sector).map_err(DescriptorError::PrimaryHeader)?;
+    let system_id = parse_a_string(&sector[8..40]).map_err(DescriptorError::SystemId)?;
     // Strictly d-characters, but lower case and `-` are common (`fedora-coreos-...`), so the
     // lenient a-character set is used, as coreos-installer does.
-    let volume_id = parse_a_string(&sector[40..72]).map_err(|e| format!("volume ID: {e}"))?;
+    let volume_id = parse_a_string(&sector[40..72]).map_err(DescriptorError::VolumeId)?;
     // Both-endian field; the little-endian half is authoritative for us.
     let volume_space_size = le_u32(&sector[80..84]);
     // The root record is 34 bytes in practice; its own length byte is what bounds it.
     let at = DESCRIPTOR_SET_LBA * SECTOR + PVD_ROOT_RECORD as u64;
     let root = match parse_record(&sector[PVD_ROOT_RECORD..], at, true) {
         Ok(Some(record)) if record.is_dir => record,
-        Ok(_) => return Err("root directory record is not a directory".into()),
-        Err(e) => return Err(format!("root directory record: {e}")),
+        Ok(_) => return Err(DescriptorError::RootNotADirectory),
+        Err(e) => return Err(DescriptorError::Root(e)),
     };
     Ok(PrimaryDescriptor { system_id, volume_id, volume_space_size, root })
 }
@@ -460,7 +539,7 @@ impl<'a> RecordIter<'a> {
         RecordIter { data, pos: 0, dir, failed: false }
     }
 
-    fn next_record(&mut self) -> Result<Option<Record>, String> {
+    fn next_record(&mut self) -> Result<Option<Record>, RecordError> {
         while self.pos < self.data.len() {
             let len = usize::from(self.data[self.pos]);
             if len == 0 {
@@ -473,10 +552,7 @@ impl<'a> RecordIter<'a> {
                 continue;
             }
             if len > self.data.len() - self.pos {
-                return Err(format!(
-                    "incomplete directory record at byte {}; corrupt ISO?",
-                    self.dir.byte_offset() + self.pos as u64
-                ));
+                return Err(RecordError::Incomplete { at: self.dir.byte_offset() + self.pos as u64 });
             }
             let start = self.pos;
             self.pos += len;
@@ -496,9 +572,9 @@ impl Iterator for RecordIter<'_> {
         if self.failed {
             return None;
         }
-        let result = self.next_record().map_err(|e| {
+        let result = self.next_record().map_err(|source| {
             self.failed = true;
-            IsoError::Invalid(format!("directory {}: {e}", self.dir.name))
+            IsoError::Directory { name: self.dir.name.clone(), source }
         });
         result.transpose()
     }
@@ -506,28 +582,25 @@ impl Iterator for RecordIter<'_> {
 
 /// Parses one directory record (`raw` is exactly the record's bytes). Returns `None` for the
 /// `.`/`..` entries, except that the PVD's root record (`is_root`) is reported as `.`.
-fn parse_record(raw: &[u8], at: u64, is_root: bool) -> Result<Option<Record>, String> {
+fn parse_record(raw: &[u8], at: u64, is_root: bool) -> Result<Option<Record>, RecordError> {
     if raw.len() < RECORD_HEADER_LEN {
-        return Err(format!(
-            "directory record of {} bytes at byte {at} is shorter than the {RECORD_HEADER_LEN}-byte header",
-            raw.len()
-        ));
+        return Err(RecordError::Short { len: raw.len(), at });
     }
     let record_len = usize::from(raw[0]);
     if record_len < RECORD_HEADER_LEN || record_len > raw.len() {
-        return Err(format!("directory record at byte {at} has invalid length {record_len}"));
+        return Err(RecordError::InvalidLength { len: record_len, at });
     }
     let lba = le_u32(&raw[2..6]);
     let length = le_u32(&raw[10..14]);
     let flags = raw[25];
     let name_len = usize::from(raw[32]);
     let Some(identifier) = raw[RECORD_HEADER_LEN..record_len].get(..name_len) else {
-        return Err(format!("file identifier of {name_len} bytes overruns the {record_len}-byte record at byte {at}"));
+        return Err(RecordError::IdentifierOverrun { name_len, record_len, at });
     };
     let name = match identifier {
         [0] if is_root => ".".to_string(),
         [0] | [1] => return Ok(None),
-        [] => return Err(format!("empty file identifier in record at byte {at}")),
+        [] => return Err(RecordError::EmptyIdentifier { at }),
         _ => parse_file_identifier(identifier)?,
     };
     Ok(Some(Record { name, is_dir: flags & FLAG_DIRECTORY != 0, lba, length }))
@@ -540,7 +613,7 @@ const FILE_CHARS: &[u8] = b"!\"%&'()*+,-.:<=>?";
 /// Normalizes a file identifier the way coreos-installer (and Linux's isofs) does: drop a `;1`
 /// version, then one trailing `.` (the mandatory separator of extension-less names); a remaining
 /// `;` or `/` becomes `.`; a NUL ends the name. Case is kept.
-fn parse_file_identifier(raw: &[u8]) -> Result<String, String> {
+fn parse_file_identifier(raw: &[u8]) -> Result<String, InvalidName> {
     let mut bytes = raw;
     if let Some(stripped) = bytes.strip_suffix(b";1") {
         bytes = stripped;
@@ -557,7 +630,7 @@ fn parse_file_identifier(raw: &[u8]) -> Result<String, String> {
             }
             b';' | b'/' => name.push('.'),
             _ => {
-                return Err(format!("invalid string name {:?}", String::from_utf8_lossy(raw)));
+                return Err(InvalidName(String::from_utf8_lossy(raw).into_owned()));
             }
         }
     }
@@ -565,7 +638,7 @@ fn parse_file_identifier(raw: &[u8]) -> Result<String, String> {
 }
 
 /// Parses a space-padded a-character field (system/volume/boot IDs); a NUL ends it.
-fn parse_a_string(raw: &[u8]) -> Result<String, String> {
+fn parse_a_string(raw: &[u8]) -> Result<String, InvalidName> {
     let mut s = String::with_capacity(raw.len());
     for &byte in raw {
         match byte {
@@ -580,7 +653,7 @@ fn parse_a_string(raw: &[u8]) -> Result<String, String> {
                 s.push(char::from(b))
             }
             _ => {
-                return Err(format!("invalid string name {:?}", String::from_utf8_lossy(raw)));
+                return Err(InvalidName(String::from_utf8_lossy(raw).into_owned()));
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use super::fixtures::fixture;
 use super::*;
+use crate::errors::chain;
 
 fn synthetic() -> IsoFs {
     IsoFs::open(fixture("synthetic.iso")).expect("opening synthetic.iso")
@@ -165,7 +166,7 @@ fn identifier_normalization() {
     assert_eq!(parse_file_identifier(b"AB\0CD").unwrap(), "AB");
     assert_eq!(parse_file_identifier(b"lower").unwrap(), "lower");
     let err = parse_file_identifier(b"A\xffB").unwrap_err();
-    assert!(err.starts_with("invalid string name"), "{err}");
+    assert!(err.to_string().starts_with("invalid string name"), "{err}");
     assert_eq!(parse_a_string(b"LINUX   \0junk").unwrap(), "LINUX");
     assert_eq!(parse_a_string(b"a;b/c  ").unwrap(), "a;b/c");
 }
@@ -226,7 +227,7 @@ fn overlong_record_is_an_error() {
     bytes[pos + 32] = 200;
     let iso = IsoFs::from_source(bytes).unwrap();
     let err = iso.list_dir(&content).unwrap_err();
-    assert!(err.to_string().contains("overruns"), "{err}");
+    assert!(chain(&err).to_string().contains("overruns"), "{}", chain(&err));
     // the record before the corrupt one is still found, as in coreos-installer
     assert_eq!(iso.get_path("CONTENT/DIR").unwrap().name, "DIR");
 }
@@ -239,12 +240,12 @@ fn bad_descriptors_are_errors() {
     let mut wrong_id = bytes.clone();
     wrong_id[pvd + 1..pvd + 6].copy_from_slice(b"CD002");
     let err = IsoFs::from_source(wrong_id).unwrap_err();
-    assert!(err.to_string().contains("unknown descriptor ID"), "{err}");
+    assert!(chain(&err).to_string().contains("unknown descriptor ID"), "{}", chain(&err));
 
     let mut wrong_version = bytes.clone();
     wrong_version[pvd + 6] = 2;
     let err = IsoFs::from_source(wrong_version).unwrap_err();
-    assert!(err.to_string().contains("unknown descriptor version 2"), "{err}");
+    assert!(chain(&err).to_string().contains("unknown descriptor version 2"), "{}", chain(&err));
 
     // terminator replaced by an unknown type, and so on up to the end of the image
     let mut no_terminator = bytes.clone();

@@ -53,15 +53,37 @@ pub enum WriteError {
     NotADirectory { path: String, parent: String },
     #[error("invalid {field} {value:?}: {reason}")]
     InvalidId { field: &'static str, value: String, reason: String },
+    /// An identifier with characters ISO readers refuse.
+    #[error("invalid {field} {value:?}")]
+    IdCharacters {
+        field: &'static str,
+        value: String,
+        #[source]
+        source: super::InvalidName,
+    },
     #[error("{0}")]
     TooLarge(String),
     /// The El Torito setup does not fit the tree (missing or empty boot image, ...).
     #[error("El Torito: {0}")]
     Boot(String),
+    /// The boot catalog does not encode (too many entries, media flags out of range).
+    #[error("El Torito")]
+    Catalog(#[source] eltorito::EncodeError),
+    /// A boot info table cannot be patched into this file.
+    #[error("El Torito: {path}")]
+    BootInfoTable {
+        path: String,
+        #[source]
+        source: eltorito::EncodeError,
+    },
     /// A file's source could not be read (or is shorter than the range given for it).
-    #[error("reading the data of {path}: {cause}")]
-    Source { path: String, cause: io::Error },
-    #[error("writing the image: {0}")]
+    #[error("reading the data of {path}")]
+    Source {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("writing the image")]
     Io(#[from] io::Error),
 }
 
@@ -242,11 +264,11 @@ impl IsoBuilder {
         len: u64,
     ) -> Result<(), WriteError> {
         let len32 = check_file_len(path, len)?;
-        let size = source.size().map_err(|cause| WriteError::Source { path: path.to_string(), cause })?;
+        let size = source.size().map_err(|e| WriteError::Source { path: path.to_string(), source: e })?;
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(WriteError::Source {
                 path: path.to_string(),
-                cause: io::Error::new(
+                source: io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!("bytes {offset}..{} are not inside the {size}-byte source", offset.saturating_add(len)),
                 ),
@@ -267,7 +289,7 @@ impl IsoBuilder {
         let boot_info_table = setup.boot_info_table.iter().map(normalize).collect::<Result<BTreeSet<_>, _>>()?;
         let catalog_path = setup.catalog_path.as_ref().map(normalize).transpose()?;
         // Check that it encodes (entry counts) before it becomes part of the tree.
-        catalog.clone().map_images(|_| Ok::<u32, WriteError>(0))?.encode().map_err(WriteError::Boot)?;
+        catalog.clone().map_images(|_| Ok::<u32, WriteError>(0))?.encode().map_err(WriteError::Catalog)?;
         if let Some(path) = &catalog_path {
             let len = catalog.encoded_len().next_multiple_of(SECTOR as usize) as u32;
             self.insert_file(path, FileData::Catalog { len })?;
@@ -313,7 +335,7 @@ impl IsoBuilder {
     pub fn write_to(&self, mut out: impl Write) -> Result<Layout, WriteError> {
         let plan = self.plan()?;
         let catalog = match &plan.boot {
-            Some(boot) => Some(boot.catalog.encode().map_err(WriteError::Boot)?),
+            Some(boot) => Some(boot.catalog.encode().map_err(WriteError::Catalog)?),
             None => None,
         };
         let mut written = Blocks::new(&mut out);
@@ -349,7 +371,7 @@ impl IsoBuilder {
                 data => {
                     let mut bytes = read_whole(data, &file.path)?;
                     let table = eltorito::boot_info_table(file.lba as u32, &bytes)
-                        .map_err(|e| WriteError::Boot(format!("{}: {e}", file.path)))?;
+                        .map_err(|source| WriteError::BootInfoTable { path: file.path.clone(), source })?;
                     bytes[eltorito::BOOT_INFO_TABLE].copy_from_slice(&table);
                     written.block(&bytes)?;
                 }
@@ -620,7 +642,7 @@ fn read_whole(data: &FileData, path: &str) -> Result<Vec<u8>, WriteError> {
             let mut bytes = vec![0u8; *len as usize];
             source
                 .read_exact_at(&mut bytes, *offset)
-                .map_err(|cause| WriteError::Source { path: path.to_string(), cause })?;
+                .map_err(|source| WriteError::Source { path: path.to_string(), source })?;
             Ok(bytes)
         }
         FileData::Catalog { .. } => Err(WriteError::Boot(format!("{path} is the boot catalog"))),
@@ -669,7 +691,7 @@ impl<W: Write> Blocks<W> {
             let n = (len - done).min(COPY_CHUNK as u64) as usize;
             source
                 .read_exact_at(&mut buf[..n], offset + done)
-                .map_err(|cause| WriteError::Source { path: path.to_string(), cause })?;
+                .map_err(|source| WriteError::Source { path: path.to_string(), source })?;
             self.out.write_all(&buf[..n])?;
             done += n as u64;
         }
@@ -865,8 +887,8 @@ fn check_id(field: &'static str, value: &str) -> Result<(), WriteError> {
         return Err(invalid("only printable ASCII is allowed"));
     }
     // Keep to what ISO readers (ours, coreos-installer's) accept in identifiers.
-    if let Err(reason) = super::parse_a_string(value.as_bytes()) {
-        return Err(invalid(&reason));
+    if let Err(source) = super::parse_a_string(value.as_bytes()) {
+        return Err(WriteError::IdCharacters { field, value: value.to_string(), source });
     }
     Ok(())
 }

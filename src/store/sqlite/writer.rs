@@ -149,7 +149,7 @@ pub(super) fn run_checkpointer(conn: Connection, stats: std::sync::Weak<WriterSt
             // Retried at the next interval; said once until a checkpoint succeeds again.
             Err(e) if !failing => {
                 failing = true;
-                tracing::warn!("checkpointing the store's write-ahead log: {e}");
+                tracing::warn!("checkpointing the store's write-ahead log: {}", crate::errors::chain(&e));
             }
             Err(_) => {}
         }

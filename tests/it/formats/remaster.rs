@@ -391,7 +391,8 @@ fn refusals() {
 
     // Output over the input.
     let err = remaster_minimal(&full, &full).unwrap_err();
-    assert!(err.to_string().contains("is the full ISO"), "{err}");
+    let err = bootstream::errors::chain(&err).to_string();
+    assert!(err.contains("is the full ISO"), "{err}");
 
     // Not a live ISO.
     let synthetic = fixture_iso("synthetic", dir.path());
