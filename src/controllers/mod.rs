@@ -248,7 +248,7 @@ pub async fn run_host_controllers<S: Store>(
         let metrics = metrics.clone();
         let mut changes = backend.subscribe();
         async move {
-            let mut namespaces: std::collections::HashMap<String, String> = Default::default();
+            let mut namespaces = std::collections::HashMap::new();
             loop {
                 let change = match changes.recv().await {
                     Ok(c) => c,
@@ -264,26 +264,7 @@ pub async fn run_host_controllers<S: Store>(
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
-                // Records written before namespaces were kept (until the start fills them in) are
-                // found through their InfraEnv.
-                let ns = match namespaces.get(&change.infra_env_id) {
-                    _ if !change.namespace.is_empty() => change.namespace.clone(),
-                    Some(ns) => ns.clone(),
-                    None => match store.get_by_uid::<crate::resources::InfraEnv>(&change.infra_env_id).await {
-                        Ok(Some(ie)) => {
-                            let ns = ie.metadata.namespace.unwrap_or_default();
-                            namespaces.insert(change.infra_env_id.clone(), ns.clone());
-                            ns
-                        }
-                        _ => continue,
-                    },
-                };
-                aq.push((ns, change.host_id.clone()));
-                if let Some(cid) = &change.cluster_id
-                    && let Some(c) = backend.cluster(cid).await
-                {
-                    cq.push((c.namespace, c.name));
-                }
+                route_host_change(&store, &backend, &mut namespaces, &aq, &cq, change).await;
             }
         }
     };
@@ -302,6 +283,38 @@ pub async fn run_host_controllers<S: Store>(
     let agents = runtime::run("agent", agent_queue, Arc::new(Agents(hub.clone())), agent_workers, &metrics);
     let clusters = runtime::run("clusterdeployment", cluster_queue, Arc::new(Clusters(hub)), 1, &metrics);
     tokio::join!(store_feeder, host_feeder, monitor, agents, clusters);
+}
+
+/// Which Agent and ClusterDeployment keys a host change concerns: the host's Agent, and its cluster's.
+/// `namespaces` remembers the namespace of InfraEnvs looked up for records that have none.
+async fn route_host_change<S: Store>(
+    store: &S,
+    backend: &Backend,
+    namespaces: &mut std::collections::HashMap<String, String>,
+    agents: &WorkQueue,
+    clusters: &WorkQueue,
+    change: crate::pool::HostChange,
+) {
+    // Records written before namespaces were kept (until the start fills them in) are found through
+    // their InfraEnv.
+    let ns = match namespaces.get(&change.infra_env_id) {
+        _ if !change.namespace.is_empty() => change.namespace.clone(),
+        Some(ns) => ns.clone(),
+        None => match store.get_by_uid::<crate::resources::InfraEnv>(&change.infra_env_id).await {
+            Ok(Some(ie)) => {
+                let ns = ie.metadata.namespace.unwrap_or_default();
+                namespaces.insert(change.infra_env_id.clone(), ns.clone());
+                ns
+            }
+            _ => return,
+        },
+    };
+    agents.push((ns, change.host_id.clone()));
+    if let Some(cid) = &change.cluster_id
+        && let Some(c) = backend.cluster(cid).await
+    {
+        clusters.push((c.namespace, c.name));
+    }
 }
 
 /// The metal3 controllers: the Bare Metal Agent Controller over BareMetalHosts and the

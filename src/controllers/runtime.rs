@@ -705,6 +705,128 @@ pub(crate) mod sim {
         }
     }
 
+    /// What a simulated reconcile's task answers: the settling of its outcome at the (virtual) time
+    /// the scheduler sees it finished.
+    type Settle = Box<dyn FnOnce(Instant) -> Outcome + Send>;
+    type Starter = Arc<dyn Fn(Key, Arc<WorkQueue>) -> Pin<Box<dyn Future<Output = Settle> + Send>> + Send + Sync>;
+
+    struct Controller {
+        name: &'static str,
+        queue: Arc<WorkQueue>,
+        workers: usize,
+        running: usize,
+        start: Starter,
+    }
+
+    /// The controllers of a seeded simulation over real I/O: each reconcile runs as a tokio task that
+    /// is a participant of `gates` (it parks before every backend and store call, see
+    /// [`crate::pool::gate`]); the scheduler decides which key starts when, which parked reconcile
+    /// goes on, and when time moves. The queues are the runtime's, with as many workers per
+    /// controller as production runs.
+    pub(crate) struct Controllers {
+        pub gates: Arc<crate::pool::gate::Gates>,
+        list: Vec<Controller>,
+        tasks: BTreeMap<u64, (usize, Key, tokio::task::JoinHandle<Settle>)>,
+        /// Every reconcile started and finished, in order (printed with a failing seed).
+        pub log: Vec<String>,
+    }
+
+    impl Controllers {
+        pub(crate) fn new() -> Controllers {
+            Controllers { gates: Default::default(), list: Vec::new(), tasks: BTreeMap::new(), log: Vec::new() }
+        }
+
+        /// Adds a controller; returns its index.
+        pub(crate) fn add<R: Reconciler>(&mut self, name: &'static str, reconciler: Arc<R>, workers: usize) -> usize {
+            let queue = Arc::new(WorkQueue::default());
+            queue.started();
+            let start: Starter = Arc::new(move |key: Key, queue: Arc<WorkQueue>| {
+                let reconciler = reconciler.clone();
+                Box::pin(async move {
+                    let result = reconciler.reconcile(&key).await;
+                    Box::new(move |now: Instant| settle(name, &queue, &*reconciler, &key, result, now)) as Settle
+                })
+            });
+            self.list.push(Controller { name, queue, workers: workers.max(1), running: 0, start });
+            self.list.len() - 1
+        }
+
+        /// The queue of controller `c` (feed it as production's feeders do).
+        pub(crate) fn queue(&self, c: usize) -> &Arc<WorkQueue> {
+            &self.list[c].queue
+        }
+
+        /// Controllers with a free worker and a queued key.
+        pub(crate) fn startable(&self) -> Vec<usize> {
+            (0..self.list.len())
+                .filter(|&c| {
+                    let ctl = &self.list[c];
+                    ctl.running < ctl.workers && !ctl.queue.lock().queue.is_empty()
+                })
+                .collect()
+        }
+
+        /// The reconcile participant `id` runs: controller and key.
+        pub(crate) fn describe(&self, id: u64) -> String {
+            match self.tasks.get(&id) {
+                Some((c, key, _)) => format!("{} {}/{}", self.list[*c].name, key.0, key.1),
+                None => format!("#{id}"),
+            }
+        }
+
+        /// Starts a reconcile of controller `c`, of the queued key `pick` chooses among the `n` queued.
+        pub(crate) fn start(&mut self, c: usize, pick: impl FnOnce(usize) -> usize) {
+            let ctl = &mut self.list[c];
+            let key = ctl.queue.try_next(pick).expect("a queued key");
+            ctl.running += 1;
+            self.log.push(format!("start {} {}/{}", ctl.name, key.0, key.1));
+            let (id, task) = self.gates.spawn((ctl.start)(key.clone(), ctl.queue.clone()));
+            self.tasks.insert(id, (c, key, task));
+        }
+
+        /// Settles the reconciles that finished, at `now`; panics with the reconcile's panic.
+        pub(crate) async fn settle_finished(&mut self, now: Instant) {
+            for id in self.gates.take_done() {
+                let Some((c, key, task)) = self.tasks.remove(&id) else { continue };
+                let settle = match task.await {
+                    Ok(settle) => settle,
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => panic!("reconcile task of {key:?}: {e}"),
+                };
+                let outcome = settle(now);
+                let ctl = &mut self.list[c];
+                ctl.running -= 1;
+                self.log.push(format!("done {} {}/{}: {:?}", ctl.name, key.0, key.1, outcome));
+            }
+        }
+
+        /// Queues the keys whose requeue is due at `now`; returns when the next one is.
+        pub(crate) fn fire_due(&self, now: Instant) -> Option<Instant> {
+            self.list.iter().filter_map(|c| c.queue.fire_due(now)).min()
+        }
+
+        /// Nothing runs and nothing is queued (timers aside).
+        pub(crate) fn idle(&self) -> bool {
+            self.tasks.is_empty() && self.list.iter().all(|c| c.queue.lock().queue.is_empty())
+        }
+
+        /// The process restarts: running reconciles are dropped where they are parked, and every
+        /// queue (with its timers) is lost; the caller queues everything again, as a start does.
+        pub(crate) fn restart(&mut self) {
+            for (_, (_, _, task)) in std::mem::take(&mut self.tasks) {
+                task.abort();
+            }
+            self.gates.clear();
+            for ctl in &mut self.list {
+                ctl.queue.stopped();
+                ctl.queue = Arc::new(WorkQueue::default());
+                ctl.queue.started();
+                ctl.running = 0;
+            }
+            self.log.push("restart".into());
+        }
+    }
+
     /// Pending `n` times, then ready: a reconcile's await points, where others run meanwhile.
     pub(crate) struct Yield(pub u32);
 

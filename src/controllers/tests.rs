@@ -23,6 +23,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::testkit::hub::ApiServer;
 use crate::testkit::spoke::FakeApiServer;
 
+mod interleavings;
 mod metal3;
 
 const NS: &str = "pool";

@@ -12,6 +12,8 @@
 //! Where the pool sits between agents and Agents: docs/design.md §4.1, §4.3.
 
 pub mod clock;
+#[cfg(test)]
+pub mod gate;
 pub mod logs;
 
 use std::collections::HashMap;
@@ -249,12 +251,16 @@ impl Backend {
     }
 
     pub async fn host(&self, key: &HostKey) -> Option<Host> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.host").await;
         let slot = self.slot(key)?;
         slot.lock().await.clone()
     }
 
     /// The record of the Agent `name` in `namespace` (an Agent is named by its host's id).
     pub async fn host_of_agent(&self, namespace: &str, name: &str) -> Option<Host> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.host_of_agent").await;
         let key =
             self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&(namespace.into(), name.into())).cloned()?;
         self.host(&key).await.filter(|h| h.namespace == namespace)
@@ -263,6 +269,8 @@ impl Backend {
     /// Whether the record `key` exists (answered without copying it: the agent API asks at every
     /// request).
     pub async fn has_host(&self, key: &HostKey) -> bool {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.has_host").await;
         match self.slot(key) {
             Some(slot) => slot.lock().await.is_some(),
             None => false,
@@ -291,6 +299,8 @@ impl Backend {
 
     /// All hosts, or those matching `filter`.
     pub async fn hosts(&self, filter: impl Fn(&Host) -> bool) -> Vec<Host> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.hosts").await;
         let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let mut out = Vec::new();
         for slot in slots {
@@ -564,6 +574,8 @@ impl Backend {
 
     /// `BindHostInternal` (spec-controllers.md §1.6).
     pub async fn bind_host(&self, key: &HostKey, cluster_id: &str, infra_env_arch: &str) -> Result<Host, ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.bind_host").await;
         let host_id = &key.host_id;
         let cluster = self
             .cluster(cluster_id)
@@ -616,6 +628,8 @@ impl Backend {
         reclaim: bool,
         infra_env_cluster: Option<&str>,
     ) -> Result<Host, ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.unbind_host").await;
         let host_id = &key.host_id;
         let (host, ()) = self
             .mutate(key, |host, ctx| {
@@ -647,16 +661,22 @@ impl Backend {
         key: &HostKey,
         edit: impl FnOnce(&mut Host) -> Result<(), ApiError>,
     ) -> Result<Host, ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.update_host").await;
         Ok(self.mutate(key, |host, _| edit(host)).await?.0)
     }
 
     /// Fires an install-flow event on a host.
     pub async fn fire_event(&self, key: &HostKey, event: Event) -> Result<Host, ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.fire_event").await;
         Ok(self.mutate(key, |host, ctx| Self::fire(host, &event, ctx)).await?.0)
     }
 
     /// `V2DeregisterHostInternal`: the host record goes (not found is fine).
     pub async fn deregister_host(&self, key: &HostKey) -> Result<(), ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.deregister_host").await;
         let Some(namespace) = self.host(key).await.map(|h| h.namespace) else { return Ok(()) };
         let _turn = self.agent_turn(&namespace, &key.host_id).await;
         self.remove_host(key).await
@@ -689,6 +709,8 @@ impl Backend {
     /// Restores a host record from what its Agent remembers (spec-controllers.md §2.9). `host.namespace` is the
     /// Agent's.
     pub async fn restore_host(&self, host: Host) -> Result<Host, ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.restore_host").await;
         let _turn = self.agent_turn(&host.namespace, &host.id).await;
         let key = host.key();
         let agent = (host.namespace.clone(), host.id.clone());
@@ -736,15 +758,21 @@ impl Backend {
     }
 
     pub async fn cluster(&self, id: &str) -> Option<Cluster> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.cluster").await;
         self.cluster_map().get(id).cloned()
     }
 
     pub async fn cluster_by_kube_key(&self, namespace: &str, name: &str) -> Option<Cluster> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.cluster_by_kube_key").await;
         self.cluster_map().values().find(|c| c.namespace == namespace && c.name == name).cloned()
     }
 
     /// Creates or replaces a cluster record.
     pub async fn put_cluster(&self, cluster: Cluster) -> Result<Cluster, ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.put_cluster").await;
         let _writing = self.cluster_writes.lock().await;
         if self.cluster_map().get(&cluster.id) == Some(&cluster) {
             return Ok(cluster);
@@ -757,6 +785,8 @@ impl Backend {
 
     /// `DeregisterClusterInternal`: the record goes; its hosts stay (the Agents unbind them).
     pub async fn deregister_cluster(&self, id: &str) -> Result<(), ApiError> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.deregister_cluster").await;
         {
             let _writing = self.cluster_writes.lock().await;
             if self.cluster_map().contains_key(id) {
@@ -771,6 +801,8 @@ impl Backend {
     }
 
     pub async fn cluster_hosts(&self, cluster_id: &str) -> Vec<Host> {
+        #[cfg(test)]
+        let _turn = gate::enter("backend.cluster_hosts").await;
         let keys: Vec<HostKey> = self
             .members
             .lock()
