@@ -162,6 +162,9 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
     let ns = agent.metadata.namespace.clone().unwrap_or_default();
     let name = agent.metadata.name.clone().unwrap_or_default();
     let (ns, name) = (ns.as_str(), name.as_str());
+    // What the store holds: the status is written if it differs from this, whatever step changed it
+    // (clearing the clean-up marker below is a change too).
+    let stored_status = agent.status.clone();
 
     // spec-controllers.md §2.9: an Agent whose host record is gone (a restored backup) gets it back.
     // The record is the one of this Agent's namespace: an Agent never reaches a host of another.
@@ -212,7 +215,7 @@ async fn sync<S: Store>(ctx: &AgentContext<S>, mut agent: Agent) -> Result<Actio
     let metadata_unwritten = metadata_changed && agent.metadata.resource_version == version_before_sync;
     // Reread: binding and unbinding change the host.
     let host = ctx.backend.host(&host_key).await;
-    update_status(ctx, agent, host.as_ref(), &sync, metadata_unwritten).await?;
+    update_status(ctx, agent, stored_status, host.as_ref(), &sync, metadata_unwritten).await?;
     Ok(requeue.map(Action::RequeueAfter).unwrap_or(Action::Done))
 }
 
@@ -794,16 +797,16 @@ fn valid_label_value(v: &str) -> bool {
             || (v.starts_with(|c: char| c.is_ascii_alphanumeric()) && v.ends_with(|c: char| c.is_ascii_alphanumeric())))
 }
 
-/// Step 10: the status from the host and the sync outcome; with the metadata too when
-/// `metadata_unwritten`.
+/// Step 10: the status from the host and the sync outcome, written if it differs from `before` (the
+/// stored status); with the metadata too when `metadata_unwritten`.
 async fn update_status<S: Store>(
     ctx: &AgentContext<S>,
     mut agent: Agent,
+    before: Option<crate::resources::agent::AgentStatus>,
     host: Option<&Host>,
     sync: &Result<(), SyncError>,
     metadata_unwritten: bool,
 ) -> Result<(), StoreError> {
-    let before = agent.status.clone();
     let now = Time(crate::resources::now_seconds());
     let status = agent.status.get_or_insert_default();
     for c in agent_conditions(host, sync, agent.spec.approved) {
