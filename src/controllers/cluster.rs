@@ -191,13 +191,6 @@ async fn advance_installation<S: Store>(
                 );
                 cluster.install_started_at = Some(now);
                 ctx.backend.put_cluster(cluster.clone()).await.map_err(|e| StoreError::Backend(e.message))?;
-                assign_roles(ctx, &hosts, aci).await;
-                fire_all(hosts.clone(), HostStatus::Known, Event::PrepareForInstallation).await;
-                let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
-                fire_all(hosts, HostStatus::PreparingForInstallation, Event::PreparingSucceeded).await;
-                let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
-                fire_all(hosts, HostStatus::PreparingSuccessful, Event::InstallHost).await;
-                set_cluster_status(&mut cluster, "installing", "Installation in progress", now);
             } else {
                 let (status, info) = if all_ready {
                     ("ready", "Cluster ready to be installed")
@@ -217,6 +210,18 @@ async fn advance_installation<S: Store>(
             }
         }
         _ => {}
+    }
+    // The cluster's record says it is preparing before its hosts move: a process that stops in
+    // between finds it so at its start, and takes the hosts on from where they are.
+    if cluster.status == "preparing-for-installation" {
+        let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
+        assign_roles(ctx, &hosts, aci).await;
+        fire_all(hosts, HostStatus::Known, Event::PrepareForInstallation).await;
+        let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
+        fire_all(hosts, HostStatus::PreparingForInstallation, Event::PreparingSucceeded).await;
+        let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
+        fire_all(hosts, HostStatus::PreparingSuccessful, Event::InstallHost).await;
+        set_cluster_status(&mut cluster, "installing", "Installation in progress", now);
     }
     ctx.backend.put_cluster(cluster).await.map_err(|e| StoreError::Backend(e.message))
 }
