@@ -168,6 +168,8 @@ struct Sim<S: Store> {
     /// The host monitor's period (`run_host_controllers`' `monitor_every`).
     monitor_every: Duration,
     steps: usize,
+    /// The choices made, folded: seeds that scheduled differently differ here.
+    schedule: u64,
     trace: Vec<String>,
     /// Steps left before the process restarts (once), if a restart is planned.
     restart_in: Option<usize>,
@@ -235,6 +237,7 @@ impl<S: Store> Sim<S> {
             hosts,
             monitor_every,
             steps: 0,
+            schedule: 0,
             trace: Vec::new(),
             restart_in: None,
         };
@@ -413,7 +416,9 @@ impl<S: Store> Sim<S> {
             *n -= 1;
         }
         let parked = self.ctl.gates.parked();
-        match choices.swap_remove(self.rng.usize(..choices.len())) {
+        let pick = self.rng.usize(..choices.len());
+        self.schedule = self.schedule.wrapping_mul(31).wrapping_add(pick as u64 * 1024 + choices.len() as u64);
+        match choices.swap_remove(pick) {
             Choice::Release(id) => {
                 if tracing_enabled() {
                     let at = parked.iter().find(|(p, _)| *p == id).map_or("", |(_, at)| *at);
@@ -508,11 +513,16 @@ impl<S: Store> World<S> {
         self.backend.register_host(&ie_uid, NS, &id, "v1", bound).await.unwrap();
         let key = crate::hosts::HostKey::new(&ie_uid, &id);
         self.backend.update_inventory(&key, crate::hosts::simulated::inventory(index).to_string()).await.unwrap();
+        // The agent API names the cluster of the InfraEnv's clusterRef in the Agents it creates.
+        let mut spec = json!({"approved": approved});
+        if let Some(r) = &ie_doc.spec.cluster_ref {
+            spec["clusterDeploymentName"] = json!({"name": r.name, "namespace": r.namespace});
+        }
         self.apply(
             Kind::Agent,
             json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
                    "metadata": {"name": id, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: ie}},
-                   "spec": {"approved": approved}}),
+                   "spec": spec}),
         )
         .await;
         self.reconcile(&id).await;
@@ -758,6 +768,8 @@ async fn check_invariants<S: Store>(sim: &Sim<S>, deleting: &[&str]) {
 
 thread_local! {
     static LAST_TRACE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The schedules of the processes of the last run (a restart starts another).
+    static SCHEDULES: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Runs `scenario` under each seed (`BOOTSTREAM_SIM_SEED` alone (after seed 0), or `BOOTSTREAM_SIM_SEEDS` of them,
@@ -779,7 +791,10 @@ where
     let replay =
         |seed: u64| format!("BOOTSTREAM_SIM_SEED={seed} cargo nextest run --lib -E 'test(/interleavings::{test}$/)'");
     let mut first: Option<(u64, BTreeMap<String, String>)> = None;
+    let mut schedules = BTreeSet::new();
+    let runs = seeds.len();
     for seed in seeds {
+        SCHEDULES.with(|s| s.borrow_mut().clear());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(scenario(seed))));
         drop(rt);
@@ -817,11 +832,15 @@ where
             }
             Some(_) => {}
         }
+        schedules.insert(SCHEDULES.with(|s| s.borrow().clone()));
     }
+    // The seeds did order things differently (a scheduler that ignored them would pass alone).
+    assert!(runs < 2 || schedules.len() > runs / 2, "{} schedules for {runs} seeds", schedules.len());
 }
 
 impl<S: Store> Drop for Sim<S> {
     fn drop(&mut self) {
+        SCHEDULES.with(|s| s.borrow_mut().push(self.schedule));
         if tracing_enabled() {
             let mut trace = std::mem::take(&mut self.trace);
             trace.extend(self.ctl.log.drain(..));
