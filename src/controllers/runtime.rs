@@ -17,7 +17,9 @@
 //!
 //! The queue's state changes are synchronous and take the time as an argument, so that a test can
 //! drive them without the async runtime (`sim`): which queued key runs next is chosen by a seeded
-//! RNG there, reconciles interleave in an order the RNG chooses, and time is virtual.
+//! RNG there, reconciles interleave in an order the RNG chooses, and time is virtual. `sim::Controllers`
+//! does the same for reconciles that do real I/O, parked at the gates of `pool::gate` (docs/design.md
+//! §7.5).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
