@@ -932,6 +932,9 @@ where
             }
             Some(_) => {}
         }
+        if only.is_some() && tracing_enabled() {
+            LAST_TRACE.with(|t| eprintln!("schedule of seed {seed}:\n{}", t.borrow().join("\n")));
+        }
         schedules.insert(SCHEDULES.with(|s| s.borrow().clone()));
     }
     // The seeds did order things differently (a scheduler that ignored them would pass alone).
