@@ -340,6 +340,67 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     drop(fleet);
 }
 
+/// Issue 32 item 5, as a user meets it: `serve` and `simulate` install a cluster, and it ends with
+/// the admin kubeconfig and password Secrets the (simulated) installer reported, referenced from the
+/// ClusterDeployment and the AgentClusterInstall, whose six conditions say it is done.
+#[test]
+fn an_installed_cluster_has_its_admin_secrets_referenced_and_six_conditions() {
+    use base64::Engine;
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml(NS, "sno", 1));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    bind(&s, &name(&list[0]), "sno");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let aci = loop {
+        let aci = s.get_json("agentclusterinstall", NS, "sno");
+        if condition(&aci, "Completed").is_some_and(|c| c["status"] == "True") {
+            break aci;
+        }
+        assert!(Instant::now() < deadline, "the cluster never completed: {aci:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let conditions: Vec<(&str, &str, &str)> = aci["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    for want in [
+        ("SpecSynced", "True", "SyncOK"),
+        ("Validated", "True", "ValidationsPassing"),
+        ("Completed", "True", "InstallationCompleted"),
+        ("Failed", "False", "InstallationNotFailed"),
+        ("Stopped", "True", "InstallationCompleted"),
+    ] {
+        assert!(conditions.contains(&want), "{want:?} not in {conditions:?}");
+    }
+    assert!(conditions.iter().any(|c| c.0 == "RequirementsMet" && c.1 == "True"), "{conditions:?}");
+
+    let cd = s.get_json("clusterdeployment", NS, "sno");
+    assert_eq!(cd["spec"]["installed"], true);
+    let meta = &cd["spec"]["clusterMetadata"];
+    assert_eq!(meta["adminKubeconfigSecretRef"]["name"], "sno-admin-kubeconfig");
+    assert_eq!(meta["adminPasswordSecretRef"]["name"], "sno-admin-password");
+    assert_eq!(&aci["spec"]["clusterMetadata"], meta, "the ACI names the same");
+    let cluster_id = meta["clusterID"].as_str().unwrap();
+    let value = |secret: &str, key: &str| {
+        let v = s.get_json("secret", NS, secret);
+        let b64 = v["data"][key].as_str().unwrap_or_else(|| panic!("no {key} in {v:#}")).to_string();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap()
+    };
+    assert_eq!(
+        value("sno-admin-kubeconfig", "kubeconfig"),
+        bootstream::cli::simulate::simulated_kubeconfig(cluster_id)
+    );
+    assert_eq!(value("sno-admin-password", "username"), "kubeadmin");
+    assert_eq!(value("sno-admin-password", "password"), bootstream::cli::simulate::simulated_password(cluster_id));
+    let secret = s.get_json("secret", NS, "sno-admin-kubeconfig");
+    assert_eq!(secret["metadata"]["labels"]["cluster.open-cluster-management.io/backup"], "true");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "ClusterDeployment");
+}
+
 /// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
 /// reclaimed when unbound. bootstream starts the reclaim agent there (a fake API server plays the
 /// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
