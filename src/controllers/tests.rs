@@ -976,6 +976,80 @@ async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<
     assert_eq!(w.backend.cluster_by_kube_key(NS, "c1").await.unwrap().openshift_version, "4.20.0");
 }
 
+/// Item 5 of issue 32: the Agent's ignition token (from its secret), Ignition overrides and
+/// installer arguments reach the host's install step; invalid overrides or arguments are refused
+/// with SpecSynced saying which, and the host keeps what it had.
+async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: Store>(w: World<S>) {
+    w.cluster_deployment("c1", true).await;
+    let id = bound_known_host(&w, "c1", 0).await;
+    w.apply(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": NS},
+               "stringData": {"ignition-token": "s3cret"}}),
+    )
+    .await;
+    let overrides = r#"{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hi"}}]}}"#;
+    let edit = |args: Option<&'static str>, ign: Option<&'static str>| {
+        let (w, id) = (&w, id.clone());
+        async move {
+            let mut a = w.agent(&id).await;
+            a.spec.installer_args = args.map(str::to_string);
+            a.spec.ignition_config_overrides = ign.map(str::to_string);
+            a.spec.ignition_endpoint_token_reference =
+                Some(serde_json::from_value(json!({"namespace": NS, "name": "tok"})).unwrap());
+            a.spec.ignition_endpoint_http_headers = Some([("X-Origin".to_string(), "hub".to_string())].into());
+            w.store.update(&a).await.unwrap();
+            w.reconcile(&id).await;
+            w.agent(&id).await
+        }
+    };
+    let a = edit(Some(r#"["--append-karg", "ip=eth0:dhcp", "--save-partlabel", "data*"]"#), Some(overrides)).await;
+    assert_eq!(cond(&a, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+
+    // Refused: a flag coreos-installer's allowed list lacks, a value with a space, an Ignition
+    // version bootstream cannot apply, JSON that is no Ignition config.
+    for (args, ign, message) in [
+        (
+            Some(r#"["--console", "ttyS0"]"#),
+            None,
+            "found unexpected flag --console for installer - allowed flags are [--append-karg --delete-karg -n --copy-network --network-dir --save-partlabel --save-partindex --image-url --image-file]",
+        ),
+        (Some(r#"["--append-karg", "a b"]"#), None, "found unexpected chars in value a b for installer"),
+        (None, Some(r#"{"ignition":{"version":"2.2.0"}}"#), "supported versions are 3.1.0 and 3.2.0"),
+        (None, Some("{not json"), "is not valid JSON"),
+    ] {
+        let a = edit(args, ign).await;
+        assert_eq!(cond(&a, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()), "{args:?} {ign:?}");
+        let m = cond_message(&a, SPEC_SYNCED);
+        assert!(m.starts_with("The Spec could not be synced due to an input error: "), "{m}");
+        assert!(m.contains(message), "{m} lacks {message}");
+        let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+        assert_eq!(host.installer_args, r#"["--append-karg","ip=eth0:dhcp","--save-partlabel","data*"]"#);
+        assert_eq!(host.ignition_config_overrides, overrides, "the host keeps what it had");
+    }
+    let a = edit(Some(r#"["--append-karg", "ip=eth0:dhcp", "--save-partlabel", "data*"]"#), Some(overrides)).await;
+    assert_eq!(cond(&a, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+
+    // The installation starts (a single-host cluster): the install step carries all three.
+    let mut aci = aci_of(&w, "c1").await;
+    aci.spec.provision_requirements.control_plane_agents = 1;
+    w.admin.update(&aci).await.unwrap();
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(w.status(&id).await, HostStatus::Installing);
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let steps = crate::hosts::instructions::next_steps(&host, None, Some("4.20.0"));
+    let install = steps.instructions.iter().find(|s| s.step_type == "install").expect("an install step");
+    let args: Value = serde_json::from_str(&install.args[0]).unwrap();
+    assert_eq!(args["installer_args"], r#"["--append-karg","ip=eth0:dhcp","--save-partlabel","data*"]"#);
+    assert_eq!(args["ignition_config_overrides"], overrides);
+    assert_eq!(args["ignition_endpoint_token"], "s3cret");
+    assert_eq!(
+        args["ignition_endpoint_http_headers"],
+        json!([{"key": "X-Origin", "value": "hub"}, {"key": "Authorization", "value": "Bearer s3cret"}])
+    );
+    assert_eq!(args["role"], "bootstrap");
+}
+
 /// The agent controller's own writes do not queue the Agent again; anyone else's do.
 async fn an_agents_own_write_does_not_queue_it_again<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
@@ -1040,4 +1114,5 @@ on_both_stores! {
     an_installation_reports_six_conditions_and_ends_with_the_admin_secrets,
     a_failed_or_cancelled_installation_says_it_stopped_and_why,
     an_install_without_its_cluster_image_set_is_not_synced_until_it_exists,
+    ignition_token_overrides_and_installer_args_reach_the_install_step,
 }

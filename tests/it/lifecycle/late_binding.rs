@@ -401,6 +401,41 @@ fn an_installed_cluster_has_its_admin_secrets_referenced_and_six_conditions() {
     assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "ClusterDeployment");
 }
 
+/// Issue 32 item 5: installer arguments coreos-installer's allowed list lacks, or Ignition overrides
+/// that are no Ignition config, are refused with the Agent's SpecSynced saying which; fixed, they sync.
+#[test]
+fn an_agents_bad_installer_args_or_ignition_overrides_are_named_in_its_condition() {
+    let s = Server::start(&[]);
+    setup(&s);
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let n = name(&list[0]);
+    let synced = |what: &str, done: &dyn Fn(&Value) -> bool| {
+        wait_agents(&s, what, 30, |l| condition(&l[0], "SpecSynced").is_some_and(done))[0].clone()
+    };
+    for (spec, message) in [
+        (r#"{"spec":{"installerArgs":"[\"--console\", \"ttyS0\"]"}}"#, "found unexpected flag --console for installer"),
+        (
+            r#"{"spec":{"installerArgs":null,"ignitionConfigOverrides":"{\"ignition\":{\"version\":\"2.2.0\"}}"}}"#,
+            "2.2.0",
+        ),
+    ] {
+        let out = patch(&s, "agent", &n, spec);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let a =
+            synced(message, &|c| c["status"] == "False" && c["message"].as_str().is_some_and(|m| m.contains(message)));
+        assert_eq!(condition(&a, "SpecSynced").unwrap()["reason"], "InputError");
+    }
+    let out = patch(
+        &s,
+        "agent",
+        &n,
+        r#"{"spec":{"installerArgs":"[\"--append-karg\", \"ip=dhcp\"]","ignitionConfigOverrides":"{\"ignition\":{\"version\":\"3.2.0\"}}"}}"#,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    synced("synced again", &|c| c["status"] == "True");
+}
+
 /// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
 /// reclaimed when unbound. bootstream starts the reclaim agent there (a fake API server plays the
 /// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
