@@ -263,6 +263,11 @@ impl<S: Store> AgentApi<S> {
             Ok(ie) => ie,
             Err(r) => return r,
         };
+        // A host its InfraEnv's teardown has deleted must not come back while the InfraEnv waits for
+        // the hosts that hold it.
+        if ie.metadata.deletion_timestamp.is_some() {
+            return error(409, &format!("infra-env {infra_env_id} is being deleted"));
+        }
         // Hosts of an InfraEnv with a clusterRef belong to that cluster from the start.
         let bound_cluster = match &ie.spec.cluster_ref {
             Some(r) => match self.backend.cluster_by_kube_key(&r.namespace, &r.name).await {

@@ -233,12 +233,15 @@ async fn sync_spec<S: Store>(
 ) -> Result<(), SyncError> {
     // Unbind: the Agent no longer names a cluster but the host is bound.
     match (&agent.spec.cluster_deployment_name, &host.cluster_id) {
-        (None, Some(_)) => {
-            if host.status.is_installing() && host.kind != HostKind::AddToExistingClusterHost {
-                return Err(SyncError::Input(format!(
-                    "cancelling non-day-2 host [{}] in the middle of installation is not allowed",
-                    host.id
-                )));
+        (None, Some(cid)) => {
+            // An installing host stays where it is, whoever wrote the Agent (the admission rule of
+            // spec-controllers.md §2.10, held here too for writes that bypass it); a day-2 host may be
+            // released, and a cluster being deleted has cancelled its installation.
+            if host.status.is_installing()
+                && host.kind != HostKind::AddToExistingClusterHost
+                && cluster_of_host_alive(ctx, cid).await?
+            {
+                return Err(SyncError::Input(AgentAdmissionError::ClusterDeploymentImmutable.to_string()));
             }
             return unbind(ctx, agent, host, infraenv).await;
         }
@@ -261,6 +264,13 @@ async fn sync_spec<S: Store>(
                 }
             };
             let cd_name = cd.metadata.name.clone().unwrap_or_default();
+            // A cluster being deleted takes no more hosts: its deletion is unbinding them.
+            if cluster_id.is_none() && !cluster_alive(ctx, &cd_ref.namespace, &cd_name).await? {
+                return Err(SyncError::Input(format!(
+                    "clusterDeployment {}/{cd_name} is being deleted; the host is not bound to it",
+                    cd_ref.namespace
+                )));
+            }
             let Some(cluster) = ctx.backend.cluster_by_kube_key(&cd_ref.namespace, &cd_name).await else {
                 return Err(SyncError::Backend(format!(
                     "failed to find cluster for clusterDeployment {}/{}: record not found",
@@ -273,7 +283,13 @@ async fn sync_spec<S: Store>(
                     *host = ctx.backend.bind_host(&host.key(), &cluster.id, &arch).await.map_err(SyncError::Api)?;
                     return Ok(());
                 }
-                Some(cid) if *cid != cluster.id => return unbind(ctx, agent, host, infraenv).await,
+                Some(cid) if *cid != cluster.id => {
+                    // Moving an installing host is unbinding it: held like the unbind above.
+                    if host.status.is_installing() && cluster_of_host_alive(ctx, cid).await? {
+                        return Err(SyncError::Input(AgentAdmissionError::ClusterDeploymentImmutable.to_string()));
+                    }
+                    return unbind(ctx, agent, host, infraenv).await;
+                }
                 Some(_) => {}
             }
         }
@@ -519,7 +535,15 @@ async fn unbind<S: Store>(
     };
     let mut reclaim = false;
     let mut deprovision = None;
-    if let Some(cluster) = cluster.filter(|c| !c.name.is_empty() && !c.namespace.is_empty()) {
+    // A cluster being deleted is left as it is ("the installed OCP cluster, if exists, will not be
+    // affected by the deletion of the ClusterDeployment"): its hosts are unbound without reclaim and
+    // their nodes stay. Whether the cluster's deletion or the user's edit unbinds the host, and whether
+    // the cluster record is still there when it does, the host ends the same way.
+    let alive = match &cluster {
+        Some(c) => cluster_alive(ctx, &c.namespace, &c.name).await?,
+        None => false,
+    };
+    if let Some(cluster) = cluster.filter(|c| alive && !c.name.is_empty() && !c.namespace.is_empty()) {
         // Reclaim is for installed nodes only: ReclaimHost has no rule for hosts mid-installation, where
         // a plain unbind is what works (spec-controllers.md §11).
         let installed = matches!(host.status, HostStatus::Installed | HostStatus::AddedToExistingCluster);
@@ -696,6 +720,14 @@ async fn cluster_alive<S: Store>(ctx: &AgentContext<S>, ns: &str, name: &str) ->
         .get::<AgentClusterInstall>(ns, &aci_name)
         .await?
         .is_some_and(|aci| aci.metadata.deletion_timestamp.is_none()))
+}
+
+/// Whether the cluster a host is bound to (by its record's id) still exists and is not being deleted.
+async fn cluster_of_host_alive<S: Store>(ctx: &AgentContext<S>, cluster_id: &str) -> Result<bool, StoreError> {
+    match ctx.backend.cluster(cluster_id).await {
+        Some(c) => cluster_alive(ctx, &c.namespace, &c.name).await,
+        None => Ok(false),
+    }
 }
 
 async fn infraenv_alive<S: Store>(ctx: &AgentContext<S>, agent: &Agent) -> Result<bool, StoreError> {

@@ -139,74 +139,75 @@ pub async fn reconcile<S: Store>(images: &Images<S>, namespace: &str, name: &str
     reconcile_with(images, None, namespace, name).await
 }
 
-/// Host states an InfraEnv may be deleted with (the teardown rule of spec-controllers.md §3.9, legacy
-/// behavior): hosts in the pool, and installed ones.
-fn deletable_with_infraenv(status: crate::hosts::HostStatus) -> bool {
+/// Whether a host goes at once with its InfraEnv (the teardown rule of spec-controllers.md §3.9, legacy
+/// behavior): hosts in the pool (every host without a cluster: the *-unbound states, unbinding, and
+/// reclaiming, which has left its cluster already) and installed ones. A host bound to a cluster and not
+/// installed holds the InfraEnv until it is unbound, installed or deleted.
+fn goes_with_infraenv(host: &crate::hosts::Host) -> bool {
     use crate::hosts::HostStatus::*;
-    matches!(
-        status,
-        InsufficientUnbound
-            | DisconnectedUnbound
-            | DiscoveringUnbound
-            | KnownUnbound
-            | Installed
-            | AddedToExistingCluster
-            | Unbinding
-            | UnbindingPendingUserAction
-    )
+    host.cluster_id.is_none() || matches!(host.status, Installed | AddedToExistingCluster)
 }
 
-/// Deletion of an InfraEnv: its deletable hosts go with it; while any other host remains the
-/// InfraEnv stays, with a condition naming those hosts. Done once the InfraEnv may go.
-async fn cleanup<S: Store>(
-    images: &Images<S>,
+/// How many holding hosts the DeletionBlocked message names; the rest are counted.
+const HOLDING_HOSTS_NAMED: usize = 10;
+
+/// Deletion of an InfraEnv: the hosts that may go with it go at once (their Agents are deleted, and the
+/// Agents' finalizers deregister them); while a host bound and not installed remains, the InfraEnv
+/// stays, with a condition naming those hosts. Done once the InfraEnv may go.
+pub(crate) async fn cleanup<S: Store>(
+    store: &S,
     backend: &crate::pool::Backend,
     ie: InfraEnv,
 ) -> Result<Action, StoreError> {
     let uid = ie.metadata.uid.clone().unwrap_or_default();
-    let hosts = backend.hosts(|h| h.infra_env_id == uid).await;
-    let blocking: Vec<String> = hosts
-        .iter()
-        .filter(|h| !deletable_with_infraenv(h.status))
-        .map(|h| format!("{} ({})", h.id, h.status))
-        .collect();
-    if !blocking.is_empty() {
-        let mut ie = ie;
-        let status = ie.status.get_or_insert_default();
-        let changed = set_condition(
-            &mut status.conditions,
-            Condition {
-                type_: DELETION_BLOCKED_CONDITION.into(),
-                status: "True".into(),
-                reason: "HostsBoundToCluster".into(),
-                message: format!(
-                    "Failed to delete infraEnv, existing hosts are bound to a cluster and not installed: {}",
-                    blocking.join(", ")
-                ),
-                last_transition_time: None,
-                last_heartbeat_time: None,
-                last_probe_time: None,
-            },
-            Time(crate::resources::now_seconds()),
-        );
-        if changed {
-            match images.store.update_status(&ie).await {
-                Ok(_) | Err(StoreError::Conflict(_)) => {}
-                Err(e) if e.is_not_found() => return Ok(Action::Done),
-                Err(e) => return Err(e),
+    let ns = ie.metadata.namespace.clone().unwrap_or_default();
+    let (going, holding): (Vec<_>, Vec<_>) =
+        backend.hosts(|h| h.infra_env_id == uid).await.into_iter().partition(goes_with_infraenv);
+    for h in going {
+        match store.delete::<crate::resources::Agent>(&ns, &h.id).await {
+            Ok(_) => {}
+            // No Agent (or it went meanwhile): the record is deregistered here.
+            Err(e) if e.is_not_found() => {
+                let _ = backend.deregister_host(&h.key()).await;
             }
-        }
-        return Ok(Action::RequeueAfter(Duration::from_secs(60)));
-    }
-    // The Agents (owned by the InfraEnv) are garbage-collected with it and their finalizers
-    // deregister the hosts; hosts whose Agent is already gone are deregistered here.
-    for h in hosts {
-        let ns = ie.metadata.namespace.clone().unwrap_or_default();
-        if images.store.get::<crate::resources::Agent>(&ns, &h.id).await?.is_none() {
-            let _ = backend.deregister_host(&h.key()).await;
+            Err(e) => return Err(e),
         }
     }
-    Ok(Action::Done)
+    if holding.is_empty() {
+        // The remaining Agents (owned by the InfraEnv) are garbage-collected with it.
+        return Ok(Action::Done);
+    }
+    let mut named: Vec<String> =
+        holding.iter().take(HOLDING_HOSTS_NAMED).map(|h| format!("{} ({})", h.id, h.status)).collect();
+    if holding.len() > HOLDING_HOSTS_NAMED {
+        named.push(format!("and {} more", holding.len() - HOLDING_HOSTS_NAMED));
+    }
+    let mut ie = ie;
+    let status = ie.status.get_or_insert_default();
+    let changed = set_condition(
+        &mut status.conditions,
+        Condition {
+            type_: DELETION_BLOCKED_CONDITION.into(),
+            status: "True".into(),
+            reason: "HostsBoundToCluster".into(),
+            message: format!(
+                "Failed to delete infraEnv, existing hosts are bound to a cluster and not installed: {}",
+                named.join(", ")
+            ),
+            last_transition_time: None,
+            last_heartbeat_time: None,
+            last_probe_time: None,
+        },
+        Time(crate::resources::now_seconds()),
+    );
+    if changed {
+        match store.update_status(&ie).await {
+            Ok(_) | Err(StoreError::Conflict(_)) => {}
+            Err(e) if e.is_not_found() => return Ok(Action::Done),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Action::RequeueAfter(Duration::from_secs(60)))
 }
 
 /// The InfraEnv controller's reconciler: [`reconcile_with`] as the runtime runs it.
@@ -244,7 +245,7 @@ pub async fn reconcile_with<S: Store>(
     finalizer(&images.store, INFRAENV_FINALIZER, OnAdded::Apply, ie, |event| async move {
         match event {
             FinalizerEvent::Apply(ie) => update_status(images, ie, (namespace, name), started).await,
-            FinalizerEvent::Cleanup(ie) => cleanup(images, backend, ie).await,
+            FinalizerEvent::Cleanup(ie) => cleanup(&images.store, backend, ie).await,
         }
     })
     .await

@@ -41,6 +41,8 @@ pub enum SpokeError {
     Client(#[source] kube::Error),
     #[error("failed to find node {node}: not found")]
     NodeMissing { node: String },
+    #[error("node {node} is managed by the machine API (machine {machine})")]
+    MachineManaged { node: String, machine: String },
     #[error("failed to find node {node}")]
     NodeLookup {
         node: String,
@@ -218,6 +220,22 @@ impl SpokeClient {
 
     /// Creates (or updates) the reclaim agent's objects, in spec-controllers.md §7.2 order.
     pub async fn ensure_reclaim_agent(&self, cfg: &ReclaimAgentConfig) -> Result<(), SpokeError> {
+        // The node first: nothing is written on a spoke whose node is missing or managed by someone else.
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = match nodes.get_opt(&cfg.node_name).await {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                return Err(SpokeError::NodeMissing { node: cfg.node_name.clone() });
+            }
+            Err(source) => return Err(SpokeError::NodeLookup { node: cfg.node_name.clone(), source }),
+        };
+        // A node of a Machine is the machine API's to replace or remove (the reclaim design): rebooting it
+        // into discovery behind that provider's back would fight it.
+        if let Some(machine) = node.metadata.annotations.as_ref().and_then(|a| a.get(MACHINE_ANNOTATION)) {
+            // The spoke's text, bounded before it reaches a log line.
+            let machine = machine.chars().take(253).collect();
+            return Err(SpokeError::MachineManaged { node: cfg.node_name.clone(), machine });
+        }
         let ns = RECLAIM_NAMESPACE;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         self.apply(
@@ -281,14 +299,6 @@ impl SpokeClient {
             )
             .await?;
         }
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get_opt(&cfg.node_name).await {
-            Ok(Some(n)) => n,
-            Ok(None) => {
-                return Err(SpokeError::NodeMissing { node: cfg.node_name.clone() });
-            }
-            Err(source) => return Err(SpokeError::NodeLookup { node: cfg.node_name.clone(), source }),
-        };
         let ds = reclaim_daemonset(cfg, node.metadata.uid.as_deref().unwrap_or_default());
         let name = ds["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let daemonsets: Api<DaemonSet> = Api::namespaced(self.client.clone(), ns);

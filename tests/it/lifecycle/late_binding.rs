@@ -114,7 +114,28 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
     });
     assert_eq!(s.get_json("clusterdeployment", NS, "first")["spec"]["installed"], true);
 
-    // The ClusterDeployment goes: its agents stay, unbound, waiting for a reboot.
+    // The installed cluster is running, its admin kubeconfig reachable (a fake API server plays it).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let spoke = rt.block_on(bootstream::testkit::spoke::FakeApiServer::start());
+    let installed = agents(&s);
+    let nodes: Vec<String> = installed
+        .iter()
+        .filter(|a| cluster_hosts.contains(&name(a)))
+        .map(|a| a["status"]["inventory"]["hostname"].as_str().unwrap().to_string())
+        .collect();
+    for node in &nodes {
+        spoke.put(
+            &format!("/api/v1/nodes/{node}"),
+            serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+        );
+    }
+    let kubeconfig: String = spoke.kubeconfig().lines().map(|l| format!("    {l}\n")).collect();
+    s.apply_ok(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: first-admin-kubeconfig\n  namespace: {NS}\nstringData:\n  kubeconfig: |\n{kubeconfig}"
+    ));
+
+    // The ClusterDeployment goes: its agents stay, unbound, waiting for a reboot; the cluster it
+    // installed is left as it is (no reclaim agent started there, no node removed).
     let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "first", "-n", NS], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let list = wait_agents(&s, "UnbindingPendingUserAction", 30, |l| {
@@ -130,6 +151,11 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
 
     // Rebooted into discovery (the simulated person does it): back in the pool.
     wait_agents(&s, "all known-unbound again", 60, |l| l.len() == 4 && l.iter().all(|a| state(a) == "known-unbound"));
+    let requests = spoke.requests();
+    assert!(requests.iter().all(|r| !r.contains("daemonsets") && !r.starts_with("DELETE")), "{requests:#?}");
+    for node in &nodes {
+        assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_some(), "{node} stays in the deleted cluster");
+    }
 
     // And bound to a second cluster, installed again.
     s.apply_ok(&cluster_yaml(NS, "second", 3));
@@ -214,12 +240,30 @@ fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     let held = name(&list[0]);
     bind(&s, &held, "hold");
     wait_agents(&s, "bound", 30, |l| l.iter().any(|a| name(a) == held && state(a) == "known"));
+    let ie_id = s.get_json("infraenv", NS, "pool")["metadata"]["uid"].as_str().unwrap().to_string();
+    let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{ie_id}/downloads/files?file_name=discovery.ign"));
+    let token = bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).unwrap();
     let out = cli(&["delete", "--server", &s.url, "infraenv", "pool", "-n", NS], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ie = s.get_json("infraenv", NS, "pool");
     assert!(ie["metadata"]["deletionTimestamp"].is_string());
     let c = condition(&ie, "DeletionBlocked").expect("a condition names the holding hosts");
     assert!(c["message"].as_str().unwrap().contains(&held), "{c:#}");
+    // The free host does not wait for the held one: it goes at once.
+    let free = name(&list[1]);
+    assert!(!c["message"].as_str().unwrap().contains(&free), "{c:#}");
+    wait_agents(&s, "the free host's agent gone", 30, |l| l.len() == 1 && name(&l[0]) == held);
+    // And no host registers into the InfraEnv meanwhile (the deleted one would come back).
+    let body = format!(r#"{{"host_id": "{free}", "discovery_agent_version": "v1"}}"#);
+    let r = request(
+        &s.addr,
+        "POST",
+        &format!("/api/assisted-install/v2/infra-envs/{ie_id}/hosts"),
+        &[("X-Secret-Key", &token), ("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!((r.status, r.text().contains("is being deleted")), (409, true), "{}", r.text());
+    assert_eq!(agents(&s).len(), 1);
     // Released: the InfraEnv and its agents go.
     let out = patch(&s, "agent", &held, r#"{"spec":{"clusterDeploymentName":null}}"#);
     assert!(out.status.success());
