@@ -16,7 +16,8 @@ fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> KillO
     let child = Command::new(BIN)
         .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
         .args(["simulate", "--server", server, "--infraenv", infraenv, "--hosts", &hosts.to_string()])
-        .args(["--time-scale", "0.02", "--reboot-check-seconds", "3"])
+        .args(["--time-scale", "0.02"])
+        .args(if extra.contains(&"--reboot-check-seconds") { vec![] } else { vec!["--reboot-check-seconds", "3"] })
         .args(if extra.contains(&"--seed") { vec![] } else { vec!["--seed", infraenv] })
         .args(extra)
         .stdout(Stdio::null())
@@ -92,7 +93,8 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "first", 3));
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 4, &[]);
+    // The simulated person reboots waiting hosts every 10 s: long enough to see all three waiting.
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 4, &["--reboot-check-seconds", "10"]);
 
     // Registered as unbound agents.
     let list =
