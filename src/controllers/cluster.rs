@@ -126,6 +126,10 @@ pub enum ClusterSyncError {
     /// Ours, or not yet there: retried.
     #[error("{0}")]
     Backend(String),
+    /// A write that lost a race: the reconcile fails and runs again on what is there now, without
+    /// a SpecSynced error for it.
+    #[error(transparent)]
+    Conflict(StoreError),
 }
 
 /// The ClusterImageSet the AgentClusterInstall names, if it names one (assisted's
@@ -270,6 +274,7 @@ async fn advance_installation<S: Store>(
                             set_cluster_status(&mut cluster, "installed", "Cluster is installed", now);
                             cluster.install_completed_at = Some(now);
                         }
+                        Err(ClusterSyncError::Conflict(e)) => return Err(e),
                         Err(e) => {
                             set_cluster_status(&mut cluster, "finalizing", "Finalizing cluster installation", now);
                             sync = Err(e);
@@ -351,7 +356,9 @@ async fn mark_installed<S: Store>(
     cluster: &Cluster,
     credentials: &ClusterCredentials,
 ) -> Result<(), ClusterSyncError> {
-    let backend = |e: StoreError| ClusterSyncError::Backend(chain(&e).to_string());
+    let backend = |e: StoreError| {
+        if e.is_conflict() { ClusterSyncError::Conflict(e) } else { ClusterSyncError::Backend(chain(&e).to_string()) }
+    };
     let (kubeconfig_name, password_name) = admin_secret_names(cd);
     for name in [&kubeconfig_name, &password_name] {
         if !crate::resources::is_dns_subdomain(name) {
@@ -600,7 +607,7 @@ async fn update_aci_status<S: Store>(
     let spec_sync = match sync {
         Ok(()) => SpecSync::Ok,
         Err(ClusterSyncError::Input(_)) => SpecSync::Input(&message),
-        Err(ClusterSyncError::Backend(_)) => SpecSync::Backend(&message),
+        Err(ClusterSyncError::Backend(_) | ClusterSyncError::Conflict(_)) => SpecSync::Backend(&message),
     };
     let conditions = match &cluster {
         Some((cluster, Observed { facts, validations })) => {
