@@ -1072,6 +1072,29 @@ async fn an_installing_host_is_held_whoever_writes_its_agent<S: Store>(w: World<
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
+/// The InfraEnv's clusterRef and cpuArchitecture changed past admission (a hub without the webhook):
+/// an installing host of it is neither unbound nor moved, and its agent registering again (a wrong
+/// boot order sends it back to discovery) is not bound to the cluster the InfraEnv now names.
+async fn an_infraenv_edited_past_admission_moves_no_installing_host<S: Store>(w: World<S>) {
+    let a = w.cluster_deployment("a", true).await.unwrap();
+    w.cluster_deployment("b", true).await;
+    let id = w.pool_host("pool", 0).await;
+    w.set_cluster(&id, Some("a")).await;
+    w.set_host(&id, HostStatus::InstallingInProgress, "Rebooting").await;
+    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    ie.spec.cluster_ref = Some(serde_json::from_value(json!({"name": "b", "namespace": NS})).unwrap());
+    ie.spec.cpu_architecture = Some("arm64".into());
+    w.admin.update(&ie).await.unwrap();
+    w.reconcile(&id).await;
+    w.register_again(&id).await;
+    w.reconcile(&id).await;
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    assert_eq!((host.status, host.cluster_id.as_deref()), (HostStatus::InstallingPendingUserAction, Some(a.as_str())));
+    let agent = w.agent(&id).await;
+    assert_eq!(agent.spec.cluster_deployment_name.as_ref().map(|r| r.name.as_str()), Some("a"));
+    assert_eq!(cond(&agent, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
 /// Three installed hosts of c1 whose nodes are in a spoke reachable through c1's admin kubeconfig.
 async fn installed_cluster_with_spoke<S: Store>(w: &World<S>) -> (Vec<String>, Vec<String>, FakeApiServer) {
     w.cluster_deployment("c1", true).await;
@@ -1281,6 +1304,7 @@ on_both_stores! {
     scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering,
     an_agents_own_write_does_not_queue_it_again,
     an_installing_host_is_held_whoever_writes_its_agent,
+    an_infraenv_edited_past_admission_moves_no_installing_host,
     deleting_a_cluster_deployment_never_reclaims_in_any_order,
     deleting_only_the_install_never_reclaims_in_any_order,
     reclaim_leaves_a_node_of_the_machine_api_alone,
