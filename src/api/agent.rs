@@ -154,6 +154,63 @@ impl<S: Store> AgentApi<S> {
         }
     }
 
+    /// `PUT /api/assisted-install/v2/clusters/{cluster_id}/uploads/credentials?file_name=&infra_env_id=&host_id=`:
+    /// one of the cluster's admin credentials (`kubeconfig`, `kubeadmin-password`), the body the file.
+    ///
+    /// assisted-service makes these files itself, when it generates the cluster's Ignition configs;
+    /// bootstream does not run the OpenShift installer, so the bootstrap host's installer, which
+    /// has them, reports them here (the files `V2DownloadClusterCredentials` names). Only that
+    /// host, with its InfraEnv's token, of a cluster still being installed, may: no other host and
+    /// no other cluster's agent can write them, and once the cluster is installed they are final.
+    /// What the request names never becomes a Secret's name or namespace; the cluster controller
+    /// puts them in the ClusterDeployment's own `<name>-admin-kubeconfig` and `<name>-admin-password`.
+    pub async fn upload_credentials(&self, req: &Request<Bytes>, cluster_id: &str) -> Response<Body> {
+        let q = crate::http::query::query_map(req.uri());
+        let param = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+        let (infra_env_id, host_id) = (param("infra_env_id"), param("host_id"));
+        if let Some(refused) = self.token_refusal(req.headers(), infra_env_id) {
+            return refused;
+        }
+        let Some(file) = crate::pool::CredentialFile::from_name(param("file_name")) else {
+            return error(400, "file_name must be one of kubeconfig, kubeadmin-password");
+        };
+        let host = match self.own_host(infra_env_id, host_id).await {
+            Ok(h) => h,
+            Err(r) => return r,
+        };
+        if host.cluster_id.as_deref() != Some(cluster_id) {
+            return error(404, &format!("host {host_id} is not a host of cluster {cluster_id}"));
+        }
+        if !host.bootstrap {
+            return error(403, &format!("host {host_id} is not the bootstrap host of cluster {cluster_id}"));
+        }
+        let Some(cluster) = self.backend.cluster(cluster_id).await else {
+            return error(404, &format!("cluster {cluster_id} not found"));
+        };
+        if cluster.is_day2()
+            || !matches!(cluster.status.as_str(), "preparing-for-installation" | "installing" | "finalizing")
+        {
+            return error(
+                409,
+                &format!(
+                    "cluster {cluster_id} is {}: its credentials are taken only while it installs",
+                    cluster.status
+                ),
+            );
+        }
+        let value = match file.check(req.body()) {
+            Ok(v) => v,
+            Err(e) => return api_error(&e),
+        };
+        match self.backend.put_credential(cluster_id, file, value).await {
+            Ok(()) => {
+                tracing::info!(cluster = %cluster_id, host = %host_id, file = file.name(), "cluster credentials uploaded");
+                Response::builder().status(StatusCode::CREATED).body(Body::Empty).expect("valid response")
+            }
+            Err(e) => api_error(&e),
+        }
+    }
+
     /// The answer to a request whose `X-Secret-Key` is missing or not InfraEnv `infra_env_id`'s;
     /// None when it is. Checked from the head, before any body is read (`App::admit`), and again
     /// by every handler.

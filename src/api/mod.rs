@@ -74,6 +74,8 @@ const MAX_DOCUMENT_BYTES: usize = 3 << 20;
 /// Largest agent API call: an inventory step reply of a host with hundreds of disks and NICs is a
 /// few hundred KiB.
 const MAX_AGENT_CALL_BYTES: usize = 2 << 20;
+/// Largest credentials upload: the kubeconfig's own limit (the password's is far smaller).
+const MAX_CREDENTIALS_BYTES: usize = crate::pool::MAX_KUBECONFIG_BYTES;
 /// What a route that takes no body may be sent anyway (read and ignored): as much as a head.
 const MAX_UNUSED_BODY_BYTES: usize = 16 << 10;
 
@@ -157,6 +159,14 @@ impl<S: Store> Handler for App<S> {
                     None => Admission::Upload,
                 }
             }
+            Route::ClusterCredentials { .. } if head.method == Method::PUT => {
+                // Sent by a host's installer with its InfraEnv's token, the InfraEnv in the query.
+                let infra_env_id = query_map(&head.uri).remove("infra_env_id").unwrap_or_default();
+                match agent_api.token_refusal(&head.headers, &infra_env_id) {
+                    Some(refused) => refuse(refused),
+                    None => Admission::Body { max_bytes: MAX_CREDENTIALS_BYTES },
+                }
+            }
             _ => Admission::Body { max_bytes: MAX_UNUSED_BODY_BYTES },
         }
     }
@@ -223,6 +233,17 @@ impl<S: Store> App<S> {
             }
             return self.download_logs(&req, cluster_id).await;
         }
+        if let Route::ClusterCredentials { cluster_id } = route {
+            if req.method() != Method::PUT {
+                let mut r = text(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed", req.method()));
+                r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("PUT"));
+                return r;
+            }
+            return match &self.agent_api {
+                Some(api) => api.upload_credentials(&req, cluster_id).await,
+                None => controller_only(),
+            };
+        }
         if route.read_only() && req.method() != Method::GET && req.method() != Method::HEAD {
             let mut r = text(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed", req.method()));
             r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
@@ -255,9 +276,10 @@ impl<S: Store> App<S> {
                 }
                 self.resource_api(&req, &path).await
             }
-            Route::Unmatched { .. } | Route::Agent { .. } | Route::ClusterLogs { .. } => {
-                self.resource_api(&req, &path).await
-            }
+            Route::Unmatched { .. }
+            | Route::Agent { .. }
+            | Route::ClusterLogs { .. }
+            | Route::ClusterCredentials { .. } => self.resource_api(&req, &path).await,
             image_route => self.image_route(&req, image_route).await,
         }
     }

@@ -22,6 +22,11 @@ pub enum Route<'a> {
     ClusterLogs {
         cluster_id: &'a str,
     },
+    /// `/api/assisted-install/v2/clusters/{id}/uploads/credentials?file_name=`: the admin kubeconfig
+    /// and kubeadmin password of a cluster, uploaded (PUT) by its bootstrap host's installer.
+    ClusterCredentials {
+        cluster_id: &'a str,
+    },
     /// `/images/{id}?version=&arch=&type=`: an InfraEnv's ISO (assisted-image-service).
     Image {
         id: &'a str,
@@ -109,6 +114,9 @@ impl<'a> Route<'a> {
                 Route::Agent { infra_env_id, call }
             }
             ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] => Route::ClusterLogs { cluster_id },
+            ["api", "assisted-install", "v2", "clusters", cluster_id, "uploads", "credentials"] => {
+                Route::ClusterCredentials { cluster_id }
+            }
             ["api", "assisted-install", "v2", "infra-envs", id, "downloads", "files"] => Route::InfraEnvFiles { id },
             ["images", id] => Route::Image { id },
             ["images", id, "pxe-initrd"] => Route::PxeInitrd { id },
@@ -155,6 +163,7 @@ impl<'a> Route<'a> {
                 AgentCall::Unknown => "other",
             },
             Route::ClusterLogs { .. } => "/v2/clusters/:id/logs",
+            Route::ClusterCredentials { .. } => "/v2/clusters/:id/uploads/credentials",
             Route::Image { .. } => "/images/:imageID",
             Route::PxeInitrd { .. } => "/images/:imageID/pxe-initrd",
             Route::InitrdAddrsize { .. } => "/images/:imageID/s390x-initrd-addrsize",
@@ -241,6 +250,8 @@ mod tests {
             ("/api/assisted-install/v2/infra-envs/E/hosts/H/progress", "/v2/infra-envs/:id/hosts/:host/progress"),
             ("/api/assisted-install/v2/infra-envs/E/hosts/H/x/y", "other"),
             ("/api/assisted-install/v2/clusters/C/logs", "/v2/clusters/:id/logs"),
+            ("/api/assisted-install/v2/clusters/C/uploads/credentials", "/v2/clusters/:id/uploads/credentials"),
+            ("/api/assisted-install/v2/clusters/C/uploads/other", "other"),
             ("/images/E", "/images/:imageID"),
             ("/images/E/pxe-initrd", "/images/:imageID/pxe-initrd"),
             ("/images/E/s390x-initrd-addrsize", "/images/:imageID/s390x-initrd-addrsize"),

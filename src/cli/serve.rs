@@ -109,9 +109,20 @@ struct ServeArgs {
     /// Default ironic agent image for arm64.
     #[arg(long, env = "IRONIC_AGENT_IMAGE_ARM")]
     ironic_agent_image_arm: Option<String>,
-    /// The converged flow: BareMetalHosts boot the ironic agent from their PreprovisioningImage and
-    /// metal3 starts the discovery agent (custom deploy `start_assisted_install`). Needs metal3 4.12+.
-    #[arg(long, env = "ALLOW_CONVERGED_FLOW")]
+    /// The converged flow (on unless given `false`): BareMetalHosts boot the ironic agent from their
+    /// PreprovisioningImage and metal3 starts the discovery agent (custom deploy
+    /// `start_assisted_install`); needs metal3 4.12+. `--converged-flow=false` boots BareMetalHosts
+    /// from the InfraEnv's ISO instead (`live-iso`).
+    #[arg(
+        long,
+        env = "ALLOW_CONVERGED_FLOW",
+        default_value_t = crate::controllers::metal3::CONVERGED_FLOW_DEFAULT,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
     converged_flow: bool,
     /// Do not pause BareMetalHosts metal3 reports detached.
     #[arg(long = "no-pause-provisioned-bmhs")]
@@ -661,4 +672,30 @@ fn ensure_sample_image(data_dir: &Path) -> anyhow::Result<PathBuf> {
         tracing::info!(path = %path.display(), "generated the sample OS image");
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: super::ServeArgs,
+    }
+
+    fn converged(flags: &[&str]) -> bool {
+        Serve::try_parse_from([&["serve"][..], flags].concat()).expect("flags parse").args.converged_flow
+    }
+
+    /// The converged flow is on by default (assisted-service's `ALLOW_CONVERGED_FLOW` default);
+    /// `--converged-flow=false` turns it off, and the bare flag, as before, keeps it on.
+    #[test]
+    fn the_converged_flow_is_on_unless_turned_off() {
+        assert!(converged(&[]));
+        assert!(converged(&["--converged-flow"]));
+        assert!(converged(&["--converged-flow=true"]));
+        assert!(!converged(&["--converged-flow=false"]));
+        assert!(Serve::try_parse_from(["serve", "--converged-flow=maybe"]).is_err());
+    }
 }

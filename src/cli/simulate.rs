@@ -347,7 +347,9 @@ impl Machine {
                     "inventory" => self.inventory.clone(),
                     "ntp-synchronizer" => r#"{"ntp_sources":[]}"#.to_string(),
                     "install" => {
-                        self.install().await?;
+                        let args: Value =
+                            step["args"][0].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or_default();
+                        self.install(&args).await?;
                         return Ok(Next::Installed);
                     }
                     // The node reboots into the discovery image.
@@ -389,8 +391,9 @@ impl Machine {
     }
 
     /// Writes the image and reboots; the installed node then reports the remaining stages (as the
-    /// assisted-installer controller does for it).
-    async fn install(&self) -> anyhow::Result<()> {
+    /// assisted-installer controller does for it). The bootstrap host's installer, which holds the
+    /// new cluster's admin credentials, reports them before the host reboots.
+    async fn install(&self, step: &Value) -> anyhow::Result<()> {
         for stage in [
             "Starting installation",
             "Installing",
@@ -417,6 +420,17 @@ impl Machine {
                 .map(drop)
             })
             .await?;
+            if stage == "Writing image to disk"
+                && step["role"] == "bootstrap"
+                && let Some(cluster_id) = step["cluster_id"].as_str()
+            {
+                for (file, body) in [
+                    ("kubeconfig", simulated_kubeconfig(cluster_id)),
+                    ("kubeadmin-password", simulated_password(cluster_id)),
+                ] {
+                    self.as_installer(|| self.upload_credential(cluster_id, file, body.clone())).await?;
+                }
+            }
         }
         // The installer uploads the host's logs when it is done (`V2UploadLogs`), retrying as above.
         self.as_installer(|| async {
@@ -450,6 +464,15 @@ impl Machine {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Reports one of the cluster's admin credentials (`kubeconfig`, `kubeadmin-password`).
+    async fn upload_credential(&self, cluster_id: &str, file: &str, body: String) -> anyhow::Result<()> {
+        let url = format!(
+            "{}/api/assisted-install/v2/clusters/{cluster_id}/uploads/credentials?file_name={file}&infra_env_id={}&host_id={}",
+            self.target.server, self.target.infra_env_id, self.id
+        );
+        self.call("credentials", self.client.put(url).header("connection", "close").body(body)).await.map(drop)
     }
 
     /// Uploads this machine's logs (a gzip-compressed text) as multipart/form-data.
@@ -525,6 +548,24 @@ fn is_transient(e: &anyhow::Error) -> bool {
         Some(s) => s.status.is_server_error(),
         None => e.downcast_ref::<reqwest::Error>().is_some(),
     }
+}
+
+/// The admin kubeconfig of a simulated cluster. Its API server is a loopback port no one serves,
+/// so that whatever tries to reach the cluster through it (a reclaim, a spoke clean-up) is refused
+/// at once and falls back as it does for an unreachable cluster.
+pub fn simulated_kubeconfig(cluster_id: &str) -> String {
+    let token = hex::encode(&sha2::Sha256::digest(format!("token/{cluster_id}").as_bytes())[..16]);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster_id}\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: admin\n  context:\n    cluster: {cluster_id}\n    user: admin\ncurrent-context: admin\n"
+    )
+}
+
+/// The kubeadmin password of a simulated cluster, in the installer's form (four groups of five).
+pub fn simulated_password(cluster_id: &str) -> String {
+    let alphabet = b"23456789abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ";
+    let digest = sha2::Sha256::digest(format!("password/{cluster_id}").as_bytes());
+    let chars: Vec<char> = digest.iter().take(20).map(|b| alphabet[*b as usize % alphabet.len()] as char).collect();
+    chars.chunks(5).map(|c| c.iter().collect::<String>()).collect::<Vec<_>>().join("-")
 }
 
 /// The logs a simulated host uploads: a gzip-compressed line naming the host.

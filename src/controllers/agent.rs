@@ -99,6 +99,14 @@ pub enum SyncError {
         #[source]
         source: serde_json::Error,
     },
+    /// `ignitionConfigOverrides` that are not an Ignition config bootstream can apply.
+    #[error("invalid ignitionConfigOverrides for host {host} in infraEnv {infra_env}")]
+    IgnitionOverrides {
+        host: String,
+        infra_env: String,
+        #[source]
+        source: crate::content::ignition::IgnitionError,
+    },
     /// Something that failed on our side; retried.
     #[error("{0}")]
     Backend(String),
@@ -128,7 +136,7 @@ impl SyncError {
     /// The user's to fix: waits for a change instead of being retried.
     pub fn is_input(&self) -> bool {
         match self {
-            SyncError::Input(_) | SyncError::InstallerArgs { .. } => true,
+            SyncError::Input(_) | SyncError::InstallerArgs { .. } | SyncError::IgnitionOverrides { .. } => true,
             SyncError::Secret { source, .. } => source.is_not_found(),
             SyncError::Api(e) => e.is_client_error(),
             SyncError::Backend(_) | SyncError::ClusterDeployment { .. } | SyncError::Store(_) => false,
@@ -341,7 +349,10 @@ async fn sync_spec<S: Store>(
     let installer_args = match spec.installer_args.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => String::new(),
         Some(text) => match serde_json::from_str::<Vec<String>>(text) {
-            Ok(args) => serde_json::to_string(&args).expect("strings serialize"),
+            Ok(args) => {
+                check_installer_args(&args).map_err(SyncError::Input)?;
+                serde_json::to_string(&args).expect("strings serialize")
+            }
             Err(source) => {
                 return Err(SyncError::InstallerArgs {
                     host: host.id.clone(),
@@ -350,6 +361,25 @@ async fn sync_spec<S: Store>(
                 });
             }
         },
+    };
+    let ignition_overrides = match spec.ignition_config_overrides.as_deref().filter(|s| !s.trim().is_empty()) {
+        None => String::new(),
+        Some(text) => {
+            let invalid = |source| SyncError::IgnitionOverrides {
+                host: host.id.clone(),
+                infra_env: host.infra_env_id.clone(),
+                source,
+            };
+            if text.len() > MAX_IGNITION_OVERRIDES_BYTES {
+                return Err(SyncError::Input(format!(
+                    "ignitionConfigOverrides of host {} is {} bytes, over the {MAX_IGNITION_OVERRIDES_BYTES} allowed",
+                    host.id,
+                    text.len()
+                )));
+            }
+            crate::content::ignition::parse_config(text).map_err(invalid)?;
+            text.to_string()
+        }
     };
     let node_labels = spec
         .node_labels
@@ -382,7 +412,7 @@ async fn sync_spec<S: Store>(
                 h.ignition_endpoint_http_headers = ignition_headers;
             }
             h.installer_args = installer_args;
-            h.ignition_config_overrides = spec.ignition_config_overrides.clone().unwrap_or_default();
+            h.ignition_config_overrides = ignition_overrides;
             Ok(())
         })
         .await
@@ -395,6 +425,59 @@ async fn sync_spec<S: Store>(
             .fire_event(&host.key(), crate::hosts::machine::Event::InstallHost)
             .await
             .map_err(SyncError::Api)?;
+    }
+    Ok(())
+}
+
+/// Largest `ignitionConfigOverrides` taken: the discovery Ignition archive's own limit.
+const MAX_IGNITION_OVERRIDES_BYTES: usize = 256 << 10;
+/// Largest installer argument list, and argument, taken (coreos-installer's whole command line).
+const MAX_INSTALLER_ARGS: usize = 128;
+const MAX_INSTALLER_ARG_BYTES: usize = 4096;
+
+/// The coreos-installer flags an Agent's `installerArgs` may pass (assisted-service's
+/// `pkg/validations.ValidateInstallerArgs`).
+pub const ALLOWED_INSTALLER_FLAGS: &[&str] = &[
+    "--append-karg",
+    "--delete-karg",
+    "-n",
+    "--copy-network",
+    "--network-dir",
+    "--save-partlabel",
+    "--save-partindex",
+    "--image-url",
+    "--image-file",
+];
+
+/// assisted-service's check of installer arguments, with its messages: every flag one of
+/// [`ALLOWED_INSTALLER_FLAGS`], every value of the characters its expression
+/// `^[A-Za-z0-9@!#$%*()_+-=//.,";':{}\[\]]+$` takes (no spaces, quotes only as given; `+-=`
+/// there is the range from `+` to `=`). Bounded too: the arguments reach the install command.
+pub fn check_installer_args(args: &[String]) -> Result<(), String> {
+    if args.len() > MAX_INSTALLER_ARGS {
+        return Err(format!("{} installer arguments, over the {MAX_INSTALLER_ARGS} allowed", args.len()));
+    }
+    for arg in args {
+        if arg.len() > MAX_INSTALLER_ARG_BYTES {
+            return Err(format!(
+                "an installer argument of {} bytes, over the {MAX_INSTALLER_ARG_BYTES} allowed",
+                arg.len()
+            ));
+        }
+        if arg.starts_with('-') {
+            if !ALLOWED_INSTALLER_FLAGS.contains(&arg.as_str()) {
+                return Err(format!(
+                    "found unexpected flag {arg} for installer - allowed flags are [{}]",
+                    ALLOWED_INSTALLER_FLAGS.join(" ")
+                ));
+            }
+            continue;
+        }
+        let allowed =
+            |b: u8| b.is_ascii_alphanumeric() || b"@!#$%*()_/.,\";':{}[]".contains(&b) || (b'+'..=b'=').contains(&b);
+        if arg.is_empty() || !arg.bytes().all(allowed) {
+            return Err(format!("found unexpected chars in value {arg} for installer"));
+        }
     }
     Ok(())
 }

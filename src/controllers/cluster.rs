@@ -5,13 +5,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::controllers::cluster_conditions::{self as conds, ClusterFacts, RoleCounts, SpecSync};
 use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
+use crate::errors::chain;
 use crate::hosts::machine::Event;
 use crate::hosts::{Host, HostStatus};
-use crate::pool::{Backend, Cluster};
+use crate::pool::{Backend, Cluster, ClusterCredentials};
 use crate::resources::agent::Agent;
-use crate::resources::hive::{AgentClusterInstall, ClusterDeployment, ClusterImageSet};
-use crate::resources::{Condition, INFRAENV_NAME_LABEL, InfraEnv, Time, set_condition};
+use crate::resources::hive::{
+    AgentClusterInstall, ClusterDeployment, ClusterImageSet, ClusterMetadata, ValidationResult,
+};
+use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, LocalObjectReference, Time, set_condition};
 use crate::store::{Store, StoreError};
 
 pub const CD_FINALIZER: &str = "clusterdeployments.agent-install.openshift.io/ai-deprovision";
@@ -82,16 +92,60 @@ async fn reconcile_install<S: Store>(
     let Some(aci) = aci else { return Ok(Action::Done) };
     finalizer(&ctx.store, ACI_FINALIZER, OnAdded::Requeue, aci, |event| async move {
         match event {
-            FinalizerEvent::Apply(aci) => {
-                let cluster = ensure_cluster(ctx, &cd, &aci).await?;
-                let cluster = advance_installation(ctx, &mut cd, &aci, cluster).await?;
-                update_aci_status(ctx, aci, &cluster).await?;
+            FinalizerEvent::Apply(mut aci) => {
+                let image_set = match image_set(ctx, &aci).await {
+                    Ok(set) => set,
+                    Err(e) => {
+                        update_aci_status(ctx, aci, None, &Err(e)).await?;
+                        return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+                    }
+                };
+                let cluster = ensure_cluster(ctx, &cd, &aci, image_set).await?;
+                let (cluster, sync) = advance_installation(ctx, &mut cd, &mut aci, cluster).await?;
+                let facts = cluster_facts(ctx, &aci, &cluster).await?;
+                let requeue = sync.is_err() || cluster.status == "finalizing";
+                update_aci_status(ctx, aci, Some((&cluster, facts)), &sync).await?;
+                // A cluster waiting for its installer's credentials, or a failed sync, is looked at again.
+                if requeue {
+                    return Ok(Action::RequeueAfter(REQUEUE_ON_ERROR));
+                }
             }
             FinalizerEvent::Cleanup(_) => delete_install(ctx, &cd).await?,
         }
         Ok(Action::Done)
     })
     .await
+}
+
+/// Why the AgentClusterInstall's spec could not be synced (its SpecSynced condition).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterSyncError {
+    /// The user's to fix.
+    #[error("{0}")]
+    Input(String),
+    /// Ours, or not yet there: retried.
+    #[error("{0}")]
+    Backend(String),
+    /// A write that lost a race: the reconcile fails and runs again on what is there now, without
+    /// a SpecSynced error for it.
+    #[error(transparent)]
+    Conflict(StoreError),
+}
+
+/// The ClusterImageSet the AgentClusterInstall names, if it names one (assisted's
+/// `ensureClusterImageSetRef`: a missing one is a backend error, retried until it exists).
+async fn image_set<S: Store>(
+    ctx: &ClusterContext<S>,
+    aci: &AgentClusterInstall,
+) -> Result<Option<ClusterImageSet>, ClusterSyncError> {
+    let Some(name) = aci.image_set_name() else { return Ok(None) };
+    match ctx.store.get::<ClusterImageSet>("", &name).await {
+        Ok(Some(set)) => Ok(Some(set)),
+        Ok(None) => Err(ClusterSyncError::Backend(format!(
+            "ClusterImageSet {name} not found. Please ensure the ClusterImageSet exists"
+        ))),
+        Err(e) => Err(ClusterSyncError::Backend(format!("failed to get cluster image set {name}: {}", chain(&e)))),
+    }
 }
 
 /// The OpenShift version of a ClusterImageSet's release image (`quay.io/...:4.14.0-x86_64` ⇒ `4.14.0`).
@@ -104,6 +158,7 @@ async fn ensure_cluster<S: Store>(
     ctx: &ClusterContext<S>,
     cd: &ClusterDeployment,
     aci: &AgentClusterInstall,
+    image_set: Option<ClusterImageSet>,
 ) -> Result<Cluster, StoreError> {
     let (ns, name) = key(&cd.metadata);
     let installed = cd.spec.installed;
@@ -112,15 +167,7 @@ async fn ensure_cluster<S: Store>(
     let mut cluster = match existing {
         Some(c) => c,
         None => {
-            let version = match aci.image_set_name() {
-                Some(set) => ctx
-                    .store
-                    .get::<ClusterImageSet>("", &set)
-                    .await?
-                    .map(|s| release_version(&s.spec.release_image))
-                    .unwrap_or_default(),
-                None => String::new(),
-            };
+            let version = image_set.map(|s| release_version(&s.spec.release_image)).unwrap_or_default();
             Cluster {
                 id: uuid::Uuid::new_v4().to_string(),
                 namespace: ns.clone(),
@@ -130,7 +177,7 @@ async fn ensure_cluster<S: Store>(
                 cpu_architecture: String::new(),
                 kind: if installed { "AddHostsCluster" } else { "Cluster" }.to_string(),
                 status: if installed { "adding-hosts" } else { "insufficient" }.to_string(),
-                status_info: String::new(),
+                status_info: if installed { STATUS_INFO_ADDING_HOSTS } else { "" }.to_string(),
                 status_updated_at: now,
                 install_started_at: None,
                 install_completed_at: None,
@@ -141,10 +188,14 @@ async fn ensure_cluster<S: Store>(
     if installed && cluster.kind == "Cluster" && cluster.status == "installed" {
         cluster.kind = "AddHostsCluster".into();
         cluster.status = "adding-hosts".into();
+        cluster.status_info = STATUS_INFO_ADDING_HOSTS.into();
         cluster.status_updated_at = now;
     }
     ctx.backend.put_cluster(cluster).await.map_err(|e| StoreError::Backend(e.message))
 }
+
+/// assisted-service's status info of a day-2 cluster.
+const STATUS_INFO_ADDING_HOSTS: &str = "cluster is adding hosts to existing OCP cluster";
 
 fn set_cluster_status(cluster: &mut Cluster, status: &str, info: &str, now: jiff::Timestamp) {
     if cluster.status != status {
@@ -159,11 +210,12 @@ fn set_cluster_status(cluster: &mut Cluster, status: &str, info: &str, now: jiff
 async fn advance_installation<S: Store>(
     ctx: &ClusterContext<S>,
     cd: &mut ClusterDeployment,
-    aci: &AgentClusterInstall,
+    aci: &mut AgentClusterInstall,
     mut cluster: Cluster,
-) -> Result<Cluster, StoreError> {
+) -> Result<(Cluster, Result<(), ClusterSyncError>), StoreError> {
+    let mut sync = Ok(());
     if cluster.is_day2() {
-        return Ok(cluster);
+        return Ok((cluster, sync));
     }
     let now = ctx.backend.now();
     let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
@@ -204,9 +256,24 @@ async fn advance_installation<S: Store>(
             if hosts.iter().any(|h| h.status == HostStatus::Error) {
                 set_cluster_status(&mut cluster, "error", "cluster has hosts in error", now);
             } else if !hosts.is_empty() && hosts.iter().all(|h| h.status == HostStatus::Installed) {
-                set_cluster_status(&mut cluster, "installed", "Cluster is installed", now);
-                cluster.install_completed_at = Some(now);
-                mark_installed(ctx, cd, &cluster).await?;
+                // Every host is up; the cluster is installed once its admin credentials, which its
+                // installer reports, are in the ClusterDeployment's Secrets.
+                let credentials = ctx.backend.credentials(&cluster.id);
+                if !credentials.complete() {
+                    set_cluster_status(&mut cluster, "finalizing", "Finalizing cluster installation", now);
+                } else {
+                    match mark_installed(ctx, cd, aci, &cluster, &credentials).await {
+                        Ok(()) => {
+                            set_cluster_status(&mut cluster, "installed", "Cluster is installed", now);
+                            cluster.install_completed_at = Some(now);
+                        }
+                        Err(ClusterSyncError::Conflict(e)) => return Err(e),
+                        Err(e) => {
+                            set_cluster_status(&mut cluster, "finalizing", "Finalizing cluster installation", now);
+                            sync = Err(e);
+                        }
+                    }
+                }
             }
         }
         _ => {}
@@ -215,7 +282,7 @@ async fn advance_installation<S: Store>(
     // between finds it so at its start, and takes the hosts on from where they are.
     if cluster.status == "preparing-for-installation" {
         let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
-        assign_roles(ctx, &hosts, aci).await;
+        assign_roles(ctx, &hosts, &*aci).await;
         fire_all(hosts, HostStatus::Known, Event::PrepareForInstallation).await;
         let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
         fire_all(hosts, HostStatus::PreparingForInstallation, Event::PreparingSucceeded).await;
@@ -223,23 +290,34 @@ async fn advance_installation<S: Store>(
         fire_all(hosts, HostStatus::PreparingSuccessful, Event::InstallHost).await;
         set_cluster_status(&mut cluster, "installing", "Installation in progress", now);
     }
-    ctx.backend.put_cluster(cluster).await.map_err(|e| StoreError::Backend(e.message))
+    let cluster = ctx.backend.put_cluster(cluster).await.map_err(|e| StoreError::Backend(e.message))?;
+    Ok((cluster, sync))
 }
 
-/// Roles for hosts left on auto-assign: the first control-plane-count hosts are masters.
-async fn assign_roles<S: Store>(ctx: &ClusterContext<S>, hosts: &[Host], aci: &AgentClusterInstall) {
+/// The role each host gets: its own, or for hosts left on auto-assign, master until there are as
+/// many masters as the control plane needs, then worker.
+fn planned_roles(hosts: &[Host], aci: &AgentClusterInstall) -> Vec<String> {
     let masters = aci.spec.provision_requirements.control_plane_agents.max(1) as usize;
     let mut have = hosts.iter().filter(|h| h.role == "master").count();
+    hosts
+        .iter()
+        .map(|h| {
+            if h.role != "auto-assign" {
+                h.role.clone()
+            } else if have < masters {
+                have += 1;
+                "master".to_string()
+            } else {
+                "worker".to_string()
+            }
+        })
+        .collect()
+}
+
+/// Roles for hosts left on auto-assign ([`planned_roles`]); the first master is the bootstrap host.
+async fn assign_roles<S: Store>(ctx: &ClusterContext<S>, hosts: &[Host], aci: &AgentClusterInstall) {
     let mut first = true;
-    for h in hosts {
-        let role = if h.role != "auto-assign" {
-            h.role.clone()
-        } else if have < masters {
-            have += 1;
-            "master".to_string()
-        } else {
-            "worker".to_string()
-        };
+    for (h, role) in hosts.iter().zip(planned_roles(hosts, aci)) {
         let bootstrap = first && role == "master";
         if bootstrap {
             first = false;
@@ -255,98 +333,307 @@ async fn assign_roles<S: Store>(ctx: &ClusterContext<S>, hosts: &[Host], aci: &A
     }
 }
 
-/// What hive's install flow records on the ClusterDeployment when the cluster is up.
+/// The labels that put a Secret the controller made into the hub's backup (assisted-service's
+/// `ensureSecretIsLabelled`), and that its watches select.
+const BACKUP_LABEL: &str = "cluster.open-cluster-management.io/backup";
+const WATCH_LABEL: &str = "agent-install.openshift.io/watch";
+
+/// Upstream's admin password secret user.
+const KUBEADMIN_USER: &str = "kubeadmin";
+
+/// The Secret names of a ClusterDeployment's admin credentials (assisted-service's
+/// `<name>-admin-kubeconfig`, or the kubeconfig secret the ClusterDeployment already names, and
+/// `<name>-admin-password`). Never from what an installer sent: always from the ClusterDeployment.
+pub fn admin_secret_names(cd: &ClusterDeployment) -> (String, String) {
+    let name = cd.metadata.name.clone().unwrap_or_default();
+    let kubeconfig = cd.admin_kubeconfig_secret_name().unwrap_or_else(|| format!("{name}-admin-kubeconfig"));
+    (kubeconfig, format!("{name}-admin-password"))
+}
+
+/// What assisted-service and Hive record when the cluster is up: the admin kubeconfig and password
+/// Secrets, made from what the installer reported and owned by the ClusterDeployment, and the
+/// cluster's metadata naming them on the AgentClusterInstall (assisted's `updateClusterMetadata`)
+/// and on the ClusterDeployment, which is then installed (what Hive copies from the former).
 async fn mark_installed<S: Store>(
     ctx: &ClusterContext<S>,
     cd: &mut ClusterDeployment,
+    aci: &mut AgentClusterInstall,
     cluster: &Cluster,
-) -> Result<(), StoreError> {
-    if cd.spec.installed {
-        return Ok(());
+    credentials: &ClusterCredentials,
+) -> Result<(), ClusterSyncError> {
+    let backend = |e: StoreError| {
+        if e.is_conflict() { ClusterSyncError::Conflict(e) } else { ClusterSyncError::Backend(chain(&e).to_string()) }
+    };
+    let (kubeconfig_name, password_name) = admin_secret_names(cd);
+    for name in [&kubeconfig_name, &password_name] {
+        if !crate::resources::is_dns_subdomain(name) {
+            return Err(ClusterSyncError::Input(format!(
+                "the admin credentials Secret name {name:?} of ClusterDeployment {} is not a valid name",
+                cd.metadata.name.as_deref().unwrap_or_default()
+            )));
+        }
     }
-    cd.spec.installed = true;
-    cd.set_cluster_metadata(&cluster.id, &format!("{}-admin-kubeconfig", cluster.name));
-    *cd = ctx.store.update(&*cd).await?;
+    let kubeconfig = credentials.kubeconfig.clone().unwrap_or_default();
+    let password = credentials.kubeadmin_password.clone().unwrap_or_default();
+    let kubeconfig_data: BTreeMap<String, ByteString> =
+        [("kubeconfig".to_string(), ByteString(kubeconfig.into_bytes()))].into();
+    let password_data: BTreeMap<String, ByteString> = [
+        ("username".to_string(), ByteString(KUBEADMIN_USER.as_bytes().to_vec())),
+        ("password".to_string(), ByteString(password.into_bytes())),
+    ]
+    .into();
+    // The kubeconfig is always the installer's; an admin password Secret that exists is kept, as
+    // assisted-service keeps it.
+    ensure_credential_secret(ctx, cd, &kubeconfig_name, "kubeconfig", kubeconfig_data, true).await.map_err(backend)?;
+    ensure_credential_secret(ctx, cd, &password_name, "kubeadmincreds", password_data, false).await.map_err(backend)?;
+
+    let metadata = ClusterMetadata {
+        cluster_id: cluster.id.clone(),
+        infra_id: cluster.id.clone(),
+        admin_kubeconfig_secret_ref: LocalObjectReference { name: kubeconfig_name.clone() },
+        admin_password_secret_ref: Some(LocalObjectReference { name: password_name.clone() }),
+        ..Default::default()
+    };
+    if aci.spec.cluster_metadata.as_ref() != Some(&metadata) {
+        let status = aci.status.clone();
+        aci.spec.cluster_metadata = Some(metadata.clone());
+        *aci = ctx.store.update(&*aci).await.map_err(backend)?;
+        aci.status = status;
+    }
+    if !cd.spec.installed || cd.spec.cluster_metadata.is_none() {
+        let mut meta = cd.spec.cluster_metadata.clone().unwrap_or_default();
+        if meta.cluster_id.is_empty() {
+            meta.cluster_id = metadata.cluster_id.clone();
+        }
+        if meta.infra_id.is_empty() {
+            meta.infra_id = metadata.infra_id.clone();
+        }
+        meta.admin_kubeconfig_secret_ref = metadata.admin_kubeconfig_secret_ref.clone();
+        meta.admin_password_secret_ref = metadata.admin_password_secret_ref.clone();
+        cd.spec.cluster_metadata = Some(meta);
+        cd.spec.installed = true;
+        *cd = ctx.store.update(&*cd).await.map_err(backend)?;
+    }
     Ok(())
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: None,
-        last_heartbeat_time: None,
-        last_probe_time: None,
+/// Creates the Secret `name` of the ClusterDeployment's namespace with `data`, labelled and owned as
+/// assisted-service makes it (`createClusterCredentialSecret`); one that exists gets the backup
+/// labels, and `data` too when `replace`.
+async fn ensure_credential_secret<S: Store>(
+    ctx: &ClusterContext<S>,
+    cd: &ClusterDeployment,
+    name: &str,
+    secret_type: &str,
+    data: BTreeMap<String, ByteString>,
+    replace: bool,
+) -> Result<(), StoreError> {
+    let (ns, cd_name) = key(&cd.metadata);
+    let backup = |labels: &mut BTreeMap<String, String>| {
+        labels.insert(BACKUP_LABEL.to_string(), "true".to_string());
+        labels.insert(WATCH_LABEL.to_string(), "true".to_string());
+    };
+    match ctx.store.get::<Secret>(&ns, name).await? {
+        Some(mut live) => {
+            let before = live.clone();
+            backup(live.metadata.labels.get_or_insert_default());
+            if replace {
+                live.data = Some(data);
+                live.string_data = None;
+            }
+            if live != before {
+                ctx.store.update(&live).await?;
+            }
+        }
+        None => {
+            let mut labels = BTreeMap::from([
+                ("hive.openshift.io/cluster-deployment-name".to_string(), cd_name.clone()),
+                ("hive.openshift.io/secret-type".to_string(), secret_type.to_string()),
+            ]);
+            backup(&mut labels);
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(ns.clone()),
+                    labels: Some(labels),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "hive.openshift.io/v1".into(),
+                        kind: "ClusterDeployment".into(),
+                        name: cd_name,
+                        uid: cd.metadata.uid.clone().unwrap_or_default(),
+                        block_owner_deletion: Some(true),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                },
+                data: Some(data),
+                type_: Some("Opaque".into()),
+                ..Default::default()
+            };
+            ctx.store.create(&secret).await?;
+        }
     }
+    Ok(())
 }
 
+/// The cluster validations bootstream evaluates, with assisted-service's ids and messages.
+fn cluster_validations(hosts: &[Host], aci: &AgentClusterInstall) -> Vec<ValidationResult> {
+    let result = |id: &str, ok: bool, message: String| ValidationResult {
+        id: Some(id.to_string()),
+        status: Some(if ok { "success" } else { "failure" }.to_string()),
+        message: Some(message),
+    };
+    let ready = hosts.iter().all(|h| h.status == HostStatus::Known);
+    let cp = aci.spec.provision_requirements.control_plane_agents.max(0) as usize;
+    let planned = role_counts(&planned_roles(hosts, aci));
+    let masters_ok = planned.masters == cp && (cp != 1 || planned.workers == 0);
+    let masters_message = if masters_ok {
+        "The cluster has the exact amount of dedicated control plane nodes.".to_string()
+    } else if cp == 1 {
+        "Single-node clusters must have a single control plane node and no workers.".to_string()
+    } else {
+        format!(
+            "The cluster must have exactly {cp} dedicated control plane nodes. Add or remove hosts, or change their roles configurations to meet the requirement."
+        )
+    };
+    vec![
+        result(
+            "all-hosts-are-ready-to-install",
+            ready,
+            if ready {
+                "All hosts in the cluster are ready to install.".into()
+            } else {
+                "The cluster has hosts that are not ready to install.".into()
+            },
+        ),
+        result("sufficient-masters-count", masters_ok, masters_message),
+    ]
+}
+
+fn role_counts(roles: &[String]) -> RoleCounts {
+    let mut counts = RoleCounts::default();
+    for role in roles {
+        match role.as_str() {
+            "master" => counts.masters += 1,
+            "arbiter" => counts.arbiters += 1,
+            _ => counts.workers += 1,
+        }
+    }
+    counts
+}
+
+/// What the AgentClusterInstall's conditions are computed from: the cluster record, its hosts and
+/// (for a ready cluster) its Agents. Validations are evaluated before the installation and kept
+/// in the status after (assisted-service stops refreshing them once it starts).
+async fn cluster_facts<S: Store>(
+    ctx: &ClusterContext<S>,
+    aci: &AgentClusterInstall,
+    cluster: &Cluster,
+) -> Result<Observed, StoreError> {
+    let p = &aci.spec.provision_requirements;
+    let mut facts = ClusterFacts {
+        status: cluster.status.clone(),
+        status_info: cluster.status_info.clone(),
+        hold: aci.spec.hold_installation.unwrap_or(false),
+        expected: RoleCounts {
+            masters: p.control_plane_agents.max(0) as usize,
+            arbiters: p.arbiter_agents.max(0) as usize,
+            workers: p.worker_agents.max(0) as usize,
+        },
+        ..Default::default()
+    };
+    let mut validations = None;
+    if matches!(cluster.status.as_str(), "insufficient" | "ready" | "pending-for-input") {
+        let hosts = ctx.backend.cluster_hosts(&cluster.id).await;
+        let results = cluster_validations(&hosts, aci);
+        facts.validation_failures = Some(
+            results
+                .iter()
+                .filter(|v| v.status.as_deref() != Some("success"))
+                .filter_map(|v| v.message.clone())
+                .collect(),
+        );
+        validations = Some(results);
+        if cluster.status == "ready" {
+            facts.planned = role_counts(&planned_roles(&hosts, aci));
+            facts.approved_ready_hosts = hosts.iter().filter(|h| h.status == HostStatus::Known && h.approved).count();
+            facts.unsynced_agents = unsynced_agents(ctx, aci).await?;
+        }
+    } else {
+        // Those of the last evaluation, if there was one.
+        facts.validation_failures = aci.status.as_ref().and_then(|s| s.validations_info.as_ref()).map(|v| {
+            v.values()
+                .flatten()
+                .filter(|r| r.status.as_deref() != Some("success"))
+                .filter_map(|r| r.message.clone())
+                .collect()
+        });
+    }
+    Ok(Observed { facts, validations })
+}
+
+/// What the status of an AgentClusterInstall with a cluster record shows.
+struct Observed {
+    facts: ClusterFacts,
+    /// The validations evaluated now; None to keep those the status has.
+    validations: Option<Vec<ValidationResult>>,
+}
+
+/// Agents of the AgentClusterInstall's ClusterDeployment whose SpecSynced is False.
+async fn unsynced_agents<S: Store>(ctx: &ClusterContext<S>, aci: &AgentClusterInstall) -> Result<usize, StoreError> {
+    let ns = aci.metadata.namespace.clone().unwrap_or_default();
+    let cd = aci.spec.cluster_deployment_ref.name.clone();
+    let agents = ctx.store.list_mentioning::<Agent>(None, &format!("\"{cd}\"")).await?;
+    Ok(agents
+        .iter()
+        .filter(|a| a.spec.cluster_deployment_name.as_ref().is_some_and(|r| r.name == cd && r.namespace == ns))
+        .filter(|a| {
+            a.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == crate::controllers::agent_conditions::SPEC_SYNCED && c.status == "False")
+            })
+        })
+        .count())
+}
+
+/// The AgentClusterInstall's status: the six conditions, the cluster's state and validations; or,
+/// when its spec could not be synced (`cluster` None), SpecSynced saying why and the rest unknown.
 async fn update_aci_status<S: Store>(
     ctx: &ClusterContext<S>,
     mut aci: AgentClusterInstall,
-    cluster: &Cluster,
+    cluster: Option<(&Cluster, Observed)>,
+    sync: &Result<(), ClusterSyncError>,
 ) -> Result<(), StoreError> {
     let before = aci.status.clone();
     let now = Time(crate::resources::now_seconds());
     let status = aci.status.get_or_insert_default();
-    let (req, completed, failed) = match cluster.status.as_str() {
-        "insufficient" => (
-            condition(
-                "RequirementsMet",
-                "False",
-                "ClusterNotReady",
-                "The cluster is not ready to begin the installation",
-            ),
-            condition("Completed", "False", "InstallationNotStarted", "The installation has not started"),
-            condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
-        ),
-        "ready" => (
-            condition("RequirementsMet", "True", "ClusterIsReady", "The cluster is ready to begin the installation"),
-            condition("Completed", "False", "InstallationNotStarted", "The installation has not started"),
-            condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
-        ),
-        "preparing-for-installation" | "installing" | "finalizing" => (
-            condition("RequirementsMet", "True", "ClusterAlreadyInstalling", "The cluster requirements are met"),
-            condition(
-                "Completed",
-                "False",
-                "InstallationInProgress",
-                &format!("The installation is in progress: {}", cluster.status_info),
-            ),
-            condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
-        ),
-        "installed" | "adding-hosts" => (
-            condition("RequirementsMet", "True", "ClusterInstallationStopped", "The cluster installation stopped"),
-            condition(
-                "Completed",
-                "True",
-                "InstallationCompleted",
-                "The installation has completed: Cluster is installed",
-            ),
-            condition("Failed", "False", "InstallationNotFailed", "The installation has not failed"),
-        ),
-        _ => (
-            condition("RequirementsMet", "True", "ClusterInstallationStopped", "The cluster installation stopped"),
-            condition(
-                "Completed",
-                "False",
-                "InstallationFailed",
-                &format!("The installation has failed: {}", cluster.status_info),
-            ),
-            condition(
-                "Failed",
-                "True",
-                "InstallationFailed",
-                &format!("The installation failed: {}", cluster.status_info),
-            ),
-        ),
+    let message = sync.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+    let spec_sync = match sync {
+        Ok(()) => SpecSync::Ok,
+        Err(ClusterSyncError::Input(_)) => SpecSync::Input(&message),
+        Err(ClusterSyncError::Backend(_) | ClusterSyncError::Conflict(_)) => SpecSync::Backend(&message),
     };
-    for c in [req, completed, failed] {
+    let conditions = match &cluster {
+        Some((cluster, Observed { facts, validations })) => {
+            status.debug_info.state = cluster.status.clone();
+            status.debug_info.state_info = cluster.status_info.clone();
+            if let Some(v) = validations {
+                status.validations_info = Some(BTreeMap::from([("hosts-data".to_string(), v.clone())]));
+            }
+            conds::conditions(spec_sync, Some(facts))
+        }
+        None => {
+            status.debug_info.state.clear();
+            status.debug_info.state_info.clear();
+            status.debug_info.logs_url.clear();
+            status.debug_info.events_url.clear();
+            conds::conditions(spec_sync, None)
+        }
+    };
+    for c in conditions {
         set_condition(&mut status.conditions, c, now.clone());
     }
-    status.debug_info.state = cluster.status.clone();
-    status.debug_info.state_info = cluster.status_info.clone();
     if aci.status != before {
         ctx.store.update_status(&aci).await?;
     }

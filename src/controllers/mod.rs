@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod agent_conditions;
 pub mod cluster;
+pub mod cluster_conditions;
 pub mod infraenv;
 pub mod leader;
 pub mod metal3;

@@ -689,6 +689,365 @@ async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_
     assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
 }
 
+/// One reconcile of the ClusterDeployment `name` (the cluster's state moves at most one step).
+async fn reconcile_cluster_once<S: Store>(w: &World<S>, name: &str) -> Action {
+    // Boxed: on Kubernetes this future is too large for a test thread's stack inside a long scenario.
+    Box::pin(cluster::reconcile(&w.hub.clusters, NS, name)).await.unwrap()
+}
+
+fn aci_of<S: Store>(w: &World<S>, name: &str) -> impl Future<Output = crate::resources::AgentClusterInstall> {
+    let (store, name) = (w.store.clone(), name.to_string());
+    async move { store.get::<crate::resources::AgentClusterInstall>(NS, &name).await.unwrap().expect("the ACI") }
+}
+
+/// The AgentClusterInstall's conditions as (type, status, reason, message), in their order.
+async fn aci_conditions<S: Store>(w: &World<S>, name: &str) -> Vec<(String, String, String, String)> {
+    let aci = aci_of(w, name).await;
+    aci.status
+        .map(|s| s.conditions.into_iter().map(|c| (c.type_, c.status, c.reason, c.message)).collect())
+        .unwrap_or_default()
+}
+
+/// (status, reason, message) of one condition of the AgentClusterInstall.
+async fn aci_cond<S: Store>(w: &World<S>, name: &str, type_: &str) -> (String, String, String) {
+    aci_conditions(w, name)
+        .await
+        .into_iter()
+        .find(|c| c.0 == type_)
+        .map(|c| (c.1, c.2, c.3))
+        .unwrap_or_else(|| panic!("no {type_} condition on ACI {name}"))
+}
+
+fn c3(status: &str, reason: &str, message: &str) -> (String, String, String) {
+    (status.into(), reason.into(), message.into())
+}
+
+/// A pool host bound to `cd`, back from its restart with its inventory: known and approved.
+async fn bound_known_host<S: Store>(w: &World<S>, cd: &str, index: usize) -> String {
+    let id = w.pool_host("pool", index).await;
+    w.set_cluster(&id, Some(cd)).await;
+    w.register_again(&id).await;
+    w.backend.update_inventory(&w.key(&id).await, crate::hosts::simulated::inventory(index).to_string()).await.unwrap();
+    w.reconcile(&id).await;
+    assert_eq!(w.status(&id).await, HostStatus::Known);
+    id
+}
+
+async fn set_hold<S: Store>(w: &World<S>, name: &str, hold: bool) {
+    let mut aci = aci_of(w, name).await;
+    aci.spec.hold_installation = Some(hold);
+    w.admin.update(&aci).await.unwrap();
+}
+
+/// Item 5 of issue 32: the AgentClusterInstall carries assisted-service's six conditions through the
+/// whole installation, and once it is done, the admin kubeconfig and password Secrets the installer
+/// reported, referenced from the ClusterDeployment's and the AgentClusterInstall's clusterMetadata.
+async fn an_installation_reports_six_conditions_and_ends_with_the_admin_secrets<S: Store>(w: World<S>) {
+    use crate::controllers::cluster_conditions::*;
+    w.cluster_deployment("c1", false).await;
+    set_hold(&w, "c1", true).await;
+    w.reconcile_cluster("c1").await;
+    let types: Vec<String> = aci_conditions(&w, "c1").await.into_iter().map(|c| c.0).collect();
+    assert_eq!(types, [SPEC_SYNCED, REQUIREMENTS_MET, VALIDATED, COMPLETED, FAILED, STOPPED]);
+    assert_eq!(aci_cond(&w, "c1", SPEC_SYNCED).await, c3("True", "SyncOK", "SyncOK"));
+    assert_eq!(
+        aci_cond(&w, "c1", REQUIREMENTS_MET).await,
+        c3("False", "ClusterNotReady", "The cluster is not ready to begin the installation")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", VALIDATED).await,
+        c3(
+            "False",
+            "ValidationsFailing",
+            "The cluster's validations are failing: The cluster must have exactly 3 dedicated control plane nodes. Add or remove hosts, or change their roles configurations to meet the requirement."
+        )
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("False", "InstallationNotStarted", "The installation has not yet started")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", FAILED).await,
+        c3("False", "InstallationNotFailed", "The installation has not failed")
+    );
+    let not_stopped = c3("False", "InstallationNotStopped", "The installation is waiting to start or in progress");
+    assert_eq!(aci_cond(&w, "c1", STOPPED).await, not_stopped);
+
+    // Three hosts, known and approved: ready, and held.
+    let hosts =
+        [bound_known_host(&w, "c1", 0).await, bound_known_host(&w, "c1", 1).await, bound_known_host(&w, "c1", 2).await];
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(aci_of(&w, "c1").await.status.unwrap().debug_info.state, "ready");
+    assert_eq!(
+        aci_cond(&w, "c1", REQUIREMENTS_MET).await,
+        c3("True", "ClusterIsReady", "The cluster is ready to begin the installation")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", VALIDATED).await,
+        c3("True", "ValidationsPassing", "The cluster's validations are passing")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("False", "InstallationOnHold", "The installation is on hold. To unhold set holdInstallation to false")
+    );
+
+    // Released: the installation starts.
+    set_hold(&w, "c1", false).await;
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(aci_of(&w, "c1").await.status.unwrap().debug_info.state, "installing");
+    let installing = c3("True", "ClusterAlreadyInstalling", "The cluster requirements are met");
+    assert_eq!(aci_cond(&w, "c1", REQUIREMENTS_MET).await, installing);
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("False", "InstallationInProgress", "The installation is in progress: Installation in progress")
+    );
+    assert_eq!(aci_cond(&w, "c1", STOPPED).await, not_stopped);
+
+    // Every host is up, but the installer has not reported the credentials yet: finalizing.
+    for id in &hosts {
+        w.set_host(id, HostStatus::Installed, "Done").await;
+    }
+    assert_eq!(reconcile_cluster_once(&w, "c1").await, Action::RequeueAfter(Duration::from_secs(10)));
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("False", "InstallationInProgress", "The installation is in progress: Finalizing cluster installation")
+    );
+    assert!(w.store.get::<k8s_openapi::api::core::v1::Secret>(NS, "c1-admin-kubeconfig").await.unwrap().is_none());
+    let cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    assert!(!cd.spec.installed);
+
+    // The installer reports them: the cluster is installed, its Secrets made and referenced.
+    let cluster = w.backend.cluster_by_kube_key(NS, "c1").await.unwrap();
+    let kubeconfig = crate::cli::simulate::simulated_kubeconfig(&cluster.id);
+    let password = crate::cli::simulate::simulated_password(&cluster.id);
+    w.backend.put_credential(&cluster.id, crate::pool::CredentialFile::Kubeconfig, kubeconfig.clone()).await.unwrap();
+    w.backend
+        .put_credential(&cluster.id, crate::pool::CredentialFile::KubeadminPassword, password.clone())
+        .await
+        .unwrap();
+    assert_eq!(reconcile_cluster_once(&w, "c1").await, Action::Done);
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("True", "InstallationCompleted", "The installation has completed: Cluster is installed")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", STOPPED).await,
+        c3("True", "InstallationCompleted", "The installation has stopped because it completed successfully")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", REQUIREMENTS_MET).await,
+        c3("True", "ClusterInstallationStopped", "The cluster installation stopped")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", FAILED).await,
+        c3("False", "InstallationNotFailed", "The installation has not failed")
+    );
+
+    let cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    assert!(cd.spec.installed);
+    let meta = cd.spec.cluster_metadata.clone().expect("clusterMetadata on the ClusterDeployment");
+    assert_eq!((meta.cluster_id.as_str(), meta.infra_id.as_str()), (cluster.id.as_str(), cluster.id.as_str()));
+    assert_eq!(meta.admin_kubeconfig_secret_ref.name, "c1-admin-kubeconfig");
+    assert_eq!(meta.admin_password_secret_ref.as_ref().map(|r| r.name.as_str()), Some("c1-admin-password"));
+    assert_eq!(aci_of(&w, "c1").await.spec.cluster_metadata, Some(meta), "the ACI names the same");
+
+    let secret = |name: &'static str| {
+        let store = w.store.clone();
+        async move { store.get::<k8s_openapi::api::core::v1::Secret>(NS, name).await.unwrap().expect(name) }
+    };
+    let data = |s: &k8s_openapi::api::core::v1::Secret, key: &str| {
+        String::from_utf8(s.data.as_ref().unwrap()[key].0.clone()).unwrap()
+    };
+    let k = secret("c1-admin-kubeconfig").await;
+    assert_eq!(data(&k, "kubeconfig"), kubeconfig);
+    let p = secret("c1-admin-password").await;
+    assert_eq!((data(&p, "username"), data(&p, "password")), ("kubeadmin".to_string(), password));
+    for (s, kind) in [(&k, "kubeconfig"), (&p, "kubeadmincreds")] {
+        let labels = s.metadata.labels.clone().unwrap();
+        assert_eq!(labels["cluster.open-cluster-management.io/backup"], "true");
+        assert_eq!(labels["hive.openshift.io/cluster-deployment-name"], "c1");
+        assert_eq!(labels["hive.openshift.io/secret-type"], kind);
+        let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("ClusterDeployment", "c1"));
+        assert_eq!(Some(&owner.uid), cd.metadata.uid.as_ref());
+    }
+
+    // Installed, the cluster takes more hosts (day 2).
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(aci_cond(&w, "c1", REQUIREMENTS_MET).await, installing);
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3(
+            "True",
+            "InstallationCompleted",
+            "The installation has completed: cluster is adding hosts to existing OCP cluster"
+        )
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", VALIDATED).await,
+        c3("True", "ValidationsPassing", "The cluster's validations are passing")
+    );
+}
+
+/// A failed and a cancelled installation stop with assisted-service's reasons.
+async fn a_failed_or_cancelled_installation_says_it_stopped_and_why<S: Store>(w: World<S>) {
+    use crate::controllers::cluster_conditions::*;
+    w.cluster_deployment("c1", true).await;
+    let hosts =
+        [bound_known_host(&w, "c1", 0).await, bound_known_host(&w, "c1", 1).await, bound_known_host(&w, "c1", 2).await];
+    reconcile_cluster_once(&w, "c1").await;
+    w.set_host(&hosts[1], HostStatus::Error, "Writing image to disk").await;
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(
+        aci_cond(&w, "c1", FAILED).await,
+        c3("True", "InstallationFailed", "The installation failed: cluster has hosts in error")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("False", "InstallationFailed", "The installation has failed: cluster has hosts in error")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", STOPPED).await,
+        c3("True", "InstallationFailed", "The installation has stopped due to error")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", REQUIREMENTS_MET).await,
+        c3("True", "ClusterInstallationStopped", "The cluster installation stopped")
+    );
+    let mut cluster = w.backend.cluster_by_kube_key(NS, "c1").await.unwrap();
+    cluster.status = "cancelled".into();
+    cluster.status_info = "Canceled cluster installation".into();
+    w.backend.put_cluster(cluster).await.unwrap();
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(
+        aci_cond(&w, "c1", STOPPED).await,
+        c3("True", "InstallationCancelled", "The installation has stopped because it was cancelled")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", FAILED).await,
+        c3("False", "InstallationNotFailed", "The installation has not failed")
+    );
+    assert_eq!(
+        aci_cond(&w, "c1", COMPLETED).await,
+        c3("Unknown", "UnknownStatus", "The installation status is currently not recognized: cancelled")
+    );
+}
+
+/// An AgentClusterInstall whose ClusterImageSet does not exist cannot be synced: SpecSynced says so,
+/// the other five are not available, and it is synced once the ClusterImageSet is there.
+async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<S: Store>(w: World<S>) {
+    use crate::controllers::cluster_conditions::*;
+    w.cluster_deployment("c1", false).await;
+    let mut aci = aci_of(&w, "c1").await;
+    aci.spec.image_set_ref = Some(crate::resources::LocalObjectReference { name: "openshift-v4.20.0".into() });
+    w.admin.update(&aci).await.unwrap();
+    // The finalizers first, then the sync.
+    let mut action = Action::Done;
+    for _ in 0..3 {
+        action = reconcile_cluster_once(&w, "c1").await;
+    }
+    assert_eq!(action, Action::RequeueAfter(Duration::from_secs(10)));
+    assert_eq!(
+        aci_cond(&w, "c1", SPEC_SYNCED).await,
+        c3(
+            "False",
+            "BackendError",
+            "The Spec could not be synced due to backend error: ClusterImageSet openshift-v4.20.0 not found. Please ensure the ClusterImageSet exists"
+        )
+    );
+    for type_ in [VALIDATED, REQUIREMENTS_MET, COMPLETED, FAILED, STOPPED] {
+        assert_eq!(
+            aci_cond(&w, "c1", type_).await,
+            c3("Unknown", "NotAvailable", "Information not available"),
+            "{type_}"
+        );
+    }
+    assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_none(), "no cluster record without its release");
+    w.apply(
+        Kind::ClusterImageSet,
+        json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterImageSet", "metadata": {"name": "openshift-v4.20.0"},
+               "spec": {"releaseImage": "quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64"}}),
+    )
+    .await;
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(aci_cond(&w, "c1", SPEC_SYNCED).await, c3("True", "SyncOK", "SyncOK"));
+    assert_eq!(w.backend.cluster_by_kube_key(NS, "c1").await.unwrap().openshift_version, "4.20.0");
+}
+
+/// Item 5 of issue 32: the Agent's ignition token (from its secret), Ignition overrides and
+/// installer arguments reach the host's install step; invalid overrides or arguments are refused
+/// with SpecSynced saying which, and the host keeps what it had.
+async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: Store>(w: World<S>) {
+    w.cluster_deployment("c1", true).await;
+    let id = bound_known_host(&w, "c1", 0).await;
+    w.apply(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": NS},
+               "stringData": {"ignition-token": "s3cret"}}),
+    )
+    .await;
+    let overrides = r#"{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/motd","contents":{"source":"data:,hi"}}]}}"#;
+    let edit = |args: Option<&'static str>, ign: Option<&'static str>| {
+        let (w, id) = (&w, id.clone());
+        async move {
+            let mut a = w.agent(&id).await;
+            a.spec.installer_args = args.map(str::to_string);
+            a.spec.ignition_config_overrides = ign.map(str::to_string);
+            a.spec.ignition_endpoint_token_reference =
+                Some(serde_json::from_value(json!({"namespace": NS, "name": "tok"})).unwrap());
+            a.spec.ignition_endpoint_http_headers = Some([("X-Origin".to_string(), "hub".to_string())].into());
+            w.store.update(&a).await.unwrap();
+            w.reconcile(&id).await;
+            w.agent(&id).await
+        }
+    };
+    let a = edit(Some(r#"["--append-karg", "ip=eth0:dhcp", "--save-partlabel", "data*"]"#), Some(overrides)).await;
+    assert_eq!(cond(&a, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+
+    // Refused: a flag coreos-installer's allowed list lacks, a value with a space, an Ignition
+    // version bootstream cannot apply, JSON that is no Ignition config.
+    for (args, ign, message) in [
+        (
+            Some(r#"["--console", "ttyS0"]"#),
+            None,
+            "found unexpected flag --console for installer - allowed flags are [--append-karg --delete-karg -n --copy-network --network-dir --save-partlabel --save-partindex --image-url --image-file]",
+        ),
+        (Some(r#"["--append-karg", "a b"]"#), None, "found unexpected chars in value a b for installer"),
+        (None, Some(r#"{"ignition":{"version":"2.2.0"}}"#), "supported versions are 3.1.0 and 3.2.0"),
+        (None, Some("{not json"), "is not valid JSON"),
+    ] {
+        let a = edit(args, ign).await;
+        assert_eq!(cond(&a, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()), "{args:?} {ign:?}");
+        let m = cond_message(&a, SPEC_SYNCED);
+        assert!(m.starts_with("The Spec could not be synced due to an input error: "), "{m}");
+        assert!(m.contains(message), "{m} lacks {message}");
+        let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+        assert_eq!(host.installer_args, r#"["--append-karg","ip=eth0:dhcp","--save-partlabel","data*"]"#);
+        assert_eq!(host.ignition_config_overrides, overrides, "the host keeps what it had");
+    }
+    let a = edit(Some(r#"["--append-karg", "ip=eth0:dhcp", "--save-partlabel", "data*"]"#), Some(overrides)).await;
+    assert_eq!(cond(&a, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+
+    // The installation starts (a single-host cluster): the install step carries all three.
+    let mut aci = aci_of(&w, "c1").await;
+    aci.spec.provision_requirements.control_plane_agents = 1;
+    w.admin.update(&aci).await.unwrap();
+    reconcile_cluster_once(&w, "c1").await;
+    assert_eq!(w.status(&id).await, HostStatus::Installing);
+    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let steps = crate::hosts::instructions::next_steps(&host, None, Some("4.20.0"));
+    let install = steps.instructions.iter().find(|s| s.step_type == "install").expect("an install step");
+    let args: Value = serde_json::from_str(&install.args[0]).unwrap();
+    assert_eq!(args["installer_args"], r#"["--append-karg","ip=eth0:dhcp","--save-partlabel","data*"]"#);
+    assert_eq!(args["ignition_config_overrides"], overrides);
+    assert_eq!(args["ignition_endpoint_token"], "s3cret");
+    assert_eq!(
+        args["ignition_endpoint_http_headers"],
+        json!([{"key": "X-Origin", "value": "hub"}, {"key": "Authorization", "value": "Bearer s3cret"}])
+    );
+    assert_eq!(args["role"], "bootstrap");
+}
+
 /// The message an installing host is held with (the admission webhook's wording).
 const IMMUTABLE: &str = "Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation.";
 
@@ -951,4 +1310,8 @@ on_both_stores! {
     deleting_only_the_install_never_reclaims_in_any_order,
     reclaim_leaves_a_node_of_the_machine_api_alone,
     deleting_an_infraenv_takes_its_free_and_installed_hosts_at_once,
+    an_installation_reports_six_conditions_and_ends_with_the_admin_secrets,
+    a_failed_or_cancelled_installation_says_it_stopped_and_why,
+    an_install_without_its_cluster_image_set_is_not_synced_until_it_exists,
+    ignition_token_overrides_and_installer_args_reach_the_install_step,
 }

@@ -117,7 +117,7 @@ fn install_step(host: &Host, openshift_version: &str) -> Step {
             })
             .unwrap_or_default()
     };
-    let args = json!({
+    let mut args = json!({
         "cluster_id": host.cluster_id,
         "infra_env_id": host.infra_env_id,
         "host_id": host.id,
@@ -128,5 +128,22 @@ fn install_step(host: &Host, openshift_version: &str) -> Step {
         "installer_args": host.installer_args,
         "day2": host.kind == HostKind::AddToExistingClusterHost,
     });
+    // What the installer needs to fetch and complete the host's Ignition: the Agent's
+    // `ignitionConfigOverrides` (merged into it), and the token and headers the machine config
+    // server wants (Agent `ignitionEndpointTokenReference`, `ignitionEndpointHTTPHeaders`), which
+    // assisted-service puts in the host's pointer Ignition as an `Authorization: Bearer` header.
+    // Each only when set: the step of a host without them is as before.
+    if !host.ignition_config_overrides.is_empty() {
+        args["ignition_config_overrides"] = json!(host.ignition_config_overrides);
+    }
+    let mut headers: Vec<serde_json::Value> =
+        serde_json::from_str(&host.ignition_endpoint_http_headers).unwrap_or_default();
+    if !host.ignition_endpoint_token.is_empty() {
+        args["ignition_endpoint_token"] = json!(host.ignition_endpoint_token);
+        headers.push(json!({"key": "Authorization", "value": format!("Bearer {}", host.ignition_endpoint_token)}));
+    }
+    if !headers.is_empty() {
+        args["ignition_endpoint_http_headers"] = json!(headers);
+    }
     step("install", vec![args.to_string()])
 }

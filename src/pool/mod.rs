@@ -32,6 +32,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 
 const HOSTS: &str = "hosts";
 const CLUSTERS: &str = "clusters";
+/// The admin credentials installers reported, by cluster id.
+const CREDENTIALS: &str = "credentials";
 
 /// An error of the internal API, with the HTTP status assisted-service answers it with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -78,6 +80,98 @@ pub struct Cluster {
 impl Cluster {
     pub fn is_day2(&self) -> bool {
         self.kind == "AddHostsCluster"
+    }
+}
+
+/// One of the admin credentials of a cluster that its installer reports (the files assisted-service's
+/// `V2DownloadClusterCredentials` serves under these names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialFile {
+    /// `kubeconfig`: the admin kubeconfig of the installed cluster.
+    Kubeconfig,
+    /// `kubeadmin-password`: the `kubeadmin` user's password.
+    KubeadminPassword,
+}
+
+/// Largest admin kubeconfig taken: one with its client certificate, key and a CA bundle of a few
+/// dozen certificates is well under this.
+pub const MAX_KUBECONFIG_BYTES: usize = 64 << 10;
+/// Largest kubeadmin password taken (the installer makes 23 characters).
+pub const MAX_PASSWORD_BYTES: usize = 256;
+
+impl CredentialFile {
+    pub const ALL: [CredentialFile; 2] = [CredentialFile::Kubeconfig, CredentialFile::KubeadminPassword];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CredentialFile::Kubeconfig => "kubeconfig",
+            CredentialFile::KubeadminPassword => "kubeadmin-password",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<CredentialFile> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Checks an upload of this file and gives its text: a kubeconfig must be one kube-rs reads,
+    /// naming at least one cluster with a server and one user; a password must be printable ASCII
+    /// without spaces. Both are bounded: they end up in Secrets and in every spoke client built.
+    pub fn check(self, bytes: &[u8]) -> Result<String, ApiError> {
+        let max = match self {
+            CredentialFile::Kubeconfig => MAX_KUBECONFIG_BYTES,
+            CredentialFile::KubeadminPassword => MAX_PASSWORD_BYTES,
+        };
+        let name = self.name();
+        if bytes.is_empty() {
+            return Err(ApiError::new(400, format!("{name} is empty")));
+        }
+        if bytes.len() > max {
+            return Err(ApiError::new(
+                413,
+                format!("{name} is {} bytes, over the {max} this file may have", bytes.len()),
+            ));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| ApiError::new(400, format!("{name} is not UTF-8 text")))?;
+        match self {
+            CredentialFile::Kubeconfig => {
+                let config = kube::config::Kubeconfig::from_yaml(text)
+                    .map_err(|e| ApiError::new(400, format!("kubeconfig does not parse: {}", chain(&e))))?;
+                let has_server = config
+                    .clusters
+                    .iter()
+                    .any(|c| c.cluster.as_ref().and_then(|c| c.server.as_deref()).is_some_and(|s| !s.is_empty()));
+                if !has_server {
+                    return Err(ApiError::new(400, "kubeconfig names no cluster with a server"));
+                }
+                if config.auth_infos.is_empty() {
+                    return Err(ApiError::new(400, "kubeconfig names no user"));
+                }
+                Ok(text.to_string())
+            }
+            CredentialFile::KubeadminPassword => {
+                let text = text.strip_suffix('\n').unwrap_or(text);
+                if text.is_empty() || !text.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(ApiError::new(400, "kubeadmin-password must be printable ASCII without spaces"));
+                }
+                Ok(text.to_string())
+            }
+        }
+    }
+}
+
+/// The admin credentials of a cluster, as its installer reported them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterCredentials {
+    #[serde(default)]
+    pub kubeconfig: Option<String>,
+    #[serde(default)]
+    pub kubeadmin_password: Option<String>,
+}
+
+impl ClusterCredentials {
+    /// Both files are there: the cluster's admin Secrets can be made.
+    pub fn complete(&self) -> bool {
+        self.kubeconfig.is_some() && self.kubeadmin_password.is_some()
     }
 }
 
@@ -136,6 +230,8 @@ pub struct Backend {
     cluster_writes: tokio::sync::Mutex<()>,
     /// Hosts by cluster id, so that a cluster's hosts are found without visiting every host.
     members: Mutex<HashMap<String, std::collections::BTreeSet<HostKey>>>,
+    /// Admin credentials by cluster id, apart from the cluster records that every host change reads.
+    credentials: Mutex<HashMap<String, ClusterCredentials>>,
     changes: broadcast::Sender<HostChange>,
 }
 
@@ -175,6 +271,15 @@ impl Backend {
                 Err(e) => tracing::error!(cluster = %id, "unreadable cluster record, ignored: {}", chain(&e)),
             }
         }
+        let mut credentials = HashMap::new();
+        for (id, body) in db.list_records(CREDENTIALS).await? {
+            match serde_json::from_str::<ClusterCredentials>(&body) {
+                Ok(c) => {
+                    credentials.insert(id, c);
+                }
+                Err(e) => tracing::error!(cluster = %id, "unreadable credentials record, ignored: {}", chain(&e)),
+            }
+        }
         let mut members: HashMap<String, std::collections::BTreeSet<HostKey>> = HashMap::new();
         for (key, slot) in &hosts {
             if let Some(cid) = slot.try_lock().ok().and_then(|h| h.as_ref().and_then(|h| h.cluster_id.clone())) {
@@ -191,6 +296,7 @@ impl Backend {
             clusters: Mutex::new(clusters),
             cluster_writes: tokio::sync::Mutex::new(()),
             members: Mutex::new(members),
+            credentials: Mutex::new(credentials),
             changes: broadcast::channel(65536).0,
         }))
     }
@@ -793,11 +899,38 @@ impl Backend {
                 self.db.delete_record(CLUSTERS, id.to_string()).await?;
                 self.cluster_map().remove(id);
             }
+            if self.credentials.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id) {
+                self.db.delete_record(CREDENTIALS, id.to_string()).await?;
+                self.credentials.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+            }
         }
         if let Some(logs) = &self.config.host_logs {
             logs.remove_cluster(id).await;
         }
         Ok(())
+    }
+
+    /// Records one admin credential of cluster `cluster_id`, as its installer reported it (already
+    /// checked with [`CredentialFile::check`]).
+    pub async fn put_credential(&self, cluster_id: &str, file: CredentialFile, value: String) -> Result<(), ApiError> {
+        let _writing = self.cluster_writes.lock().await;
+        if !self.cluster_map().contains_key(cluster_id) {
+            return Err(ApiError::new(404, format!("cluster {cluster_id} not found")));
+        }
+        let mut creds = self.credentials(cluster_id);
+        match file {
+            CredentialFile::Kubeconfig => creds.kubeconfig = Some(value),
+            CredentialFile::KubeadminPassword => creds.kubeadmin_password = Some(value),
+        }
+        let body = serde_json::to_string(&creds).map_err(|e| ApiError::new(500, e.to_string()))?;
+        self.db.put_record(CREDENTIALS, cluster_id.to_string(), body).await?;
+        self.credentials.lock().unwrap_or_else(|p| p.into_inner()).insert(cluster_id.to_string(), creds);
+        Ok(())
+    }
+
+    /// The admin credentials reported for cluster `cluster_id` so far.
+    pub fn credentials(&self, cluster_id: &str) -> ClusterCredentials {
+        self.credentials.lock().unwrap_or_else(|p| p.into_inner()).get(cluster_id).cloned().unwrap_or_default()
     }
 
     pub async fn cluster_hosts(&self, cluster_id: &str) -> Vec<Host> {

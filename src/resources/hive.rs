@@ -174,18 +174,6 @@ impl ClusterDeployment {
             .map(|m| m.admin_kubeconfig_secret_ref.name.clone())
             .filter(|n| !n.is_empty())
     }
-    pub fn set_cluster_metadata(&mut self, cluster_id: &str, kubeconfig_secret: &str) {
-        let meta = self.spec.cluster_metadata.get_or_insert_default();
-        if meta.cluster_id.is_empty() {
-            meta.cluster_id = cluster_id.to_string();
-        }
-        if meta.infra_id.is_empty() {
-            meta.infra_id = cluster_id.to_string();
-        }
-        if meta.admin_kubeconfig_secret_ref.name.is_empty() {
-            meta.admin_kubeconfig_secret_ref.name = kubeconfig_secret.to_string();
-        }
-    }
 }
 
 /// The agent platform: which Agents may join the cluster.

@@ -702,14 +702,19 @@ fn check_known_fields(
     Ok(())
 }
 
-/// Object names as Kubernetes accepts them (RFC 1123 subdomain), which also keeps them safe in URLs.
-fn check_dns_name(field: &str, name: &str) -> Result<(), DocumentError> {
-    let ok = !name.is_empty()
+/// Whether `name` is an object name Kubernetes accepts (RFC 1123 subdomain), which also keeps it
+/// safe in URLs.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 253
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-    if ok {
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Object names as Kubernetes accepts them ([`is_dns_subdomain`]).
+fn check_dns_name(field: &str, name: &str) -> Result<(), DocumentError> {
+    if is_dns_subdomain(name) {
         Ok(())
     } else {
         Err(DocumentError::Invalid(format!(

@@ -16,6 +16,11 @@ pub mod ppi;
 
 pub const PPI_READY_CONDITION: &str = "Ready";
 
+/// Whether the converged flow is on when nothing says otherwise: assisted-service's
+/// `ALLOW_CONVERGED_FLOW` default, and what the design assumes (metal3 4.12+ boots hosts through
+/// PreprovisioningImages). `serve --converged-flow=false` turns it off.
+pub const CONVERGED_FLOW_DEFAULT: bool = true;
+
 /// How long until an InfraEnv's image is old enough to be used (spec-controllers.md §5.3, spec-controllers.md §6.1 step
 /// 8); None once it is.
 pub fn cooldown_left(infraenv: &InfraEnv, now: Timestamp, cooldown: Duration) -> Option<Duration> {

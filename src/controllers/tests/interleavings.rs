@@ -153,6 +153,8 @@ enum Poll {
     Inventory,
     Progress(&'static str),
     ReclaimDownloaded,
+    /// The installer on the bootstrap host reports one of the cluster's admin credentials.
+    Credential(crate::pool::CredentialFile),
 }
 
 fn next_poll(host: &Host) -> Option<Poll> {
@@ -405,11 +407,22 @@ impl<S: Store> Sim<S> {
     async fn polls(&self) -> Vec<(usize, Poll)> {
         let mut out = Vec::new();
         for (i, h) in self.hosts.iter().enumerate() {
-            if let Some(host) = self.w.backend.host_of_agent(NS, &host_id(h.index)).await
-                && host.infra_env_id == self.ie_uid_of(&h.infraenv).await.unwrap_or_default()
-                && let Some(p) = next_poll(&host)
-            {
+            let Some(host) = self.w.backend.host_of_agent(NS, &host_id(h.index)).await else { continue };
+            if host.infra_env_id != self.ie_uid_of(&h.infraenv).await.unwrap_or_default() {
+                continue;
+            }
+            if let Some(p) = next_poll(&host) {
                 out.push((i, p));
+            } else if host.bootstrap
+                && host.status == HostStatus::Installed
+                && let Some(cid) = &host.cluster_id
+            {
+                let creds = self.w.backend.credentials(cid);
+                if creds.kubeconfig.is_none() {
+                    out.push((i, Poll::Credential(crate::pool::CredentialFile::Kubeconfig)));
+                } else if creds.kubeadmin_password.is_none() {
+                    out.push((i, Poll::Credential(crate::pool::CredentialFile::KubeadminPassword)));
+                }
             }
         }
         out
@@ -438,6 +451,14 @@ impl<S: Store> Sim<S> {
             Poll::Inventory => b.update_inventory(&key, crate::hosts::simulated::inventory(h.index).to_string()).await,
             Poll::Progress(stage) => b.update_progress(&key, stage, "").await.map(|_| ()),
             Poll::ReclaimDownloaded => b.reclaim_download_done(&key, true).await.map(|_| ()),
+            Poll::Credential(file) => {
+                let cid = b.host(&key).await.and_then(|h| h.cluster_id).unwrap_or_default();
+                let value = match file {
+                    crate::pool::CredentialFile::Kubeconfig => crate::cli::simulate::simulated_kubeconfig(&cid),
+                    crate::pool::CredentialFile::KubeadminPassword => crate::cli::simulate::simulated_password(&cid),
+                };
+                b.put_credential(&cid, file, value).await
+            }
         };
         self.log(format!("agent h{} {poll:?}: {:?}", h.index, result.err().map(|e| e.message)));
     }
@@ -654,7 +675,14 @@ impl<S: Store> World<S> {
         self.backend.put_cluster(cluster.clone()).await.unwrap();
         let mut d = self.store.get::<ClusterDeployment>(NS, cd).await.unwrap().unwrap();
         d.spec.installed = true;
-        d.set_cluster_metadata(&cluster.id, &format!("{cd}-admin-kubeconfig"));
+        d.spec.cluster_metadata = Some(crate::resources::hive::ClusterMetadata {
+            cluster_id: cluster.id.clone(),
+            infra_id: cluster.id.clone(),
+            admin_kubeconfig_secret_ref: crate::resources::LocalObjectReference {
+                name: format!("{cd}-admin-kubeconfig"),
+            },
+            ..Default::default()
+        });
         self.store.update(&d).await.unwrap();
         self.reconcile_cluster(cd).await;
     }

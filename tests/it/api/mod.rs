@@ -1,5 +1,7 @@
-//! The API's guards: tokens for resources and images, hostile inputs, tenant isolation, log lines.
+//! The API's guards: tokens for resources and images, hostile inputs, tenant isolation, log lines,
+//! cluster credentials uploads.
 
+mod cluster_credentials;
 mod hostile_inputs;
 mod image_auth;
 mod log_lines;

@@ -100,6 +100,18 @@ impl Server {
         String::from_utf8_lossy(&std::fs::read(log.path()).unwrap()).into_owned()
     }
 
+    /// [`Server::start`] with `env` set in the server's environment (settings a deployment gives
+    /// as environment variables).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::spawn_full(
+            tempfile::tempdir().unwrap(),
+            "127.0.0.1:0",
+            &[&["--unsigned-image-urls"], extra].concat(),
+            None,
+            env,
+        )
+    }
+
     fn spawn(data_dir: tempfile::TempDir, listen: &str, extra: &[&str]) -> Server {
         Self::spawn_with_log(data_dir, listen, extra, None)
     }
@@ -109,6 +121,16 @@ impl Server {
         listen: &str,
         extra: &[&str],
         log: Option<tempfile::NamedTempFile>,
+    ) -> Server {
+        Self::spawn_full(data_dir, listen, extra, log, &[])
+    }
+
+    fn spawn_full(
+        data_dir: tempfile::TempDir,
+        listen: &str,
+        extra: &[&str],
+        log: Option<tempfile::NamedTempFile>,
+        env: &[(&str, &str)],
     ) -> Server {
         let token = data_dir.path().join("api-token");
         if !token.exists() {
@@ -121,6 +143,7 @@ impl Server {
             .arg("--listen")
             .arg(listen)
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(match &log {

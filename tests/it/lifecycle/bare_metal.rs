@@ -41,7 +41,8 @@ fn wait_for(s: &Server, kind: &str, name: &str, what: &str, done: impl Fn(&Value
 
 #[test]
 fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings() {
-    let s = Server::start(&["--image-cooldown-seconds", "1"]);
+    // The ISO flow: without the converged flow (on by default), a BMH boots the InfraEnv's ISO.
+    let s = Server::start(&["--image-cooldown-seconds", "1", "--converged-flow=false"]);
     s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
     s.apply_ok(&bmh_yaml("host-0"));
     // Metal3 has not reported the host yet: the BMAC only prepares it.
@@ -77,6 +78,7 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let bmh = wait_for(&s, "bmh", "host-0", "the ISO", |b| b["spec"]["image"]["url"] == iso_url.as_str());
+    assert!(bmh["spec"].get("customDeploy").is_none(), "{bmh:#}");
     assert_eq!(bmh["spec"]["image"]["format"], "live-iso");
     assert_eq!(bmh["spec"]["online"], true);
     assert_eq!(bmh["spec"]["automatedCleaningMode"], "disabled");
@@ -186,4 +188,75 @@ fn bad_bare_metal_documents_and_status_writes_are_refused_with_the_field_named()
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Secret has no status subresource"), "{err}");
+}
+
+/// metal3 reports `name` available, as the bare metal operator does once it has inspected it.
+fn metal3_reports_available(s: &Server, name: &str) {
+    let out = cli(
+        &[
+            "patch",
+            "--server",
+            &s.url,
+            "bmh",
+            name,
+            "-n",
+            NS,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status": {"operationalStatus": "OK", "provisioning": {"state": "available"}, "poweredOn": false,
+                         "errorCount": 0, "errorMessage": "", "hardwareProfile": ""}}"#,
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The converged flow is on unless turned off: with no flag, an available BMH gets no ISO; metal3's
+/// PreprovisioningImage for it gets the InfraEnv's image (with the ironic agent), and the BMH the
+/// custom deploy method that starts the discovery agent.
+#[test]
+fn by_default_bare_metal_hosts_boot_through_their_preprovisioning_image() {
+    let s = Server::start(&[
+        "--image-cooldown-seconds",
+        "1",
+        "--ironic-base-url",
+        "https://ironic.example:6385",
+        "--ironic-agent-image",
+        "quay.io/example/ironic-agent:1",
+    ]);
+    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
+    s.apply_ok(&bmh_yaml("host-0"));
+    s.wait_image_created(NS, "pool", "True");
+    metal3_reports_available(&s, "host-0");
+    let bmh = s.get_json("bmh", NS, "host-0");
+    let uid = bmh["metadata"]["uid"].as_str().unwrap().to_string();
+    // metal3 asks for the host's image.
+    s.apply_ok(&format!(
+        "apiVersion: metal3.io/v1alpha1\nkind: PreprovisioningImage\nmetadata:\n  name: host-0\n  namespace: {NS}\n  labels:\n    infraenvs.agent-install.openshift.io: pool\n  ownerReferences:\n  - apiVersion: metal3.io/v1alpha1\n    kind: BareMetalHost\n    name: host-0\n    uid: {uid}\nspec:\n  acceptFormats: [iso]\n  architecture: x86_64\n"
+    ));
+    let ppi = wait_for(&s, "preprovisioningimage", "host-0", "an image", |p| p["status"]["imageUrl"].is_string());
+    assert_eq!(ppi["status"]["format"], "iso", "{ppi:#}");
+    let ie = s.get_json("infraenv", NS, "pool");
+    assert_eq!(ie["metadata"]["annotations"]["infraenv.agent-install.openshift.io/enable-ironic-agent"], "true");
+    let bmh = wait_for(&s, "bmh", "host-0", "the assisted deploy method", |b| {
+        b["spec"]["customDeploy"]["method"] == "start_assisted_install"
+    });
+    assert!(bmh["spec"].get("image").is_none(), "the converged flow sets no ISO: {bmh:#}");
+}
+
+/// `ALLOW_CONVERGED_FLOW=false` in the environment (as deploy/config.yaml would set it) turns the
+/// converged flow off: the BMH boots the InfraEnv's ISO.
+#[test]
+fn allow_converged_flow_false_in_the_environment_boots_bare_metal_hosts_from_the_iso() {
+    let s = Server::start_with_env(&["--image-cooldown-seconds", "1"], &[("ALLOW_CONVERGED_FLOW", "false")]);
+    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
+    s.apply_ok(&bmh_yaml("host-0"));
+    let ie = s.wait_image_created(NS, "pool", "True");
+    let iso_url = ie["status"]["isoDownloadURL"].as_str().unwrap().to_string();
+    metal3_reports_available(&s, "host-0");
+    let bmh = wait_for(&s, "bmh", "host-0", "the ISO", |b| b["spec"]["image"]["url"] == iso_url.as_str());
+    assert_eq!(bmh["spec"]["image"]["format"], "live-iso");
 }

@@ -386,6 +386,102 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     drop(fleet);
 }
 
+/// Issue 32 item 5, as a user meets it: `serve` and `simulate` install a cluster, and it ends with
+/// the admin kubeconfig and password Secrets the (simulated) installer reported, referenced from the
+/// ClusterDeployment and the AgentClusterInstall, whose six conditions say it is done.
+#[test]
+fn an_installed_cluster_has_its_admin_secrets_referenced_and_six_conditions() {
+    use base64::Engine;
+    let s = Server::start(&[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml(NS, "sno", 1));
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    bind(&s, &name(&list[0]), "sno");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let aci = loop {
+        let aci = s.get_json("agentclusterinstall", NS, "sno");
+        if condition(&aci, "Completed").is_some_and(|c| c["status"] == "True") {
+            break aci;
+        }
+        assert!(Instant::now() < deadline, "the cluster never completed: {aci:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let conditions: Vec<(&str, &str, &str)> = aci["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    for want in [
+        ("SpecSynced", "True", "SyncOK"),
+        ("Validated", "True", "ValidationsPassing"),
+        ("Completed", "True", "InstallationCompleted"),
+        ("Failed", "False", "InstallationNotFailed"),
+        ("Stopped", "True", "InstallationCompleted"),
+    ] {
+        assert!(conditions.contains(&want), "{want:?} not in {conditions:?}");
+    }
+    assert!(conditions.iter().any(|c| c.0 == "RequirementsMet" && c.1 == "True"), "{conditions:?}");
+
+    let cd = s.get_json("clusterdeployment", NS, "sno");
+    assert_eq!(cd["spec"]["installed"], true);
+    let meta = &cd["spec"]["clusterMetadata"];
+    assert_eq!(meta["adminKubeconfigSecretRef"]["name"], "sno-admin-kubeconfig");
+    assert_eq!(meta["adminPasswordSecretRef"]["name"], "sno-admin-password");
+    assert_eq!(&aci["spec"]["clusterMetadata"], meta, "the ACI names the same");
+    let cluster_id = meta["clusterID"].as_str().unwrap();
+    let value = |secret: &str, key: &str| {
+        let v = s.get_json("secret", NS, secret);
+        let b64 = v["data"][key].as_str().unwrap_or_else(|| panic!("no {key} in {v:#}")).to_string();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap()
+    };
+    assert_eq!(
+        value("sno-admin-kubeconfig", "kubeconfig"),
+        bootstream::cli::simulate::simulated_kubeconfig(cluster_id)
+    );
+    assert_eq!(value("sno-admin-password", "username"), "kubeadmin");
+    assert_eq!(value("sno-admin-password", "password"), bootstream::cli::simulate::simulated_password(cluster_id));
+    let secret = s.get_json("secret", NS, "sno-admin-kubeconfig");
+    assert_eq!(secret["metadata"]["labels"]["cluster.open-cluster-management.io/backup"], "true");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "ClusterDeployment");
+}
+
+/// Issue 32 item 5: installer arguments coreos-installer's allowed list lacks, or Ignition overrides
+/// that are no Ignition config, are refused with the Agent's SpecSynced saying which; fixed, they sync.
+#[test]
+fn an_agents_bad_installer_args_or_ignition_overrides_are_named_in_its_condition() {
+    let s = Server::start(&[]);
+    setup(&s);
+    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let n = name(&list[0]);
+    let synced = |what: &str, done: &dyn Fn(&Value) -> bool| {
+        wait_agents(&s, what, 30, |l| condition(&l[0], "SpecSynced").is_some_and(done))[0].clone()
+    };
+    for (spec, message) in [
+        (r#"{"spec":{"installerArgs":"[\"--console\", \"ttyS0\"]"}}"#, "found unexpected flag --console for installer"),
+        (
+            r#"{"spec":{"installerArgs":null,"ignitionConfigOverrides":"{\"ignition\":{\"version\":\"2.2.0\"}}"}}"#,
+            "2.2.0",
+        ),
+    ] {
+        let out = patch(&s, "agent", &n, spec);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let a =
+            synced(message, &|c| c["status"] == "False" && c["message"].as_str().is_some_and(|m| m.contains(message)));
+        assert_eq!(condition(&a, "SpecSynced").unwrap()["reason"], "InputError");
+    }
+    let out = patch(
+        &s,
+        "agent",
+        &n,
+        r#"{"spec":{"installerArgs":"[\"--append-karg\", \"ip=dhcp\"]","ignitionConfigOverrides":"{\"ignition\":{\"version\":\"3.2.0\"}}"}}"#,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    synced("synced again", &|c| c["status"] == "True");
+}
+
 /// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
 /// reclaimed when unbound. bootstream starts the reclaim agent there (a fake API server plays the
 /// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
