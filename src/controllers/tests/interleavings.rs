@@ -1316,7 +1316,11 @@ mod kubernetes {
     fn delete_cluster_before_install() {
         under_seeds_on_kubernetes("kubernetes::delete_cluster_before_install", super::delete_cluster_before_install);
     }
-    // delete_infraenv_with_mixed_hosts is not run here: under seed 0 the Agents watch never announced
-    // the deletion of an Agent the API server's store had removed (it stayed at the version that
-    // marked it), so the run cannot wait for its change.
+    #[test]
+    fn delete_infraenv_with_mixed_hosts() {
+        under_seeds_on_kubernetes(
+            "kubernetes::delete_infraenv_with_mixed_hosts",
+            super::delete_infraenv_with_mixed_hosts,
+        );
+    }
 }

@@ -302,14 +302,17 @@ pub(super) fn delete_object(
     let Some((mut body, _)) = get_row(tx, res, ns, name)? else {
         return Err(StoreError::NotFound { resource: res.to_string(), name: name.to_string() });
     };
-    changes.touch(res, ns, name);
     if !finalizers(&body).is_empty() {
+        // Deleting an object already being deleted changes nothing, and announces nothing (a change
+        // event without a resourceVersion says the object went).
         if body["metadata"].get("deletionTimestamp").is_none() {
+            changes.touch(res, ns, name);
             body["metadata"]["deletionTimestamp"] = Value::String(now_rfc3339());
             store_body(tx, res, ns, body, false)?;
         }
         return Ok(Deletion::Pending);
     }
+    changes.touch(res, ns, name);
     remove_object(tx, changes, res, ns, name, &body)?;
     Ok(Deletion::Deleted)
 }
@@ -516,6 +519,24 @@ mod tests {
         ie.metadata.finalizers = None;
         store.update(&ie).await.unwrap();
         assert!(store.get::<InfraEnv>("ns", "a").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn deleting_an_object_being_deleted_again_changes_and_announces_nothing() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply_document(Kind::InfraEnv, infraenv_doc("a", "k1")).await.unwrap();
+        let mut ie: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        ie.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        store.update(&ie).await.unwrap();
+        let mut events = store.subscribe();
+        assert_eq!(store.delete::<InfraEnv>("ns", "a").await.unwrap(), Deletion::Pending);
+        let marked: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        let ev = events.try_recv().unwrap();
+        assert_eq!(ev.resource_version, marked.metadata.resource_version);
+        assert_eq!(store.delete::<InfraEnv>("ns", "a").await.unwrap(), Deletion::Pending);
+        let again: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert_eq!(again.metadata, marked.metadata);
+        assert!(events.try_recv().is_err(), "a change event for a delete that changed nothing");
     }
 
     #[tokio::test]
