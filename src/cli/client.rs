@@ -41,8 +41,9 @@ pub(super) struct GetArgs {
     output: Option<Output>,
 }
 
+/// One object on a server: what `delete` takes, and `patch` besides its patch.
 #[derive(clap::Args, Debug)]
-pub(super) struct DeleteArgs {
+pub(super) struct ObjectArgs {
     #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
     server: String,
     kind: String,
@@ -53,12 +54,8 @@ pub(super) struct DeleteArgs {
 
 #[derive(clap::Args, Debug)]
 pub(super) struct PatchArgs {
-    #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-    server: String,
-    kind: String,
-    name: String,
-    #[arg(short = 'n', long, default_value = "default")]
-    namespace: String,
+    #[command(flatten)]
+    object: ObjectArgs,
     /// Patch type; only `merge` (RFC 7386) is supported.
     #[arg(long = "type", default_value = "merge")]
     patch_type: String,
@@ -150,8 +147,8 @@ pub(super) async fn get(client: &reqwest::Client, args: GetArgs) -> anyhow::Resu
 }
 
 /// `delete`: one object.
-pub(super) async fn delete(client: &reqwest::Client, args: DeleteArgs) -> anyhow::Result<ExitCode> {
-    let DeleteArgs { server, kind, name, namespace } = args;
+pub(super) async fn delete(client: &reqwest::Client, args: ObjectArgs) -> anyhow::Result<ExitCode> {
+    let ObjectArgs { server, kind, name, namespace } = args;
     let kind = parse_kind(&kind)?;
     call(client.delete(object_url(&server, kind, &namespace, &name))).await?;
     println!("{} \"{name}\" deleted", display_kind(kind));
@@ -160,7 +157,7 @@ pub(super) async fn delete(client: &reqwest::Client, args: DeleteArgs) -> anyhow
 
 /// `patch`: a JSON merge patch of an object or of its status.
 pub(super) async fn patch(client: &reqwest::Client, args: PatchArgs) -> anyhow::Result<ExitCode> {
-    let PatchArgs { server, kind, name, namespace, patch_type, patch, subresource } = args;
+    let PatchArgs { object: ObjectArgs { server, kind, name, namespace }, patch_type, patch, subresource } = args;
     let kind = parse_kind(&kind)?;
     if patch_type != "merge" {
         anyhow::bail!("--type {patch_type} is not supported; use --type merge");

@@ -64,7 +64,7 @@ enum Command {
     /// Show resources.
     Get(client::GetArgs),
     /// Delete a resource.
-    Delete(client::DeleteArgs),
+    Delete(client::ObjectArgs),
     /// Change fields of a resource with a JSON merge patch, like `kubectl patch --type merge`.
     Patch(client::PatchArgs),
     /// Drive the agent API as a fleet of discovery agents would (for load tests and demos).

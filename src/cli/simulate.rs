@@ -72,6 +72,11 @@ pub struct Stats {
 
 /// A call slower than this counts as slow in the timeline (the fleet benchmark's p99 goal; the server's
 /// histogram bucket `le="0.05"` counts the same way).
+/// The stages a simulated installation reports, in order: the ones assisted-installer reports for a
+/// worker, a subset of [`crate::hosts::machine::STAGES`].
+pub const INSTALL_STAGES: [&str; 7] =
+    ["Starting installation", "Installing", "Writing image to disk", "Rebooting", "Configuring", "Joined", "Done"];
+
 pub const SLOW_CALL: Duration = Duration::from_millis(50);
 
 impl Stats {
@@ -394,15 +399,7 @@ impl Machine {
     /// assisted-installer controller does for it). The bootstrap host's installer, which holds the
     /// new cluster's admin credentials, reports them before the host reboots.
     async fn install(&self, step: &Value) -> anyhow::Result<()> {
-        for stage in [
-            "Starting installation",
-            "Installing",
-            "Writing image to disk",
-            "Rebooting",
-            "Configuring",
-            "Joined",
-            "Done",
-        ] {
+        for stage in INSTALL_STAGES {
             if self.timing.stage_seconds > 0.0 {
                 tokio::time::sleep(Duration::from_secs_f64(self.timing.stage_seconds)).await;
             }

@@ -263,11 +263,18 @@ impl<S: Store> World<S> {
 
     /// A spoke cluster holding the host's node, reachable through the CD's admin kubeconfig secret.
     async fn spoke_for(&self, cd: &str, node: &str) -> FakeApiServer {
+        self.spoke_with_nodes(cd, &[node.to_string()]).await
+    }
+
+    /// A spoke cluster holding `nodes`, reachable through the CD's admin kubeconfig secret.
+    async fn spoke_with_nodes(&self, cd: &str, nodes: &[String]) -> FakeApiServer {
         let spoke = FakeApiServer::start().await;
-        spoke.put(
-            &format!("/api/v1/nodes/{node}"),
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
-        );
+        for node in nodes {
+            spoke.put(
+                &format!("/api/v1/nodes/{node}"),
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+            );
+        }
         self.apply(
             Kind::Secret,
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{cd}-admin-kubeconfig"), "namespace": NS},
@@ -1107,13 +1114,7 @@ async fn installed_cluster_with_spoke<S: Store>(w: &World<S>) -> (Vec<String>, V
     for id in &ids {
         nodes.push(w.hostname(id).await);
     }
-    let spoke = w.spoke_for("c1", &nodes[0]).await;
-    for node in &nodes[1..] {
-        spoke.put(
-            &format!("/api/v1/nodes/{node}"),
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
-        );
-    }
+    let spoke = w.spoke_with_nodes("c1", &nodes).await;
     (ids, nodes, spoke)
 }
 

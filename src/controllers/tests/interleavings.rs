@@ -690,21 +690,11 @@ impl<S: Store> World<S> {
     /// The installed cluster `cd`'s API, with the nodes of `hosts`, reachable through its admin
     /// kubeconfig.
     async fn sim_spoke(&self, cd: &str, hosts: std::ops::Range<usize>) -> FakeApiServer {
-        let spoke = FakeApiServer::start().await;
+        let mut nodes = Vec::new();
         for i in hosts {
-            let node = self.hostname(&host_id(i)).await;
-            spoke.put(
-                &format!("/api/v1/nodes/{node}"),
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
-            );
+            nodes.push(self.hostname(&host_id(i)).await);
         }
-        self.apply(
-            Kind::Secret,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{cd}-admin-kubeconfig"), "namespace": NS},
-                   "stringData": {"kubeconfig": spoke.kubeconfig()}}),
-        )
-        .await;
-        spoke
+        self.spoke_with_nodes(cd, &nodes).await
     }
 
     /// A user (or GitOps) points the Agent of host `index` at `cd` (None: unbinds it).

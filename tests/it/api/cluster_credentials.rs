@@ -11,57 +11,18 @@ use base64::Engine;
 use common::*;
 use serde_json::{Value, json};
 
-struct Tenant {
-    ns: String,
-    id: String,
-    token: String,
-}
-
-fn tenant(s: &Server, ns: &str) -> Tenant {
-    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(ns), infraenv_yaml(ns, "pool", "")));
-    let ie = s.wait_image_created(ns, "pool", "True");
-    let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
-    let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
-    assert_eq!(ign.status, 200);
-    let token =
-        bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).expect("agent token");
-    Tenant { ns: ns.to_string(), id, token }
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 impl Tenant {
-    fn call(&self, s: &Server, method: &str, rest: &str, body: Option<Value>) -> Response {
-        let path = format!("/api/assisted-install/v2/infra-envs/{}/hosts{rest}", self.id);
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        request(
-            &s.addr,
-            method,
-            &path,
-            &[("X-Secret-Key", &self.token), ("Content-Type", "application/json")],
-            body.as_bytes(),
-        )
-    }
-
     fn host(&self, s: &Server, host: &str) -> Value {
-        let r = self.call(s, "GET", &format!("/{host}"), None);
+        let r = self.call(s, "GET", &self.id, &format!("/{host}"), None);
         assert_eq!(r.status, 200, "{}", r.text());
         serde_json::from_slice(&r.body).unwrap()
     }
 
     /// The host's agent boots: it registers and sends its inventory.
     fn boot(&self, s: &Server, host: &str, index: usize) {
-        let r = self.call(s, "POST", "", Some(json!({"host_id": host, "discovery_agent_version": "v1"})));
+        let r = self.register(s, host);
         assert_eq!(r.status, 201, "{}", r.text());
-        let reply = json!({"step_type": "inventory", "step_id": "inventory-1", "exit_code": 0,
-                           "output": bootstream::hosts::simulated::inventory(index).to_string()});
-        let r = self.call(s, "POST", &format!("/{host}/instructions"), Some(reply));
+        let r = self.send_inventory(s, host, index);
         assert_eq!(r.status, 204, "{}", r.text());
     }
 
@@ -71,7 +32,7 @@ impl Tenant {
         s.apply_ok(&cluster_yaml(&self.ns, cluster, hosts.len()));
         for &(host, index) in hosts {
             self.boot(s, host, index);
-            wait_for("the Agent", || {
+            wait_until("the Agent", || {
                 cli(&["get", "--server", &s.url, "agent", host, "-n", &self.ns], None).status.success()
             });
             let patch = format!(
@@ -83,28 +44,20 @@ impl Tenant {
                 None,
             );
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            wait_for("the host binding", || self.host(s, host)["status"] == "binding");
+            wait_until("the host binding", || self.host(s, host)["status"] == "binding");
             // Told to exit, the agent starts again as a bound host.
             self.boot(s, host, index);
         }
         for &(host, _) in hosts {
-            wait_for("the installation", || self.host(s, host)["status"] == "installing");
+            wait_until("the installation", || self.host(s, host)["status"] == "installing");
         }
         self.host(s, hosts[0].0)["cluster_id"].as_str().unwrap().to_string()
     }
 
     /// The installer reports every stage of `host` up to Done.
     fn install_done(&self, s: &Server, host: &str) {
-        for stage in [
-            "Starting installation",
-            "Installing",
-            "Writing image to disk",
-            "Rebooting",
-            "Configuring",
-            "Joined",
-            "Done",
-        ] {
-            let r = self.call(s, "PUT", &format!("/{host}/progress"), Some(json!({"current_stage": stage})));
+        for stage in bootstream::cli::simulate::INSTALL_STAGES {
+            let r = self.call(s, "PUT", &self.id, &format!("/{host}/progress"), Some(json!({"current_stage": stage})));
             assert_eq!(r.status, 200, "{stage}: {}", r.text());
         }
     }
@@ -139,8 +92,8 @@ fn secret_value(secret: &Value, key: &str) -> String {
 fn only_the_bootstrap_host_of_an_installing_cluster_reports_its_credentials() {
     let s = Server::start(&[]);
     s.apply_ok(IMAGE_SET);
-    let a = tenant(&s, "tenant-a");
-    let b = tenant(&s, "tenant-b");
+    let a = tenant(&s, "tenant-a", "pool");
+    let b = tenant(&s, "tenant-b", "pool");
     let a_host = "0a000000-0000-4000-8000-00000000000a";
     let (b_boot, b_other) = ("0b000000-0000-4000-8000-00000000000b", "0b000000-0000-4000-8000-0000000000bb");
     let a_cluster = a.installing_cluster(&s, "a-cluster", &[(a_host, 0)]);

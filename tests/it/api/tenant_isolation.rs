@@ -6,64 +6,13 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
 
-/// An InfraEnv as its agents know it: its id and the token its discovery image carries.
-struct Tenant {
-    ns: String,
-    id: String,
-    token: String,
-}
-
-fn tenant(s: &Server, ns: &str, name: &str) -> Tenant {
-    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(ns), infraenv_yaml(ns, name, "")));
-    let ie = s.wait_image_created(ns, name, "True");
-    let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
-    let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
-    assert_eq!(ign.status, 200);
-    let token =
-        bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).expect("agent token");
-    Tenant { ns: ns.to_string(), id, token }
-}
-
-impl Tenant {
-    /// An agent-API call with this tenant's token, on `infra_env`'s path (its own unless told).
-    fn call(&self, s: &Server, method: &str, infra_env: &str, rest: &str, body: Option<Value>) -> Response {
-        let path = format!("/api/assisted-install/v2/infra-envs/{infra_env}/hosts{rest}");
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        request(
-            &s.addr,
-            method,
-            &path,
-            &[("X-Secret-Key", &self.token), ("Content-Type", "application/json")],
-            body.as_bytes(),
-        )
-    }
-
-    fn register(&self, s: &Server, host: &str) -> Response {
-        self.call(s, "POST", &self.id, "", Some(json!({"host_id": host, "discovery_agent_version": "v1"})))
-    }
-
-    fn send_inventory(&self, s: &Server, host: &str, index: usize) -> Response {
-        let reply = json!({"step_type": "inventory", "step_id": "inventory-1", "exit_code": 0,
-                           "output": bootstream::hosts::simulated::inventory(index).to_string()});
-        self.call(s, "POST", &self.id, &format!("/{host}/instructions"), Some(reply))
-    }
-}
-
 fn agent(s: &Server, ns: &str, name: &str) -> Value {
     s.get_json("agent", ns, name)
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// What the victim tenant sees of its host: the record through its own agent API, and its Agent.
@@ -96,14 +45,14 @@ fn an_agent_of_one_infraenv_cannot_touch_another_tenants_host() {
     let host = "6f1b1b7e-0f4e-4b6a-9d57-0b8a3c1f2e11";
     assert_eq!(b.register(&s, host).status, 201);
     assert_eq!(b.send_inventory(&s, host, 0).status, 204);
-    wait_for("the victim's Agent", || {
+    wait_until("the victim's Agent", || {
         cli(&["get", "--server", &s.url, "agent", host, "-n", "tenant-b"], None).status.success()
     });
     let patch = r#"{"spec":{"approved":true,"clusterDeploymentName":{"name":"b-cluster","namespace":"tenant-b"}}}"#;
     let out =
         cli(&["patch", "--server", &s.url, "agent", host, "-n", "tenant-b", "--type", "merge", "-p", patch], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    wait_for("the victim bound to its cluster", || {
+    wait_until("the victim bound to its cluster", || {
         let r = b.call(&s, "GET", &b.id, &format!("/{host}"), None);
         serde_json::from_slice::<Value>(&r.body).is_ok_and(|h| h["cluster_id"].is_string())
     });
@@ -183,7 +132,7 @@ fn an_agent_of_one_infraenv_cannot_touch_another_tenants_host() {
     let listed: Value = serde_json::from_slice(&a.call(&s, "GET", &a.id, "", None).body).unwrap();
     assert!(listed.as_array().unwrap().iter().all(|h| h["infra_env_id"] == a.id.as_str()), "{listed}");
     assert_eq!(upload(&a.id).status, 404, "A's host is not a host of B's cluster");
-    wait_for("A's own Agent", || {
+    wait_until("A's own Agent", || {
         cli(&["get", "--server", &s.url, "agent", host, "-n", "tenant-a"], None).status.success()
     });
     let theirs = agent(&s, "tenant-a", host);
@@ -212,14 +161,14 @@ fn a_host_moves_between_infraenvs_of_one_namespace_only_when_unbound() {
     let host = "0c0ffee0-1111-4c5e-9a4e-000000000001";
     assert_eq!(first.register(&s, host).status, 201);
     assert_eq!(first.send_inventory(&s, host, 0).status, 204);
-    wait_for("the Agent", || cli(&["get", "--server", &s.url, "agent", host, "-n", "fleet"], None).status.success());
+    wait_until("the Agent", || cli(&["get", "--server", &s.url, "agent", host, "-n", "fleet"], None).status.success());
     let patch = r#"{"spec":{"approved":true,"clusterDeploymentName":{"name":"c","namespace":"fleet"}}}"#;
     assert!(
         cli(&["patch", "--server", &s.url, "agent", host, "-n", "fleet", "--type", "merge", "-p", patch], None)
             .status
             .success()
     );
-    wait_for("bound", || {
+    wait_until("bound", || {
         let r = first.call(&s, "GET", &first.id, &format!("/{host}"), None);
         serde_json::from_slice::<Value>(&r.body).is_ok_and(|h| h["cluster_id"].is_string())
     });
@@ -253,13 +202,13 @@ fn a_host_moves_between_infraenvs_of_one_namespace_only_when_unbound() {
         None,
     );
     assert!(out.status.success());
-    wait_for("unbound", || {
+    wait_until("unbound", || {
         let r = first.call(&s, "GET", &first.id, &format!("/{host}"), None);
         serde_json::from_slice::<Value>(&r.body).is_ok_and(|h| h["cluster_id"].is_null())
     });
     assert_eq!(second.register(&s, host).status, 201);
     assert_eq!(first.call(&s, "GET", &first.id, &format!("/{host}"), None).status, 404);
-    wait_for("the Agent to follow its host", || {
+    wait_until("the Agent to follow its host", || {
         agent(&s, "fleet", host)["metadata"]["labels"]["infraenvs.agent-install.openshift.io"] == "second"
     });
 }

@@ -426,6 +426,68 @@ pub fn infraenv_yaml(ns: &str, name: &str, extra_spec: &str) -> String {
     )
 }
 
+/// An InfraEnv as its agents know it: its id and the token its discovery image carries.
+pub struct Tenant {
+    pub ns: String,
+    pub id: String,
+    pub token: String,
+}
+
+/// A new InfraEnv `ns/name` with its pull secret, as its agents know it.
+pub fn tenant(s: &Server, ns: &str, name: &str) -> Tenant {
+    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(ns), infraenv_yaml(ns, name, "")));
+    infraenv_as_agents_know_it(s, ns, name)
+}
+
+/// The existing InfraEnv `ns/name` as its agents know it (once its image exists): the token is the
+/// one in its discovery Ignition.
+pub fn infraenv_as_agents_know_it(s: &Server, ns: &str, name: &str) -> Tenant {
+    let ie = s.wait_image_created(ns, name, "True");
+    let id = ie["metadata"]["uid"].as_str().unwrap().to_string();
+    let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{id}/downloads/files?file_name=discovery.ign"));
+    assert_eq!(ign.status, 200);
+    let token =
+        bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).expect("agent token");
+    Tenant { ns: ns.to_string(), id, token }
+}
+
+impl Tenant {
+    /// An agent-API call with this tenant's token, on `infra_env`'s path (its own unless told).
+    pub fn call(&self, s: &Server, method: &str, infra_env: &str, rest: &str, body: Option<Value>) -> Response {
+        let path = format!("/api/assisted-install/v2/infra-envs/{infra_env}/hosts{rest}");
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        request(
+            &s.addr,
+            method,
+            &path,
+            &[("X-Secret-Key", &self.token), ("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    }
+
+    /// The agent of `host` registers with this tenant's InfraEnv.
+    pub fn register(&self, s: &Server, host: &str) -> Response {
+        let body = serde_json::json!({"host_id": host, "discovery_agent_version": "v1"});
+        self.call(s, "POST", &self.id, "", Some(body))
+    }
+
+    /// The agent of `host` sends the inventory of simulated host `index`.
+    pub fn send_inventory(&self, s: &Server, host: &str, index: usize) -> Response {
+        let reply = serde_json::json!({"step_type": "inventory", "step_id": "inventory-1", "exit_code": 0,
+                           "output": bootstream::hosts::simulated::inventory(index).to_string()});
+        self.call(s, "POST", &self.id, &format!("/{host}/instructions"), Some(reply))
+    }
+}
+
+/// Waits up to a minute for `done`, failing with `what` otherwise.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// One HTTP/1.1 connection kept alive across requests, for tests that send exact bytes (odd methods,
 /// chunked bodies, pipelining) and read the answers one at a time.
 pub struct Conn {

@@ -57,26 +57,7 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     // Metal3 reports the host available: it gets the InfraEnv's ISO and is powered on.
     let ie = s.wait_image_created(NS, "pool", "True");
     let iso_url = ie["status"]["isoDownloadURL"].as_str().unwrap().to_string();
-    let out = cli(
-        &[
-            "patch",
-            "--server",
-            &s.url,
-            "bmh",
-            "host-0",
-            "-n",
-            NS,
-            "--subresource",
-            "status",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"status": {"operationalStatus": "OK", "provisioning": {"state": "available"}, "poweredOn": false,
-                         "errorCount": 0, "errorMessage": "", "hardwareProfile": ""}}"#,
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    metal3_reports_available(&s, "host-0");
     let bmh = wait_for(&s, "bmh", "host-0", "the ISO", |b| b["spec"]["image"]["url"] == iso_url.as_str());
     assert!(bmh["spec"].get("customDeploy").is_none(), "{bmh:#}");
     assert_eq!(bmh["spec"]["image"]["format"], "live-iso");

@@ -242,9 +242,7 @@ fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     let held = name(&list[0]);
     bind(&s, &held, "hold");
     wait_agents(&s, "bound", 30, |l| l.iter().any(|a| name(a) == held && state(a) == "known"));
-    let ie_id = s.get_json("infraenv", NS, "pool")["metadata"]["uid"].as_str().unwrap().to_string();
-    let ign = s.get(&format!("/api/assisted-install/v2/infra-envs/{ie_id}/downloads/files?file_name=discovery.ign"));
-    let token = bootstream::cli::simulate::agent_token(&serde_json::from_slice(&ign.body).unwrap()).unwrap();
+    let pool = infraenv_as_agents_know_it(&s, NS, "pool");
     let out = cli(&["delete", "--server", &s.url, "infraenv", "pool", "-n", NS], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ie = s.get_json("infraenv", NS, "pool");
@@ -256,14 +254,7 @@ fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     assert!(!c["message"].as_str().unwrap().contains(&free), "{c:#}");
     wait_agents(&s, "the free host's agent gone", 30, |l| l.len() == 1 && name(&l[0]) == held);
     // And no host registers into the InfraEnv meanwhile (the deleted one would come back).
-    let body = format!(r#"{{"host_id": "{free}", "discovery_agent_version": "v1"}}"#);
-    let r = request(
-        &s.addr,
-        "POST",
-        &format!("/api/assisted-install/v2/infra-envs/{ie_id}/hosts"),
-        &[("X-Secret-Key", &token), ("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
+    let r = pool.register(&s, &free);
     assert_eq!((r.status, r.text().contains("is being deleted")), (409, true), "{}", r.text());
     assert_eq!(agents(&s).len(), 1);
     // Released: the InfraEnv and its agents go.
