@@ -8,9 +8,11 @@
 
 pub mod agent;
 mod images;
+pub mod kube;
 mod logs;
 pub mod metrics;
 mod resources;
+pub use resources::EmbeddedHooks;
 pub mod route;
 
 use std::sync::Arc;
@@ -20,13 +22,11 @@ use http::{Method, Request, Response, StatusCode, header};
 
 use crate::api::metrics::Metrics;
 use crate::auth::AGENT_AUTH_HEADER;
-use crate::controllers::runtime::WorkQueue;
 use crate::http::query::query_map;
 use crate::http::{Admission, Body, Completion, Handler, RouteLabel, text};
 use crate::image::Images;
 use crate::image::catalog::Catalog;
 use crate::store::Store;
-use crate::store::sqlite::SqliteStore;
 use route::Route;
 
 /// The HTTP application over a [`Store`]. Embedded, it has everything. On Kubernetes, the controller
@@ -34,16 +34,13 @@ use route::Route;
 /// replica has only the image routes.
 pub struct App<S: Store> {
     pub images: Arc<Images<S>>,
-    /// The store behind the Kubernetes-style resource API; None where the resources live in a cluster.
-    pub resources: Option<SqliteStore>,
+    /// The Kubernetes API over the embedded store; None where the resources live in a cluster.
+    pub kube: Option<Arc<kube::KubeApi>>,
     pub catalog: Arc<Catalog>,
     pub metrics: Arc<Metrics>,
     /// The agent API and the host records, where this process keeps them.
     pub agent_api: Option<Arc<crate::api::agent::AgentApi<S>>>,
     pub backend: Option<Arc<crate::pool::Backend>>,
-    /// The InfraEnv controller's queue, where it runs in this process: the resource API queues the
-    /// InfraEnvs it writes and answers once the controller reconciled them.
-    pub infraenvs: Option<Arc<WorkQueue>>,
     /// The bearer token the resource API and the cluster-log downloads require; None: no such check
     /// (the resources live in a cluster, whose RBAC applies).
     pub api_token: Option<Arc<str>>,
@@ -135,7 +132,7 @@ impl<S: Store> Handler for App<S> {
             return match self.api_refusal(&head.headers) {
                 Some(refused) => refuse(refused),
                 // Where the resources live in a cluster there is no resource API to send them to.
-                None if self.resources.is_none() => Admission::Body { max_bytes: MAX_UNUSED_BODY_BYTES },
+                None if self.kube.is_none() => Admission::Body { max_bytes: MAX_UNUSED_BODY_BYTES },
                 None => Admission::Body { max_bytes: MAX_DOCUMENT_BYTES },
             };
         }
@@ -274,12 +271,19 @@ impl<S: Store> App<S> {
                 if let Some(refused) = self.api_refusal(req.headers()) {
                     return refused;
                 }
-                self.resource_api(&req, &path).await
+                match &self.kube {
+                    Some(api) => api.handle(&req).await,
+                    None => kube::status_error(
+                        StatusCode::NOT_FOUND,
+                        "NotFound",
+                        "resources live in the Kubernetes cluster this server works with: use kubectl",
+                    ),
+                }
             }
             Route::Unmatched { .. }
             | Route::Agent { .. }
             | Route::ClusterLogs { .. }
-            | Route::ClusterCredentials { .. } => self.resource_api(&req, &path).await,
+            | Route::ClusterCredentials { .. } => not_found(),
             image_route => self.image_route(&req, image_route).await,
         }
     }

@@ -131,7 +131,7 @@ impl<'a> Route<'a> {
             }
             ["boot-artifacts", version, arch, "rootfs.img"] => Route::VersionedRootfs { version, arch },
             ["boot-artifacts", artifact] => Route::BootArtifact { artifact },
-            ["apis", ..] | ["api", "v1", ..] => Route::Resources,
+            ["apis", ..] | ["api", "v1", ..] | ["api"] | ["version"] | ["openapi", ..] => Route::Resources,
             [first, ..] => {
                 let label = match *first {
                     "byid" => "/byid/:token",

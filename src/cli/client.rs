@@ -56,7 +56,7 @@ pub(super) struct ObjectArgs {
 pub(super) struct PatchArgs {
     #[command(flatten)]
     object: ObjectArgs,
-    /// Patch type; only `merge` (RFC 7386) is supported.
+    /// Patch type: `merge` (JSON merge patch, RFC 7386) or `json` (JSON patch, RFC 6902).
     #[arg(long = "type", default_value = "merge")]
     patch_type: String,
     /// The patch, as JSON.
@@ -159,16 +159,18 @@ pub(super) async fn delete(client: &reqwest::Client, args: ObjectArgs) -> anyhow
 pub(super) async fn patch(client: &reqwest::Client, args: PatchArgs) -> anyhow::Result<ExitCode> {
     let PatchArgs { object: ObjectArgs { server, kind, name, namespace }, patch_type, patch, subresource } = args;
     let kind = parse_kind(&kind)?;
-    if patch_type != "merge" {
-        anyhow::bail!("--type {patch_type} is not supported; use --type merge");
-    }
+    let content_type = match patch_type.as_str() {
+        "merge" => "application/merge-patch+json",
+        "json" => "application/json-patch+json",
+        other => anyhow::bail!("--type {other} is not supported; use --type merge or --type json"),
+    };
     let body: Value = serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
     let url = match subresource.as_deref() {
         None => object_url(&server, kind, &namespace, &name),
         Some("status") => format!("{}/status", object_url(&server, kind, &namespace, &name)),
         Some(other) => anyhow::bail!("--subresource {other} is not supported; use --subresource status"),
     };
-    call(client.patch(url).header("content-type", "application/merge-patch+json").body(body.to_string())).await?;
+    call(client.patch(url).header("content-type", content_type).body(body.to_string())).await?;
     println!("{} \"{name}\" patched", display_kind(kind));
     Ok(ExitCode::SUCCESS)
 }
@@ -254,7 +256,14 @@ async fn apply_one(client: &reqwest::Client, server: &str, doc: &Value) -> anyho
         Some(r) => r.json::<Value>().await.ok().and_then(|v| v.pointer("/metadata/resourceVersion").cloned()),
         None => None,
     };
-    let stored = call(client.put(object_url(server, kind, namespace, name)).json(doc)).await?;
+    // Server-side apply under the manager `bootstream`, taking over fields other managers set (as
+    // `kubectl apply --server-side --force-conflicts`): the file is what the user wants.
+    let url = format!(
+        "{}?fieldManager=bootstream&fieldValidation=Strict&force=true",
+        object_url(server, kind, namespace, name)
+    );
+    let stored =
+        call(client.patch(url).header("content-type", "application/apply-patch+yaml").body(doc.to_string())).await?;
     let verb = match before_rv {
         None => "created",
         Some(rv) if Some(&rv) == stored.pointer("/metadata/resourceVersion") => "unchanged",

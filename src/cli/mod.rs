@@ -65,7 +65,7 @@ enum Command {
     Get(client::GetArgs),
     /// Delete a resource.
     Delete(client::ObjectArgs),
-    /// Change fields of a resource with a JSON merge patch, like `kubectl patch --type merge`.
+    /// Change fields of a resource with a JSON merge patch or a JSON patch, like `kubectl patch`.
     Patch(client::PatchArgs),
     /// Drive the agent API as a fleet of discovery agents would (for load tests and demos).
     Simulate(crate::cli::simulate::SimulateArgs),

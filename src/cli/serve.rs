@@ -79,6 +79,11 @@ struct ServeArgs {
     /// is served there. A PXE initrd holds its InfraEnv's pull secret: only on a trusted network.
     #[arg(long, env = "BOOTSTREAM_HTTP_LISTEN", value_name = "ADDRESS", requires = "tls_cert")]
     http_listen: Option<SocketAddr>,
+    /// Embedded, without --tls-cert: the HTTPS listener of the Kubernetes API (kubectl sends its token
+    /// only over TLS), with a certificate generated once in DATA_DIR/api-tls/. DATA_DIR/kubeconfig
+    /// points at it. Defaults to a free loopback port. With --tls-cert the main listener serves the API.
+    #[arg(long, env = "BOOTSTREAM_API_LISTEN", value_name = "ADDRESS", conflicts_with = "tls_cert")]
+    api_listen: Option<SocketAddr>,
     /// URL iPXE uses to reach --http-listen. Defaults to the base URL's host with scheme http and
     /// the port of --http-listen.
     #[arg(long, env = "BOOTSTREAM_HTTP_BASE_URL", requires = "http_listen")]
@@ -465,14 +470,23 @@ async fn hub<S: crate::store::Store>(
         }
         None => None,
     };
+    let kube = resources.map(|store| {
+        crate::api::kube::KubeApi::new(
+            store,
+            Arc::new(crate::api::EmbeddedHooks {
+                images: svc.images.clone(),
+                infraenvs: infraenvs.clone(),
+                finalize_infraenvs: true,
+            }),
+        )
+    });
     Ok(Arc::new(crate::api::App {
         images: svc.images.clone(),
-        resources,
+        kube,
         catalog: svc.catalog.clone(),
         metrics,
         agent_api: Some(agent_api),
         backend: Some(backend),
-        infraenvs: Some(infraenvs),
         api_token,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     }))
@@ -523,6 +537,7 @@ async fn run<S: crate::store::Store>(
 }
 
 pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
     let args = &cmd.args;
     if cmd.kube {
         return serve_from_cluster(args).await;
@@ -531,8 +546,120 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     let store = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("state.db"))?;
     let svc = image_service(args, store.clone(), false).await?;
     let app = hub(args, &svc, store.clone(), Some(store)).await?;
-    run(svc, app, shutdown_signal()).await;
+    let stop = futures_util::FutureExt::shared(Box::pin(shutdown_signal()));
+    let token = app.api_token.clone().unwrap_or_default();
+    let kubeconfig = svc.data_dir.join("kubeconfig");
+    if args.tls_cert.is_some() {
+        let ca = match &args.tls_cert {
+            Some(cert) => last_certificate(cert)?,
+            None => None,
+        };
+        write_kubeconfig(&kubeconfig, &svc.base_url, ca.as_deref(), &token)?;
+    } else {
+        // kubectl sends its token only over TLS: the API gets an HTTPS listener of its own.
+        let (cert, key) = ensure_api_certificate(&svc.data_dir.join("api-tls"), args)?;
+        let tls = crate::http::tls::ReloadingCert::load(&cert, &key)?.server_config();
+        let addr = args.api_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let listener =
+            crate::http::server::bind(addr).with_context(|| format!("listening on {addr} (--api-listen)"))?;
+        let local = listener.local_addr()?;
+        let server = format!("https://{local}");
+        write_kubeconfig(&kubeconfig, &server, last_certificate(&cert)?.as_deref(), &token)?;
+        println!("bootstream listening on {server} for the Kubernetes API (KUBECONFIG={})", kubeconfig.display());
+        let gate = Arc::new(crate::http::Restricted {
+            inner: app.clone(),
+            allow: |uri: &http::Uri| crate::api::kube::KubeApi::serves(uri.path()),
+            refusal: "404 page not found: this port serves only the Kubernetes API",
+        });
+        let config = crate::http::server::ServerConfig { tls: Some(tls), ..svc.http.clone() };
+        tokio::spawn(crate::http::server::serve(listener, gate, config, stop.clone()));
+    }
+    run(svc, app, stop).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a kubeconfig for this server's Kubernetes API (`KUBECONFIG=DATA_DIR/kubeconfig kubectl get
+/// infraenvs -A`), readable by its owner only: it holds the API token. Rewritten at every start, so
+/// that it follows the address and the certificate.
+fn write_kubeconfig(path: &std::path::Path, server: &str, ca_pem: Option<&str>, token: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use base64::Engine;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let ca = match ca_pem {
+        Some(pem) => {
+            format!("    certificate-authority-data: {}\n", base64::engine::general_purpose::STANDARD.encode(pem))
+        }
+        None => String::new(),
+    };
+    let text = format!(
+        "# Written by `bootstream serve` at every start: KUBECONFIG={} kubectl get infraenvs -A\n\
+         apiVersion: v1\nkind: Config\nclusters:\n- name: bootstream\n  cluster:\n    server: {server}\n{ca}\
+         users:\n- name: bootstream-admin\n  user:\n    token: {token}\n\
+         contexts:\n- name: bootstream\n  context:\n    cluster: bootstream\n    user: bootstream-admin\n    namespace: default\n\
+         current-context: bootstream\n",
+        path.display()
+    );
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(text.as_bytes()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The last certificate of a PEM chain: the one kubectl is told to trust (a self-signed leaf itself,
+/// or the root the chain ends with).
+fn last_certificate(path: &std::path::Path) -> anyhow::Result<Option<String>> {
+    use anyhow::Context;
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(pem::parse_many(&pem)
+        .ok()
+        .and_then(|certs| certs.into_iter().rfind(|p| p.tag() == "CERTIFICATE"))
+        .map(|p| pem::encode(&p)))
+}
+
+/// The self-signed certificate and key of the Kubernetes API's listener in `dir`, made on first
+/// start for the loopback names, the --api-listen address and the --base-url host.
+fn ensure_api_certificate(dir: &std::path::Path, args: &ServeArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    use anyhow::Context;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+    if cert_path.exists() && key_path.exists() {
+        return Ok((cert_path, key_path));
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    if let Some(addr) = args.api_listen
+        && !addr.ip().is_unspecified()
+    {
+        names.push(addr.ip().to_string());
+    }
+    if let Some(host) =
+        args.base_url.as_deref().and_then(|u| u.parse::<http::Uri>().ok()).and_then(|u| u.host().map(str::to_string))
+    {
+        names.push(host.trim_matches(|c| c == '[' || c == ']').to_string());
+    }
+    names.sort();
+    names.dedup();
+    let certified = rcgen::generate_simple_self_signed(names).context("generating the API's certificate")?;
+    let key = certified.signing_key.serialize_pem();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&key_path)
+        .with_context(|| format!("writing {}", key_path.display()))?;
+    f.write_all(key.as_bytes()).with_context(|| format!("writing {}", key_path.display()))?;
+    std::fs::write(&cert_path, certified.cert.pem()).with_context(|| format!("writing {}", cert_path.display()))?;
+    Ok((cert_path, key_path))
 }
 
 fn create_data_dir(args: &ServeArgs) -> anyhow::Result<()> {
@@ -585,13 +712,12 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let svc = image_service(args, store, true).await?;
     let app = Arc::new(crate::api::App {
         images: svc.images.clone(),
-        resources: None,
+        kube: None,
         catalog: svc.catalog.clone(),
         // No controllers here: their counters stay empty.
         metrics: crate::api::metrics::Metrics::new(Default::default(), Default::default()),
         agent_api: None,
         backend: None,
-        infraenvs: None,
         api_token: None,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });

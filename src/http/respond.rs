@@ -234,7 +234,7 @@ mod tests {
             Body::Plan(p) => p.read_all().unwrap(),
             Body::Bytes(b) => b.to_vec(),
             Body::Chunks(c) => c.concat(),
-            Body::Empty => vec![],
+            Body::Empty | Body::Stream(_) => vec![],
         }
     }
 

@@ -517,7 +517,10 @@ async fn write_response_unflushed<S: Connection>(
         head.extend_from_slice(value.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
-    if !parts.headers.contains_key(header::CONTENT_LENGTH)
+    let streamed = matches!(body, Body::Stream(_)) && !no_body;
+    if streamed {
+        head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if !parts.headers.contains_key(header::CONTENT_LENGTH)
         && parts.status != StatusCode::NOT_MODIFIED
         && parts.status != StatusCode::NO_CONTENT
     {
@@ -562,6 +565,24 @@ async fn write_response_unflushed<S: Connection>(
     }
     match body {
         Body::Empty => {}
+        Body::Stream(feed) => {
+            // Each piece is a chunk, flushed at once: a watcher waits for every event.
+            if let Some(mut rx) = feed.take() {
+                while let Some(piece) = rx.recv().await {
+                    if piece.is_empty() {
+                        continue;
+                    }
+                    let mut chunk = Vec::with_capacity(piece.len() + 16);
+                    chunk.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    chunk.extend_from_slice(&piece);
+                    chunk.extend_from_slice(b"\r\n");
+                    write_all_timed(stream, &chunk, config).await.map_err(|e| fail(e, written))?;
+                    flush_timed(stream, config).await.map_err(|e| fail(e, written))?;
+                    written += piece.len() as u64;
+                }
+            }
+            write_all_timed(stream, b"0\r\n\r\n", config).await.map_err(|e| fail(e, written))?;
+        }
         Body::Bytes(b) => {
             for chunk in b.chunks(WRITE_CHUNK) {
                 write_all_timed(stream, chunk, config).await.map_err(|e| fail(e, written))?;
@@ -655,6 +676,13 @@ fn set_cork(sock: std::os::fd::RawFd, on: bool) -> bool {
 
 async fn write_all_timed<S: Connection>(stream: &mut S, data: &[u8], config: &ServerConfig) -> io::Result<()> {
     match tokio::time::timeout(config.write_timeout, stream.write_all(data)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")),
+    }
+}
+
+async fn flush_timed<S: Connection>(stream: &mut S, config: &ServerConfig) -> io::Result<()> {
+    match tokio::time::timeout(config.write_timeout, stream.flush()).await {
         Ok(r) => r,
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "client stopped reading")),
     }
@@ -886,6 +914,17 @@ async fn hyper_request<H: Handler>(
         Body::Chunks(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
         Body::Plan(plan) if method != Method::HEAD => plan_body(plan),
         Body::Plan(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
+        Body::Stream(feed) if method != Method::HEAD => match feed.take() {
+            Some(mut rx) => {
+                let pieces = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+                http_body_util::StreamBody::new(futures_util::StreamExt::map(pieces, |b| {
+                    Ok(hyper::body::Frame::data(b))
+                }))
+                .boxed()
+            }
+            None => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
+        },
+        Body::Stream(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
     };
     Response::from_parts(parts, HoldingBody { inner: body, _held: held }.boxed())
 }

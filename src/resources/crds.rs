@@ -99,6 +99,13 @@ fn adjust(crd: &mut CustomResourceDefinition) {
             *schema = serde_json::from_value::<JSONSchemaProps>(value).expect("cleaned schemas parse");
         }
     }
+    // What `kubectl get` shows (short names, printer columns), as the upstream CRDs declare it.
+    let name = format!("{}.{}", crd.spec.names.plural, crd.spec.group);
+    if let Some(printing) = super::printing::upstream_printing(&name) {
+        let mut value = serde_json::to_value(&*crd).expect("CRDs serialize");
+        printing.apply_to_crd(&mut value);
+        *crd = serde_json::from_value(value).expect("a CRD with printer columns parses");
+    }
 }
 
 /// The descriptions k8s-openapi gives the Kubernetes types our resources embed (Time, Condition, EnvVar,

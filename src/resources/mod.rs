@@ -16,6 +16,7 @@ pub mod agent;
 pub mod crds;
 pub mod hive;
 pub mod metal3;
+pub mod printing;
 
 pub use agent::Agent;
 pub use hive::{AgentClusterInstall, ClusterDeployment, ClusterImageSet};

@@ -447,7 +447,7 @@ mod tests {
 
         // A spec change moves the generation; a write naming an old resourceVersion is refused.
         let mut changed = created.clone();
-        changed.spec.cpu_architecture = Some("arm64".into());
+        changed.spec.ssh_authorized_key = Some("ssh-ed25519 AAAA".into());
         let updated = store.update(&changed).await.unwrap();
         assert_eq!(updated.metadata.generation, Some(2));
         let stale = store.update(&changed).await.unwrap_err();
@@ -497,6 +497,8 @@ mod tests {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let cluster = SqliteStore::open_in_memory().unwrap();
         let server = ApiServer::start(cluster.clone()).await;
+        // A hub whose CRDs are newer than ours: it keeps fields our schema lacks.
+        server.api().keep_unknown_fields(true);
         let store = KubeStore::start(server.client(), &[]).await;
         // Written by a newer version of the CRD's owner: fields our InfraEnv type does not have.
         let res = "infraenvs.agent-install.openshift.io";
@@ -509,14 +511,14 @@ mod tests {
         cluster.replace_status_raw(res, "ns", "n", Some(serde_json::json!({"futureStatus": "x"})), rv).await.unwrap();
 
         let mut ie: InfraEnv = store.get("ns", "n").await.unwrap().unwrap();
-        ie.spec.cpu_architecture = Some("arm64".into());
+        ie.spec.ssh_authorized_key = Some("ssh-ed25519 AAAA".into());
         let ie = store.update(&ie).await.unwrap();
         let mut ie = ie.clone();
         ie.status.get_or_insert_default().iso_download_url = "http://x/iso".into();
         store.update_status(&ie).await.unwrap();
 
         let raw = cluster.get_raw(res, "ns", "n").unwrap().unwrap();
-        assert_eq!(raw["spec"]["cpuArchitecture"], "arm64");
+        assert_eq!(raw["spec"]["sshAuthorizedKey"], "ssh-ed25519 AAAA");
         assert_eq!(raw["spec"]["futureField"], serde_json::json!({"a": 1}));
         assert_eq!(raw["status"]["isoDownloadURL"], "http://x/iso");
         assert_eq!(raw["status"]["futureStatus"], "x");
@@ -564,7 +566,7 @@ mod tests {
         }
         let store = KubeStore::start(server.client(), &[Kind::InfraEnv]).await;
         assert_eq!(store.inner.uids.read().unwrap().len(), 520, "the first list read every page");
-        assert!(server.requests().iter().any(|r| r.contains("continue=500")), "{:?}", server.requests());
+        assert!(server.requests().iter().any(|r| r.contains("continue=")), "{:?}", server.requests());
         assert_eq!(store.list::<InfraEnv>(None).await.unwrap().len(), 520);
     }
 

@@ -125,6 +125,17 @@ impl SqliteStore {
         self.read_cache().list(resource, namespace).into_iter().map(|c| c.text.clone()).collect()
     }
 
+    /// An object's stored JSON text, shared rather than parsed (a watch event carries it as it is).
+    pub fn get_raw_text(&self, resource: &str, namespace: &str, name: &str) -> Option<Bytes> {
+        self.read_cache().get(resource, namespace, name).map(|c| c.text.clone())
+    }
+
+    /// [`Self::list_raw_texts`] with each object's namespace and name (what a list's `continue`
+    /// token names), in (namespace, name) order.
+    pub fn list_raw_keyed(&self, resource: &str, namespace: Option<&str>) -> Vec<(String, String, Bytes)> {
+        self.read_cache().list_keyed(resource, namespace)
+    }
+
     /// Creates an object from a client's document (a POST): refused if one of that name exists.
     /// `has_generation`: custom resources have `metadata.generation`; Secrets, ConfigMaps and Leases not.
     pub async fn create_raw(
@@ -134,8 +145,20 @@ impl SqliteStore {
         body: Value,
         has_generation: bool,
     ) -> Result<Value, StoreError> {
+        self.create_raw_with_uid(resource, namespace, body, has_generation, None).await
+    }
+
+    /// [`Self::create_raw`] with the uid the caller reserved for the object (a new one when None).
+    pub async fn create_raw_with_uid(
+        &self,
+        resource: &str,
+        namespace: &str,
+        body: Value,
+        has_generation: bool,
+        uid: Option<String>,
+    ) -> Result<Value, StoreError> {
         let (res, ns) = (resource.to_string(), namespace.to_string());
-        self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation, None)).await
+        self.write(move |tx, changes| insert_object(tx, changes, &res, &ns, body, has_generation, uid)).await
     }
 
     /// [`SqliteStore::replace_document`] by store key.

@@ -1,0 +1,1581 @@
+//! The Kubernetes API of the embedded server: what `kubectl`, client-go, kube-rs and the Python client
+//! talk to, over the objects of the SQLite store. It is the only Kubernetes-API server in the repo:
+//! the embedded product serves users with it, and the Kubernetes-mode tests run the controllers
+//! against it through kube-rs.
+//!
+//! # What it implements
+//! - Discovery (`/version`, `/api`, `/apis`, `/apis/{group}[/{version}]`, aggregated discovery) and
+//!   OpenAPI v2 and v3 (`/openapi/v2`, `/openapi/v3[/...]`) for the served kinds ([`served`]).
+//! - For every served kind: get, list (label and field selectors, `limit`/`continue`), watch
+//!   (from a resourceVersion, bookmarks, `sendInitialEvents`, `timeoutSeconds`, `410 Gone` for a
+//!   version older than the window), create (`generateName` too), update, delete (returns the object;
+//!   202 while finalizers hold it), the status subresource, patches (JSON merge, JSON patch, strategic
+//!   merge for the core kinds, server-side apply with `managedFields`), `dryRun=All`,
+//!   `fieldValidation=Strict|Warn|Ignore` (Warn by default, as the API server), `Table` and
+//!   `PartialObjectMetadata` responses, and errors as `Status` objects with the API server's reasons.
+//! - Validation: bootstream's kinds are checked by the same admission rules a hub's webhook applies
+//!   ([`crate::resources::validate_document`] and friends); other kinds only structurally.
+//!
+//! # What it does not
+//! - Authorization beyond the server's one bearer token (there is one user: the admin); no
+//!   impersonation, no TokenReview or SubjectAccessReview.
+//! - `deletecollection`, `Foreground` and `Orphan` propagation (deletes cascade in the background, as
+//!   with `Background`), graceful deletion periods, protobuf, CBOR, YAML bodies on anything but
+//!   server-side apply, `resourceVersionMatch=Exact` lists, consistent `continue` snapshots (a page
+//!   continues after the last name of the previous one, from the objects as they are then).
+//! - Namespaces are served as objects but do not gate creation (an object may name a namespace that
+//!   does not exist), and deleting one does not delete its contents.
+
+mod apply;
+mod discovery;
+mod jsonpath;
+mod openapi;
+mod patch;
+mod protobuf;
+pub mod selector;
+pub mod served;
+mod table;
+pub mod watch;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::errors::chain;
+use crate::http::Body;
+use crate::resources::Kind;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{Deletion, StoreError};
+use selector::{FieldSelector, LabelSelector};
+use served::Served;
+use watch::{Start, WatchOptions, Watches};
+
+/// A boxed future borrowing from its hook.
+pub type HookFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// What the process around the API does with writes: the embedded server has the InfraEnv
+/// controller reconcile an InfraEnv before the write is answered, so that `kubectl apply` then
+/// `kubectl get` shows its status.
+pub trait Hooks: Send + Sync + 'static {
+    /// An object of `kind` is about to be created from `doc`: what it gets beside the document.
+    fn creating(&self, _kind: Kind, _doc: &Value) -> Creating {
+        Creating::default()
+    }
+    /// A create prepared by [`Hooks::creating`] did not happen.
+    fn not_created(&self, _uid: &str) {}
+    /// An object was written or deleted: the answer waits for this.
+    fn written<'a>(&'a self, _kind: Kind, _namespace: &'a str, _name: &'a str) -> HookFuture<'a> {
+        Box::pin(async {})
+    }
+}
+
+/// No hooks (the Kubernetes-mode tests' hub).
+pub struct NoHooks;
+impl Hooks for NoHooks {}
+
+/// See [`Hooks::creating`].
+#[derive(Default)]
+pub struct Creating {
+    /// A controller's finalizer the object is created with (one write fewer than the controller's own).
+    pub finalizer: Option<&'static str>,
+    /// The uid reserved for it.
+    pub uid: Option<String>,
+    /// Work to run beside the store's write (building an InfraEnv's discovery content).
+    pub beside: Option<HookFuture<'static>>,
+}
+
+/// What test harnesses may add to the API (request logs, injected failures, authorization by
+/// service-account token): asked first, for every request.
+pub trait Interceptor: Send + Sync + 'static {
+    /// None lets the request through; a response answers it instead.
+    fn intercept(
+        &self,
+        head: &http::request::Parts,
+        verb: Verb,
+        collection: Option<&Collection>,
+    ) -> Option<Response<Body>>;
+}
+
+/// A request's verb, as RBAC names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+    /// Discovery and OpenAPI documents.
+    Discover,
+    Other,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+            Verb::Discover => "get",
+            Verb::Other => "unknown",
+        }
+    }
+}
+
+/// A collection the API serves.
+#[derive(Clone, Debug)]
+pub struct Collection {
+    /// What discovery, OpenAPI and tables say of it.
+    pub served: Served,
+    /// bootstream's own kinds (validated by its admission rules); None for the others.
+    pub kind: Option<Kind>,
+    /// Custom resources have `metadata.generation`; Secrets, Namespaces and Leases not.
+    pub has_generation: bool,
+    /// Field labels its field selectors take besides `metadata.name` and `metadata.namespace`.
+    pub field_labels: &'static [&'static str],
+    /// The CRD's `additionalPrinterColumns` (none for the core kinds: they have built-in columns).
+    pub columns: Vec<Value>,
+}
+
+impl Collection {
+    pub fn group(&self) -> &str {
+        &self.served.group
+    }
+    pub fn version(&self) -> &str {
+        &self.served.version
+    }
+    pub fn plural(&self) -> &str {
+        &self.served.plural
+    }
+    pub fn kind_name(&self) -> &str {
+        &self.served.kind
+    }
+    pub fn namespaced(&self) -> bool {
+        self.served.namespaced
+    }
+    pub fn has_status(&self) -> bool {
+        self.served.has_subresource("status")
+    }
+    /// `/apis/GROUP/VERSION` or `/api/v1`.
+    pub fn prefix(&self) -> String {
+        self.served.api_prefix()
+    }
+    pub fn api_version(&self) -> String {
+        self.served.group_version()
+    }
+    /// The store key: `plural.group`, or the plural alone for the core group.
+    pub fn resource(&self) -> String {
+        self.served.resource_name()
+    }
+    /// `plural.group` as the API server names it in messages.
+    fn qualified(&self) -> String {
+        self.resource()
+    }
+}
+
+/// Our CRDs as JSON, with the printing upstream's declare.
+pub fn crd_documents() -> Vec<Value> {
+    crate::resources::crds::all().iter().map(|crd| serde_json::to_value(crd).expect("CRDs serialize")).collect()
+}
+
+/// Every collection served: bootstream's kinds (from their CRDs), and the core kinds kubectl and
+/// the controllers use.
+pub fn collections(crds: &[Value]) -> Vec<Collection> {
+    let mut all = Vec::new();
+    for crd in crds {
+        let served = served::from_crd(crd);
+        let kind = Kind::ALL.into_iter().find(|k| k.resource() == served.resource_name());
+        let columns = crd["spec"]["versions"]
+            .as_array()
+            .and_then(|vs| vs.iter().find(|v| v["name"] == served.version.as_str()))
+            .and_then(|v| v["additionalPrinterColumns"].as_array().cloned())
+            .unwrap_or_default();
+        all.push(Collection { served, kind, has_generation: true, field_labels: &[], columns });
+    }
+    const EVENT_FIELDS: &[&str] = &[
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "source",
+        "type",
+    ];
+    for served in served::core_kinds() {
+        let (kind, field_labels): (Option<Kind>, &'static [&'static str]) = match served.kind.as_str() {
+            "Secret" => (Some(Kind::Secret), &["type"]),
+            "Event" => (None, EVENT_FIELDS),
+            "Namespace" => (None, &["status.phase"]),
+            _ => (None, &[]),
+        };
+        all.push(Collection { served, kind, has_generation: false, field_labels, columns: Vec::new() });
+    }
+    all
+}
+
+/// An error as the API answers it: a `Status` object.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: StatusCode,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { code, reason, message: message.into(), details: None }
+    }
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+    fn not_found(c: &Collection, name: &str) -> ApiError {
+        ApiError {
+            details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
+            ..ApiError::new(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", c.qualified()))
+        }
+    }
+    fn invalid(c: &Collection, name: &str, message: impl std::fmt::Display) -> ApiError {
+        ApiError {
+            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name()})),
+            ..ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("{} \"{name}\" is invalid: {message}", c.kind_name()),
+            )
+        }
+    }
+    fn from_store(c: &Collection, name: &str, e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound { .. } => ApiError::not_found(c, name),
+            StoreError::AlreadyExists { .. } => ApiError {
+                details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
+                ..ApiError::new(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    format!("{} \"{name}\" already exists", c.qualified()),
+                )
+            },
+            StoreError::Conflict(_) => ApiError {
+                details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
+                ..ApiError::new(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        c.qualified()
+                    ),
+                )
+            },
+            StoreError::Invalid(m) => ApiError::invalid(c, name, m),
+            StoreError::Backend(m) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", m),
+        }
+    }
+
+    pub fn response(&self) -> Response<Body> {
+        let mut status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code.as_u16()});
+        if let Some(d) = &self.details {
+            status["details"] = d.clone();
+        }
+        crate::http::json(self.code, &status)
+    }
+}
+
+/// A `Status` error response.
+pub fn status_error(code: StatusCode, reason: &'static str, message: &str) -> Response<Body> {
+    ApiError::new(code, reason, message).response()
+}
+
+/// The query of a request, decoded.
+fn query(uri: &http::Uri) -> std::collections::HashMap<String, String> {
+    crate::http::query::query_map(uri)
+}
+
+/// What a resource request addresses.
+struct Target<'a> {
+    collection: &'a Collection,
+    /// None: across namespaces (lists and watches only). Cluster-scoped objects have "".
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+/// How a request asks for its answer (`Accept`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Representation {
+    Object,
+    Metadata,
+    Table,
+}
+
+fn representation(headers: &http::HeaderMap) -> Representation {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if table::wants_table(accept) {
+        return Representation::Table;
+    }
+    // The first acceptable type wins.
+    for part in accept.split(',') {
+        let part = part.trim();
+        if part.contains("as=PartialObjectMetadata") {
+            return Representation::Metadata;
+        }
+        if part.starts_with("application/json") || part.starts_with("*/*") || part.is_empty() {
+            return Representation::Object;
+        }
+    }
+    Representation::Object
+}
+
+/// Per request: who writes, how strictly, whether for real.
+struct WriteContext {
+    manager: String,
+    dry_run: bool,
+    validation: FieldValidation,
+    warnings: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldValidation {
+    Strict,
+    Warn,
+    Ignore,
+}
+
+/// The Kubernetes API over a store.
+pub struct KubeApi {
+    store: SqliteStore,
+    collections: Vec<Collection>,
+    /// Our CRDs as JSON, for the OpenAPI documents.
+    crds: Vec<Value>,
+    /// The OpenAPI v3 documents by path (`apis/GROUP/VERSION`), with their hashes; made when first asked for.
+    openapi_v3: std::sync::OnceLock<std::collections::BTreeMap<String, (Bytes, String)>>,
+    openapi_v2: std::sync::OnceLock<Bytes>,
+    watches: Arc<Watches>,
+    hooks: Arc<dyn Hooks>,
+    interceptor: std::sync::RwLock<Option<Arc<dyn Interceptor>>>,
+    /// Serve as a hub whose CRDs are newer than ours (a test option): fields our schemas lack are
+    /// kept, and the rest is validated without them.
+    keep_unknown_fields: std::sync::atomic::AtomicBool,
+}
+
+/// Largest `limit` honoured for one page.
+const MAX_PAGE: usize = 10_000;
+
+impl KubeApi {
+    /// Serves `store` (needs a tokio runtime: watches follow the store's changes from now on).
+    pub fn new(store: SqliteStore, hooks: Arc<dyn Hooks>) -> Arc<KubeApi> {
+        let crds = crd_documents();
+        let collections = collections(&crds);
+        let resources: Vec<String> = collections.iter().map(Collection::resource).collect();
+        let watches = Watches::start(store.clone(), &resources);
+        Arc::new(KubeApi {
+            store,
+            collections,
+            crds,
+            openapi_v3: Default::default(),
+            openapi_v2: Default::default(),
+            watches,
+            hooks,
+            interceptor: Default::default(),
+            keep_unknown_fields: Default::default(),
+        })
+    }
+
+    /// See [`KubeApi::keep_unknown_fields`] (the field).
+    pub fn keep_unknown_fields(&self, keep: bool) {
+        self.keep_unknown_fields.store(keep, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Puts a test harness's interceptor in front of every request.
+    pub fn set_interceptor(&self, interceptor: Arc<dyn Interceptor>) {
+        *self.interceptor.write().unwrap_or_else(|p| p.into_inner()) = Some(interceptor);
+    }
+
+    pub fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    pub fn collections(&self) -> &[Collection] {
+        &self.collections
+    }
+
+    /// Whether this API answers `path` (everything else is the rest of the server's).
+    pub fn serves(path: &str) -> bool {
+        path == "/version"
+            || path == "/api"
+            || path == "/apis"
+            || path == "/openapi/v2"
+            || path.starts_with("/openapi/v3")
+            || path.starts_with("/apis/")
+            || path.starts_with("/api/v1")
+    }
+
+    pub async fn handle(&self, req: &Request<Bytes>) -> Response<Body> {
+        let path = req.uri().path();
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let interceptor = self.interceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let (head, _) = clone_head(req);
+        if let Some(doc) = self.document(path, req.headers()) {
+            if let Some(i) = &interceptor
+                && let Some(r) = i.intercept(&head, Verb::Discover, None)
+            {
+                return r;
+            }
+            return doc;
+        }
+        let Some(t) = self.target(&segs) else {
+            if let Some(i) = &interceptor
+                && let Some(r) = i.intercept(&head, Verb::Other, None)
+            {
+                return r;
+            }
+            return status_error(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("the server could not find the requested resource ({path})"),
+            );
+        };
+        let q = query(req.uri());
+        let verb = verb_of(req.method(), &t, &q);
+        if let Some(i) = &interceptor
+            && let Some(r) = i.intercept(&head, verb, Some(t.collection))
+        {
+            return r;
+        }
+        // kubectl's generators (`create namespace`, `create secret`) send protobuf: read as the
+        // JSON it stands for.
+        let converted;
+        let req = if req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(protobuf::CONTENT_TYPE.as_bytes()))
+            && matches!(verb, Verb::Create | Verb::Update | Verb::Delete)
+        {
+            let json = match protobuf::decode(req.body()) {
+                Ok(v) => v,
+                Err(e) => return ApiError::bad_request(format!("the protobuf body cannot be read: {e}")).response(),
+            };
+            let mut r = Request::new(Bytes::from(json.to_string()));
+            *r.method_mut() = req.method().clone();
+            *r.uri_mut() = req.uri().clone();
+            *r.headers_mut() = req.headers().clone();
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            converted = r;
+            &converted
+        } else {
+            req
+        };
+        // JSON only besides (and YAML for server-side apply).
+        if matches!(verb, Verb::Create | Verb::Update | Verb::Delete)
+            && let Some(ct) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+            && !ct.trim().is_empty()
+            && !ct.starts_with("application/json")
+            && !req.body().is_empty()
+        {
+            return ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json (not {ct})"),
+            )
+            .response();
+        }
+        let mut ctx = match write_context(req, &q) {
+            Ok(ctx) => ctx,
+            Err(e) => return e.response(),
+        };
+        let result = match verb {
+            Verb::Watch => return self.watch(&t, &q, req.headers()),
+            Verb::List => return self.list(&t, &q, req.headers()).unwrap_or_else(|e| e.response()),
+            Verb::Get => self.get(&t).map(|o| (StatusCode::OK, o)),
+            Verb::Create if !t.status => self.create(&t, req.body(), &mut ctx).await,
+            Verb::Update => self.update(&t, req.body(), &mut ctx).await,
+            Verb::Patch => self.patch(&t, req, &q, &mut ctx).await,
+            Verb::Delete if !t.status => self.delete(&t, req.body(), &mut ctx).await,
+            _ => Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!("the server does not allow this method on the requested resource ({})", req.method()),
+            )),
+        };
+        let mut resp = match result {
+            Ok((code, object)) => match representation(req.headers()) {
+                Representation::Metadata => crate::http::json(code, &watch::metadata_only(&object)),
+                Representation::Table if verb == Verb::Get => {
+                    let meta = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
+                    match self.table(t.collection, std::slice::from_ref(&object), meta, &q) {
+                        Ok(table) => crate::http::json(code, &table),
+                        Err(e) => e.response(),
+                    }
+                }
+                _ => crate::http::json(code, &object),
+            },
+            Err(e) => e.response(),
+        };
+        for w in ctx.warnings.iter().take(10) {
+            // `299 - "text"`, as the API server sends warnings (quotes and controls escaped away).
+            let mut text = String::new();
+            for c in w.chars().filter(|c| !c.is_control()).take(256) {
+                if c == '"' || c == '\\' {
+                    text.push('\\');
+                }
+                text.push(c);
+            }
+            if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
+        resp
+    }
+
+    fn target<'a>(&'a self, segs: &[&'a str]) -> Option<Target<'a>> {
+        let crate::store::ApiPath { prefix, namespace, plural, name, status } = crate::store::ApiPath::parse(segs)?;
+        let collection = self.collections.iter().find(|c| c.prefix() == prefix && c.plural() == plural)?;
+        let namespace = match (collection.namespaced(), namespace) {
+            (true, Some("")) => return None,
+            (false, Some(ns)) if !ns.is_empty() => return None,
+            (false, _) => Some(String::new()),
+            (true, ns) => ns.map(str::to_string),
+        };
+        if status && !collection.has_status() {
+            return None;
+        }
+        Some(Target { collection, namespace, name: name.map(str::to_string), status })
+    }
+
+    fn get(&self, t: &Target<'_>) -> Result<Value, ApiError> {
+        let c = t.collection;
+        let name = t.name.as_deref().unwrap_or_default();
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        match self.store.get_raw(&c.resource(), ns, name) {
+            Ok(Some(o)) => Ok(o),
+            Ok(None) => Err(ApiError::not_found(c, name)),
+            Err(e) => Err(ApiError::from_store(c, name, e)),
+        }
+    }
+
+    fn selectors(
+        c: &Collection,
+        q: &std::collections::HashMap<String, String>,
+    ) -> Result<(LabelSelector, FieldSelector), ApiError> {
+        let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""), c.field_labels)
+            .map_err(ApiError::bad_request)?;
+        Ok((labels, fields))
+    }
+
+    /// A list, in (namespace, name) order, in pages of `limit` (the `continue` token names where the
+    /// next page starts).
+    fn list(
+        &self,
+        t: &Target<'_>,
+        q: &std::collections::HashMap<String, String>,
+        headers: &http::HeaderMap,
+    ) -> Result<Response<Body>, ApiError> {
+        let c = t.collection;
+        let (labels, fields) = Self::selectors(c, q)?;
+        // Stamped before reading: a watch from this version replays anything the list may have missed.
+        let resource_version = self.watches.resource_version();
+        let after = match q.get("continue").filter(|s| !s.is_empty()) {
+            Some(token) => Some(decode_continue(token)?),
+            None => None,
+        };
+        let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0).map(|l| l.min(MAX_PAGE));
+        let entries = self.store.list_raw_keyed(&c.resource(), t.namespace.as_deref());
+        let filtering = !labels.is_empty() || !fields.is_empty();
+        let mut items: Vec<Bytes> = Vec::new();
+        let mut last_key = None;
+        let mut more = false;
+        for (ns, name, text) in entries {
+            if let Some((after_ns, after_name)) = &after
+                && (ns.as_str(), name.as_str()) <= (after_ns.as_str(), after_name.as_str())
+            {
+                continue;
+            }
+            if filtering {
+                let Ok(object) = serde_json::from_slice::<Value>(&text) else { continue };
+                if !labels.matches(&object) || !fields.matches(&object) {
+                    continue;
+                }
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                more = true;
+                break;
+            }
+            last_key = Some((ns, name));
+            items.push(text);
+        }
+        let continue_token = match (more, last_key) {
+            (true, Some((ns, name))) => encode_continue(&ns, &name),
+            _ => String::new(),
+        };
+        let mut list_meta = json!({"resourceVersion": resource_version.to_string()});
+        if !continue_token.is_empty() {
+            list_meta["continue"] = Value::String(continue_token);
+        }
+        match representation(headers) {
+            Representation::Object => Ok(list_response(c, &items, &list_meta)),
+            Representation::Metadata => {
+                let items: Vec<Value> = items
+                    .iter()
+                    .filter_map(|t| serde_json::from_slice::<Value>(t).ok())
+                    .map(|o| watch::metadata_only(&o))
+                    .collect();
+                Ok(crate::http::json(
+                    StatusCode::OK,
+                    &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": list_meta, "items": items}),
+                ))
+            }
+            Representation::Table => {
+                let objects: Vec<Value> = items.iter().filter_map(|t| serde_json::from_slice(t).ok()).collect();
+                Ok(crate::http::json(StatusCode::OK, &self.table(c, &objects, list_meta, q)?))
+            }
+        }
+    }
+
+    fn table(
+        &self,
+        c: &Collection,
+        objects: &[Value],
+        list_meta: Value,
+        q: &std::collections::HashMap<String, String>,
+    ) -> Result<Value, ApiError> {
+        let include = table::IncludeObject::from_query(q.get("includeObject").map(String::as_str))
+            .map_err(ApiError::bad_request)?;
+        Ok(table::table(&c.served, &c.columns, objects, include, now_unix(), list_meta))
+    }
+
+    fn served(&self) -> Vec<Served> {
+        self.collections.iter().map(|c| c.served.clone()).collect()
+    }
+
+    /// Discovery and OpenAPI documents; None for other paths.
+    fn document(&self, path: &str, headers: &http::HeaderMap) -> Option<Response<Body>> {
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let json_doc = |doc: &Value, content_type: &str| {
+            let mut r = crate::http::json(StatusCode::OK, doc);
+            if let Ok(v) = HeaderValue::from_str(content_type) {
+                r.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+            r
+        };
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match segs.as_slice() {
+            ["version"] => Some(crate::http::json(StatusCode::OK, &discovery::version_info(GIT_VERSION, "", ""))),
+            ["api"] => {
+                let format = discovery::negotiate(accept);
+                let doc = match format {
+                    discovery::DiscoveryFormat::Legacy => discovery::api_versions(""),
+                    f => discovery::aggregated_core(&self.served(), f),
+                };
+                Some(json_doc(&doc, format.content_type()))
+            }
+            ["apis"] => {
+                let format = discovery::negotiate(accept);
+                let doc = match format {
+                    discovery::DiscoveryFormat::Legacy => discovery::api_group_list(&self.served()),
+                    f => discovery::aggregated_apis(&self.served(), f),
+                };
+                Some(json_doc(&doc, format.content_type()))
+            }
+            ["apis", group] => discovery::api_group(&self.served(), group).map(|d| json_doc(&d, "application/json")),
+            ["api", version] => {
+                discovery::api_resource_list(&self.served(), "", version).map(|d| json_doc(&d, "application/json"))
+            }
+            ["apis", group, version] => {
+                discovery::api_resource_list(&self.served(), group, version).map(|d| json_doc(&d, "application/json"))
+            }
+            ["openapi", "v2"] => {
+                // kubectl asks for v2 as protobuf only, and falls back quietly when refused.
+                if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
+                    return Some(status_error(
+                        StatusCode::NOT_ACCEPTABLE,
+                        "NotAcceptable",
+                        "the OpenAPI v2 document is served as JSON only",
+                    ));
+                }
+                let doc =
+                    self.openapi_v2.get_or_init(|| Bytes::from(openapi::v2(&self.served(), &self.crds).to_string()));
+                Some(bytes_response(doc.clone(), "application/json", None))
+            }
+            ["openapi", "v3"] => {
+                let index = openapi::v3_index(&self.served(), &self.crds);
+                Some(crate::http::json(StatusCode::OK, &index))
+            }
+            ["openapi", "v3", rest @ ..] => {
+                let docs = self.openapi_v3.get_or_init(|| {
+                    openapi::v3_documents(&self.served(), &self.crds)
+                        .into_iter()
+                        .map(|(path, (doc, hash))| (path, (Bytes::from(doc.to_string()), hash)))
+                        .collect()
+                });
+                let key = rest.join("/");
+                let (doc, hash) = docs.get(&key)?;
+                Some(bytes_response(doc.clone(), "application/json", Some(hash)))
+            }
+            _ => None,
+        }
+    }
+
+    fn watch(
+        &self,
+        t: &Target<'_>,
+        q: &std::collections::HashMap<String, String>,
+        headers: &http::HeaderMap,
+    ) -> Response<Body> {
+        let c = t.collection;
+        let (labels, fields) = match Self::selectors(c, q) {
+            Ok(s) => s,
+            Err(e) => return e.response(),
+        };
+        let start = match q.get("resourceVersion").map(String::as_str) {
+            None | Some("") | Some("0") => Start::Current,
+            Some(rv) => match rv.parse::<i64>() {
+                Ok(rv) => Start::After(rv),
+                Err(_) => {
+                    return ApiError::bad_request(format!("invalid resource version: {rv:?}")).response();
+                }
+            },
+        };
+        let timeout = q
+            .get("timeoutSeconds")
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(watch::MAX_WATCH)
+            .min(watch::MAX_WATCH);
+        let representation = representation(headers);
+        let include = match table::IncludeObject::from_query(q.get("includeObject").map(String::as_str)) {
+            Ok(i) => i,
+            Err(e) => return ApiError::bad_request(e).response(),
+        };
+        let collection = c.clone();
+        let filtering = !labels.is_empty() || !fields.is_empty();
+        // Only the first table event of a watch carries the column definitions.
+        let headers_sent = std::sync::atomic::AtomicBool::new(false);
+        let filter = move |text: &Bytes| -> Option<Bytes> {
+            if !filtering && representation == Representation::Object {
+                return Some(text.clone());
+            }
+            let object: Value = serde_json::from_slice(text).ok()?;
+            if !labels.matches(&object) || !fields.matches(&object) {
+                return None;
+            }
+            let out = match representation {
+                Representation::Object => return Some(text.clone()),
+                Representation::Metadata => watch::metadata_only(&object),
+                Representation::Table => {
+                    let mut t = table::table(
+                        &collection.served,
+                        &collection.columns,
+                        std::slice::from_ref(&object),
+                        include,
+                        now_unix(),
+                        json!({"resourceVersion": object["metadata"]["resourceVersion"]}),
+                    );
+                    if headers_sent.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        table::strip_headers(&mut t);
+                    }
+                    t
+                }
+            };
+            Some(Bytes::from(out.to_string()))
+        };
+        let bookmark_type = match representation {
+            Representation::Object => (c.api_version(), c.kind_name().to_string()),
+            Representation::Metadata => ("meta.k8s.io/v1".to_string(), "PartialObjectMetadata".to_string()),
+            Representation::Table => ("meta.k8s.io/v1".to_string(), "Table".to_string()),
+        };
+        let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+        let opts = WatchOptions {
+            start,
+            timeout,
+            bookmarks: truthy("allowWatchBookmarks"),
+            initial_events_end: truthy("sendInitialEvents") && truthy("allowWatchBookmarks"),
+            bookmark_type,
+            filter: Box::new(filter),
+        };
+        let rx = self.watches.watch(&c.resource(), t.namespace.as_deref(), opts);
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::Stream(crate::http::Feed::new(rx)))
+            .expect("a response")
+    }
+
+    /// Checks a document a client sent for this collection: its type, and that the URL's namespace
+    /// and name are its own.
+    fn check_document(&self, t: &Target<'_>, doc: &mut Value) -> Result<(), ApiError> {
+        let c = t.collection;
+        if !doc.is_object() {
+            return Err(ApiError::bad_request("the body is not a JSON object"));
+        }
+        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if api_version.is_empty() && kind.is_empty() {
+            doc["apiVersion"] = Value::String(c.api_version());
+            doc["kind"] = Value::String(c.kind_name().to_string());
+        } else if api_version != c.api_version() || kind != c.kind_name() {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({}) or the kind ({kind}) is not {}",
+                c.api_version(),
+                c.kind_name()
+            )));
+        }
+        if !doc["metadata"].is_object() {
+            doc["metadata"] = json!({});
+        }
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        if c.namespaced() {
+            match doc["metadata"]["namespace"].as_str() {
+                Some(d) if !d.is_empty() && d != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => doc["metadata"]["namespace"] = Value::String(ns.to_string()),
+            }
+        } else if let Some(m) = doc["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        if let Some(name) = &t.name {
+            match doc["metadata"]["name"].as_str() {
+                Some(n) if n == name => {}
+                None | Some("") => doc["metadata"]["name"] = Value::String(name.clone()),
+                Some(_) => {
+                    return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What a write stores: the document checked by the collection's admission rules (bootstream's
+    /// kinds) and field validation, with `live` being the object it replaces.
+    fn admit(
+        &self,
+        c: &Collection,
+        live: Option<&Value>,
+        doc: Value,
+        ctx: &mut WriteContext,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        if self.keep_unknown_fields.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut ctx = WriteContext {
+                manager: String::new(),
+                dry_run: ctx.dry_run,
+                validation: FieldValidation::Ignore,
+                warnings: Vec::new(),
+            };
+            let live = live.map(|l| {
+                let mut l = l.clone();
+                unknown_fields(c, &mut l);
+                l
+            });
+            self.admit_pruned(c, live.as_ref(), doc.clone(), &mut ctx, status)?;
+            return Ok(doc);
+        }
+        self.admit_pruned(c, live, doc, ctx, status)
+    }
+
+    fn admit_pruned(
+        &self,
+        c: &Collection,
+        live: Option<&Value>,
+        mut doc: Value,
+        ctx: &mut WriteContext,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let unknown = unknown_fields(c, &mut doc);
+        if !unknown.is_empty() {
+            match ctx.validation {
+                FieldValidation::Strict => {
+                    let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        c.kind_name(),
+                        c.version(),
+                        c.kind_name(),
+                        listed.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => {
+                    ctx.warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+        let Some(kind) = c.kind else {
+            if name.is_empty() {
+                return Err(ApiError::invalid(
+                    c,
+                    &name,
+                    "metadata.name: Required value: name or generateName is required",
+                ));
+            }
+            return Ok(doc);
+        };
+        if status {
+            let normalized =
+                crate::resources::validate_status(kind, &doc).map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
+            match normalized {
+                Some(s) => doc["status"] = s,
+                None => {
+                    if let Some(o) = doc.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+            return Ok(doc);
+        }
+        let (_, validated) = crate::resources::validate_document(&strip_server_fields(&doc))
+            .map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
+        if let Some(live) = live {
+            crate::resources::validate_update(kind, live, &validated)
+                .map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
+        }
+        let mut validated = validated;
+        validated["metadata"] = doc["metadata"].clone();
+        if kind == Kind::Secret
+            && let Some(o) = validated["metadata"].as_object_mut()
+        {
+            o.remove("generation");
+        }
+        if let Some(s) = doc.get("status") {
+            validated["status"] = s.clone();
+        }
+        Ok(validated)
+    }
+
+    async fn create(
+        &self,
+        t: &Target<'_>,
+        body: &Bytes,
+        ctx: &mut WriteContext,
+    ) -> Result<(StatusCode, Value), ApiError> {
+        let c = t.collection;
+        if t.name.is_some() {
+            return Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "POST is for collections; PUT replaces an object",
+            ));
+        }
+        let Some(ns) = t.namespace.clone() else {
+            return Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "create in a namespace: /namespaces/NS/...",
+            ));
+        };
+        let mut doc = parse_json(body)?;
+        self.check_document(
+            &Target { collection: c, namespace: Some(ns.clone()), name: None, status: false },
+            &mut doc,
+        )?;
+        if doc["metadata"]["name"].as_str().is_none_or(str::is_empty)
+            && let Some(prefix) = doc["metadata"]["generateName"].as_str()
+        {
+            let suffix: String =
+                (0..5).map(|_| fastrand::choice(b"bcdfghjklmnpqrstvwxz2456789").map_or('x', |b| *b as char)).collect();
+            doc["metadata"]["name"] = Value::String(format!("{prefix}{suffix}"));
+        }
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        if let Some(o) = doc.as_object_mut() {
+            o.remove("status");
+        }
+        let mut doc = self.admit(c, None, doc, ctx, false)?;
+        record_manager(c, &mut doc, None, ctx, false);
+        if ctx.dry_run {
+            let meta = &mut doc["metadata"];
+            meta["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
+            meta["creationTimestamp"] = Value::String(crate::resources::now_seconds().to_string());
+            if c.has_generation {
+                meta["generation"] = Value::from(1);
+            }
+            return Ok((StatusCode::CREATED, doc));
+        }
+        let creating = match c.kind {
+            Some(kind) => self.hooks.creating(kind, &doc),
+            None => Creating::default(),
+        };
+        if let Some(f) = creating.finalizer {
+            add_finalizer(&mut doc, f);
+        }
+        let resource = c.resource();
+        let write = self.store.create_raw_with_uid(&resource, &ns, doc, c.has_generation, creating.uid.clone());
+        let written = match creating.beside {
+            Some(beside) => tokio::join!(write, beside).0,
+            None => write.await,
+        };
+        if let (Err(_), Some(uid)) = (&written, &creating.uid) {
+            self.hooks.not_created(uid);
+        }
+        let stored = written.map_err(|e| ApiError::from_store(c, &name, e))?;
+        Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await))
+    }
+
+    /// The answer to a write: the object once the hooks ran (an InfraEnv with its status).
+    async fn after_write(&self, c: &Collection, ns: &str, name: &str, stored: Value) -> Value {
+        if let Some(kind) = c.kind {
+            self.hooks.written(kind, ns, name).await;
+            if let Ok(Some(current)) = self.store.get_raw(&c.resource(), ns, name) {
+                return current;
+            }
+        }
+        stored
+    }
+
+    async fn update(
+        &self,
+        t: &Target<'_>,
+        body: &Bytes,
+        ctx: &mut WriteContext,
+    ) -> Result<(StatusCode, Value), ApiError> {
+        let c = t.collection;
+        let mut doc = parse_json(body)?;
+        self.check_document(t, &mut doc)?;
+        let name = t.name.clone().unwrap_or_default();
+        let Some(want_rv) = doc["metadata"]["resourceVersion"].as_str().map(str::to_string) else {
+            return Err(ApiError::invalid(
+                c,
+                &name,
+                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+            ));
+        };
+        let live = self.get(t)?;
+        self.write_over(t, &live, doc, Some(want_rv), ctx).await.map(|o| (StatusCode::OK, o))
+    }
+
+    /// Writes `doc` over `live` (the object or, with `t.status`, its status), if `want_rv` is still
+    /// current (any version when None).
+    async fn write_over(
+        &self,
+        t: &Target<'_>,
+        live: &Value,
+        mut doc: Value,
+        want_rv: Option<String>,
+        ctx: &mut WriteContext,
+    ) -> Result<Value, ApiError> {
+        let c = t.collection;
+        let name = t.name.clone().unwrap_or_default();
+        let ns = t.namespace.clone().unwrap_or_default();
+        if t.status {
+            // Only the status changes through the status subresource.
+            let status = doc.get("status").cloned();
+            doc = live.clone();
+            match status {
+                Some(s) => doc["status"] = s,
+                None => {
+                    if let Some(o) = doc.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+        } else {
+            // Only the status subresource changes the status.
+            match live.get("status") {
+                Some(s) => doc["status"] = s.clone(),
+                None => {
+                    if let Some(o) = doc.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+        }
+        let mut doc = self.admit(c, Some(live), doc, ctx, t.status)?;
+        record_manager(c, &mut doc, Some(live), ctx, t.status);
+        if ctx.dry_run {
+            return Ok(doc);
+        }
+        let stored = if t.status {
+            self.store.replace_status_raw(&c.resource(), &ns, &name, doc.get("status").cloned(), want_rv).await
+        } else {
+            doc["metadata"]["resourceVersion"] = want_rv.map_or(Value::Null, Value::String);
+            self.store.replace_raw(&c.resource(), &ns, doc).await
+        }
+        .map_err(|e| ApiError::from_store(c, &name, e))?;
+        Ok(self.after_write(c, &ns, &name, stored).await)
+    }
+
+    async fn patch(
+        &self,
+        t: &Target<'_>,
+        req: &Request<Bytes>,
+        q: &std::collections::HashMap<String, String>,
+        ctx: &mut WriteContext,
+    ) -> Result<(StatusCode, Value), ApiError> {
+        let c = t.collection;
+        let name = t.name.clone().unwrap_or_default();
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let patch_type = content_type.split(';').next().unwrap_or("").trim();
+        if patch_type == "application/apply-patch+yaml" {
+            return self.server_side_apply(t, req.body(), q, ctx).await;
+        }
+        let patch: Value = serde_json::from_slice(req.body())
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        for _ in 0..8 {
+            let live = self.get(t)?;
+            let live_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            let mut doc = live.clone();
+            match patch_type {
+                "application/merge-patch+json" => patch::merge_patch(&mut doc, &patch),
+                "application/json-patch+json" => patch::json_patch(&mut doc, &patch).map_err(patch_error)?,
+                "application/strategic-merge-patch+json" if c.kind.is_none() || c.kind == Some(Kind::Secret) => {
+                    patch::strategic_merge_patch(&mut doc, &patch, c.kind_name()).map_err(patch_error)?
+                }
+                "application/strategic-merge-patch+json" => {
+                    return Err(ApiError::new(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    ));
+                }
+                other => {
+                    return Err(ApiError::new(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "UnsupportedMediaType",
+                        format!(
+                            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                        ),
+                    ));
+                }
+            }
+            // A patch that names a resourceVersion is a precondition; without one it applies to
+            // whatever is current (retried when the object moves meanwhile).
+            let pinned = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            let want = match (&pinned, &live_rv) {
+                (Some(p), Some(l)) if p != l => {
+                    return Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())));
+                }
+                _ => live_rv.clone(),
+            };
+            match self.write_over(t, &live, doc, want, ctx).await {
+                Err(e) if e.reason == "Conflict" && pinned.is_none() && !ctx.dry_run => continue,
+                other => return other.map(|o| (StatusCode::OK, o)),
+            }
+        }
+        Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())))
+    }
+
+    async fn server_side_apply(
+        &self,
+        t: &Target<'_>,
+        body: &Bytes,
+        q: &std::collections::HashMap<String, String>,
+        ctx: &mut WriteContext,
+    ) -> Result<(StatusCode, Value), ApiError> {
+        let c = t.collection;
+        let name = t.name.clone().unwrap_or_default();
+        if q.get("fieldManager").is_none_or(|m| m.is_empty()) {
+            return Err(ApiError::bad_request(
+                "PATCH, application/apply-patch+yaml requests require fieldManager to be set",
+            ));
+        }
+        let force = q.get("force").is_some_and(|f| f == "true");
+        let text =
+            std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the applied configuration is not UTF-8"))?;
+        let mut config: Value = {
+            use serde::Deserialize;
+            let de = yaml_serde::Deserializer::from_str(text);
+            Value::deserialize(de).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+        };
+        self.check_document(t, &mut config)?;
+        for _ in 0..8 {
+            let live = match self.get(t) {
+                Ok(l) => Some(l),
+                Err(e) if e.code == StatusCode::NOT_FOUND => None,
+                Err(e) => return Err(e),
+            };
+            let now = crate::resources::now_seconds().to_string();
+            let api_version = c.api_version();
+            let applied = {
+                let mut request = apply::Request::new(&ctx.manager, &api_version, c.kind_name(), &now);
+                request.force = force;
+                request.subresource = t.status.then_some("status");
+                request.status_subresource = c.has_status();
+                apply::apply(live.as_ref(), &config, &request)
+            };
+            let doc = match applied {
+                Ok(doc) => doc,
+                Err(apply::ApplyError::Conflicts(conflicts)) => {
+                    let status = conflicts.status();
+                    return Err(ApiError {
+                        details: Some(status["details"].clone()),
+                        ..ApiError::new(StatusCode::CONFLICT, "Conflict", conflicts.message())
+                    });
+                }
+                Err(e) => {
+                    let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+                    let reason = match code.as_u16() {
+                        400 => "BadRequest",
+                        422 => "Invalid",
+                        _ => "InternalError",
+                    };
+                    return Err(ApiError::new(code, reason, e.to_string()));
+                }
+            };
+            let Some(live) = live else {
+                if t.status {
+                    return Err(ApiError::not_found(c, &name));
+                }
+                // The apply creates the object (managed fields already recorded by the apply).
+                let ns = t.namespace.clone().unwrap_or_default();
+                let mut doc = self.admit(c, None, doc, ctx, false)?;
+                if ctx.dry_run {
+                    doc["metadata"]["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
+                    return Ok((StatusCode::CREATED, doc));
+                }
+                let creating = match c.kind {
+                    Some(kind) => self.hooks.creating(kind, &doc),
+                    None => Creating::default(),
+                };
+                if let Some(f) = creating.finalizer {
+                    add_finalizer(&mut doc, f);
+                }
+                let resource = c.resource();
+                let write = self.store.create_raw_with_uid(&resource, &ns, doc, c.has_generation, creating.uid.clone());
+                let written = match creating.beside {
+                    Some(beside) => tokio::join!(write, beside).0,
+                    None => write.await,
+                };
+                if let (Err(_), Some(uid)) = (&written, &creating.uid) {
+                    self.hooks.not_created(uid);
+                }
+                match written {
+                    Err(StoreError::AlreadyExists { .. }) => continue,
+                    Err(e) => return Err(ApiError::from_store(c, &name, e)),
+                    Ok(stored) => return Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await)),
+                }
+            };
+            let live_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            // The apply already recorded the managers: no Update entry on top.
+            let manager = std::mem::take(&mut ctx.manager);
+            let written = self.write_over(t, &live, doc, live_rv, ctx).await;
+            ctx.manager = manager;
+            match written {
+                Err(e) if e.reason == "Conflict" && e.details.as_ref().is_none_or(|d| d.get("causes").is_none()) => {
+                    continue;
+                }
+                other => return other.map(|o| (StatusCode::OK, o)),
+            }
+        }
+        Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())))
+    }
+
+    async fn delete(
+        &self,
+        t: &Target<'_>,
+        body: &Bytes,
+        ctx: &mut WriteContext,
+    ) -> Result<(StatusCode, Value), ApiError> {
+        let c = t.collection;
+        let name = t.name.clone().unwrap_or_default();
+        let ns = t.namespace.clone().unwrap_or_default();
+        let options: Value = if body.iter().all(u8::is_ascii_whitespace) {
+            json!({})
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("the DeleteOptions are not JSON: {e}")))?
+        };
+        if options["dryRun"].as_array().is_some_and(|a| a.iter().any(|v| v == "All")) {
+            ctx.dry_run = true;
+        }
+        let live = self.get(t)?;
+        if let Some(uid) = options["preconditions"]["uid"].as_str()
+            && live["metadata"]["uid"].as_str() != Some(uid)
+        {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    live["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
+            && live["metadata"]["resourceVersion"].as_str() != Some(rv)
+        {
+            return Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())));
+        }
+        if ctx.dry_run {
+            return Ok((StatusCode::OK, live));
+        }
+        let deletion =
+            self.store.delete_raw(&c.resource(), &ns, &name).await.map_err(|e| ApiError::from_store(c, &name, e))?;
+        if let Some(kind) = c.kind {
+            self.hooks.written(kind, &ns, &name).await;
+        }
+        match (deletion, self.store.get_raw(&c.resource(), &ns, &name)) {
+            (Deletion::Pending, Ok(Some(current))) => Ok((StatusCode::ACCEPTED, current)),
+            _ => Ok((StatusCode::OK, live)),
+        }
+    }
+}
+
+fn clone_head(req: &Request<Bytes>) -> (http::request::Parts, ()) {
+    let mut b = Request::builder().method(req.method().clone()).uri(req.uri().clone()).version(req.version());
+    if let Some(h) = b.headers_mut() {
+        *h = req.headers().clone();
+    }
+    b.body(()).expect("a copy of a valid head").into_parts()
+}
+
+fn verb_of(method: &Method, t: &Target<'_>, q: &std::collections::HashMap<String, String>) -> Verb {
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    match (method.as_str(), t.name.is_some()) {
+        ("GET", false) if watching => Verb::Watch,
+        ("GET", false) => Verb::List,
+        ("GET", true) => Verb::Get,
+        ("POST", false) => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", false) => Verb::DeleteCollection,
+        ("DELETE", true) => Verb::Delete,
+        _ => Verb::Other,
+    }
+}
+
+fn write_context(
+    req: &Request<Bytes>,
+    q: &std::collections::HashMap<String, String>,
+) -> Result<WriteContext, ApiError> {
+    let validation = match q.get("fieldValidation").map(String::as_str) {
+        None | Some("") | Some("Warn") => FieldValidation::Warn,
+        Some("Strict") => FieldValidation::Strict,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            )));
+        }
+    };
+    let dry_run = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
+    // The manager a write is recorded under: the one named, or the client's name from its User-Agent.
+    let manager = match q.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => {
+            if m.len() > 128 || m.chars().any(|c| c.is_control()) {
+                return Err(ApiError::bad_request(
+                    "fieldManager: Invalid value: must be at most 128 printable characters",
+                ));
+            }
+            m.clone()
+        }
+        None => {
+            let agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+            agent.split('/').next().unwrap_or("unknown").chars().filter(|c| !c.is_control()).take(128).collect()
+        }
+    };
+    Ok(WriteContext { manager, dry_run, validation, warnings: Vec::new() })
+}
+
+/// Records the write in `managedFields` under the context's manager (an Update).
+fn record_manager(c: &Collection, doc: &mut Value, live: Option<&Value>, ctx: &WriteContext, status: bool) {
+    if ctx.manager.is_empty() {
+        return;
+    }
+    let api_version = c.api_version();
+    let now = crate::resources::now_seconds().to_string();
+    let mut request = apply::Request::new(&ctx.manager, &api_version, c.kind_name(), &now);
+    request.subresource = status.then_some("status");
+    request.status_subresource = c.has_status();
+    apply::record_update(live, doc, &request);
+}
+
+fn patch_error(e: patch::PatchError) -> ApiError {
+    let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
+    let reason = match code.as_u16() {
+        400 => "BadRequest",
+        413 => "RequestEntityTooLarge",
+        _ => "Invalid",
+    };
+    ApiError::new(code, reason, e.message().to_string())
+}
+
+/// The version `/version` reports: kubectl of this minor version talks to it without a skew warning.
+const GIT_VERSION: &str = "v1.32.0-bootstream";
+
+fn now_unix() -> i64 {
+    crate::resources::now_seconds().as_second()
+}
+
+fn bytes_response(body: Bytes, content_type: &'static str, etag: Option<&str>) -> Response<Body> {
+    let mut b = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, body.len());
+    if let Some(etag) = etag {
+        b = b.header(header::ETAG, format!("\"{etag}\"")).header(header::CACHE_CONTROL, "public, immutable");
+    }
+    b.body(Body::Bytes(body)).expect("valid response")
+}
+
+fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not a JSON object: {e}")))
+}
+
+fn add_finalizer(doc: &mut Value, finalizer: &str) {
+    let list = &mut doc["metadata"]["finalizers"];
+    if !list.is_array() {
+        *list = Value::Array(Vec::new());
+    }
+    if let Some(list) = list.as_array_mut()
+        && !list.iter().any(|f| f.as_str() == Some(finalizer))
+    {
+        list.push(Value::String(finalizer.to_string()));
+    }
+}
+
+/// A stored document as a client would send it back: without the metadata the server owns, which
+/// document validation does not take from clients.
+fn strip_server_fields(doc: &Value) -> Value {
+    let mut d = doc.clone();
+    if let Some(meta) = d["metadata"].as_object_mut() {
+        for key in ["uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp", "managedFields"] {
+            meta.remove(key);
+        }
+    }
+    if let Some(o) = d.as_object_mut() {
+        o.remove("status");
+    }
+    d
+}
+
+/// Removes from `doc` the fields its kind does not have and returns their paths (`spec.foo`), as the
+/// API server prunes them (and reports them, with field validation).
+fn unknown_fields(c: &Collection, doc: &mut Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    const METADATA: &[&str] = &[
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "finalizers",
+        "ownerReferences",
+        "managedFields",
+        "generateName",
+        "selfLink",
+    ];
+    if let Some(meta) = doc["metadata"].as_object_mut() {
+        let extra: Vec<String> = meta.keys().filter(|k| !METADATA.contains(&k.as_str())).cloned().collect();
+        for k in extra {
+            meta.remove(&k);
+            unknown.push(format!("metadata.{k}"));
+        }
+    }
+    match c.kind {
+        Some(Kind::Secret) => {
+            const SECRET: &[&str] = &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"];
+            if let Some(o) = doc.as_object_mut() {
+                let extra: Vec<String> = o.keys().filter(|k| !SECRET.contains(&k.as_str())).cloned().collect();
+                for k in extra {
+                    o.remove(&k);
+                    unknown.push(k);
+                }
+            }
+        }
+        Some(_) => {
+            let before = doc.clone();
+            crate::resources::crds::prune_unknown_fields(&c.resource(), doc);
+            diff_paths("", &before, doc, &mut unknown);
+        }
+        None => {}
+    }
+    unknown
+}
+
+/// Paths present in `before` and absent from `after`.
+fn diff_paths(prefix: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, v) in b {
+                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match a.get(k) {
+                    None => out.push(path),
+                    Some(av) => diff_paths(&path, v, av, out),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
+                diff_paths(&format!("{prefix}[{i}]"), bv, av, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn encode_continue(ns: &str, name: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"ns": ns, "name": name}).to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
+    use base64::Engine;
+    let invalid = || ApiError::bad_request("continue key is not valid: list again without it");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    match (v["ns"].as_str(), v["name"].as_str()) {
+        (Some(ns), Some(name)) => Ok((ns.to_string(), name.to_string())),
+        _ => Err(invalid()),
+    }
+}
+
+/// A list of stored objects: the stored texts themselves between the list's punctuation.
+fn list_response(c: &Collection, items: &[Bytes], list_meta: &Value) -> Response<Body> {
+    let head = format!(
+        r#"{{"apiVersion":"{}","kind":"{}List","metadata":{},"items":["#,
+        c.api_version(),
+        c.kind_name(),
+        list_meta
+    );
+    let comma = Bytes::from_static(b",");
+    let mut chunks = Vec::with_capacity(items.len() * 2 + 1);
+    chunks.push(Bytes::from(head));
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            chunks.push(comma.clone());
+        }
+        chunks.push(item.clone());
+    }
+    chunks.push(Bytes::from_static(b"]}\n"));
+    let body = Body::Chunks(chunks.into());
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(body)
+        .expect("valid response")
+}

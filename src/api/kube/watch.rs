@@ -1,0 +1,320 @@
+//! Watches: the store's change feed turned into the API's watch events, a bounded window of recent
+//! events for watches that resume from a resourceVersion, and the last state of every object (what a
+//! watch from "now" starts with, and what a DELETED event carries).
+//!
+//! Events hold the stored JSON texts themselves (shared with the store's cache), so a watch of
+//! thousands of Agents copies nothing but the event envelope. A watch from a resourceVersion older
+//! than the window gets the API server's `410 Gone` (as an ERROR event) and must list again.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::store::sqlite::SqliteStore;
+
+/// Events kept for watches that resume; past it, the oldest go (and resuming before them is 410).
+const WINDOW: usize = 20_000;
+/// Longest a watch lasts; clients (reflectors, `kubectl get -w`) start a new one.
+pub const MAX_WATCH: Duration = Duration::from_secs(30 * 60);
+/// How often a watch that asked for bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
+type Key = (String, String, String);
+
+/// One change as a watch reports it.
+#[derive(Debug)]
+pub struct Event {
+    pub resource_version: i64,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    pub type_: &'static str,
+    /// The object's JSON text: as written, or its last state for DELETED.
+    pub text: Bytes,
+}
+
+#[derive(Default)]
+struct History {
+    events: VecDeque<Arc<Event>>,
+    /// Watches from before this resourceVersion cannot be served (events were dropped).
+    oldest: i64,
+    /// The highest resourceVersion recorded: what a list is stamped with.
+    resource_version: i64,
+    /// The last state of each object.
+    last: HashMap<Key, Bytes>,
+}
+
+pub struct Watches {
+    history: Mutex<History>,
+    feed: broadcast::Sender<Arc<Event>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn rv_of(text: &[u8]) -> i64 {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "resourceVersion", default)]
+        resource_version: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Obj {
+        metadata: Meta,
+    }
+    serde_json::from_slice::<Obj>(text)
+        .ok()
+        .and_then(|o| o.metadata.resource_version)
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Watches {
+    /// Follows `store`'s changes from now on; `resources` are the store keys whose current objects
+    /// seed the last states (needs a tokio runtime).
+    pub fn start(store: SqliteStore, resources: &[String]) -> Arc<Watches> {
+        use crate::store::Store;
+        // Subscribed before the seed is read: a change in between is recorded twice, harmlessly.
+        let changes = store.subscribe();
+        let mut history = History::default();
+        for res in resources {
+            for (ns, name, text) in store.list_raw_keyed(res, None) {
+                history.resource_version = history.resource_version.max(rv_of(&text));
+                history.last.insert((res.clone(), ns, name), text);
+            }
+        }
+        history.oldest = history.resource_version;
+        let watches = Arc::new(Watches { history: Mutex::new(history), feed: broadcast::channel(8192).0 });
+        tokio::spawn(record(Arc::downgrade(&watches), store, changes));
+        watches
+    }
+
+    /// The resourceVersion a list served now is stamped with.
+    pub fn resource_version(&self) -> i64 {
+        lock(&self.history).resource_version
+    }
+
+    /// Starts a watch of `resource` (in `namespace`, or all): the events `start` asks for, then new
+    /// ones as they come, each passed through `filter` (None: not sent) and written as one line.
+    pub fn watch(
+        self: &Arc<Self>,
+        resource: &str,
+        namespace: Option<&str>,
+        opts: WatchOptions,
+    ) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel::<Bytes>(256);
+        let matches = {
+            let (resource, namespace) = (resource.to_string(), namespace.map(str::to_string));
+            move |res: &str, ns: &str| res == resource && namespace.as_deref().is_none_or(|want| want == ns)
+        };
+        let (replay, mut feed, current_rv) = {
+            let history = lock(&self.history);
+            let replay: Result<Vec<(&'static str, Bytes)>, i64> = match opts.start {
+                Start::Current => Ok(history
+                    .last
+                    .iter()
+                    .filter(|((res, ns, _), _)| matches(res, ns))
+                    .map(|(_, text)| ("ADDED", text.clone()))
+                    .collect()),
+                // Events at `from` itself are replayed too: a list stamped `from` may not hold them.
+                Start::After(from) if from >= history.oldest => Ok(history
+                    .events
+                    .iter()
+                    .filter(|e| e.resource_version >= from && matches(&e.resource, &e.namespace))
+                    .map(|e| (e.type_, e.text.clone()))
+                    .collect()),
+                Start::After(_) => Err(history.oldest),
+            };
+            (replay, self.feed.subscribe(), history.resource_version)
+        };
+        let send_initial_end = opts.start == Start::Current && opts.initial_events_end;
+        tokio::spawn(async move {
+            let send = |type_: &'static str, text: &Bytes| -> Option<Bytes> {
+                let object = (opts.filter)(text)?;
+                let mut line = Vec::with_capacity(object.len() + 32);
+                line.extend_from_slice(b"{\"type\":\"");
+                line.extend_from_slice(type_.as_bytes());
+                line.extend_from_slice(b"\",\"object\":");
+                line.extend_from_slice(&object);
+                line.extend_from_slice(b"}\n");
+                Some(Bytes::from(line))
+            };
+            let replay = match replay {
+                Ok(r) => r,
+                Err(oldest) => {
+                    let from = match opts.start {
+                        Start::After(from) => from,
+                        Start::Current => 0,
+                    };
+                    let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                        "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                        "message": format!("too old resource version: {from} ({oldest})")}});
+                    let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+                    return;
+                }
+            };
+            for (type_, text) in &replay {
+                if let Some(line) = send(type_, text)
+                    && tx.send(line).await.is_err()
+                {
+                    return;
+                }
+            }
+            if send_initial_end {
+                let line = bookmark(&opts.bookmark_type, current_rv, true);
+                if tx.send(line).await.is_err() {
+                    return;
+                }
+            }
+            let deadline = tokio::time::sleep(opts.timeout);
+            tokio::pin!(deadline);
+            let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+            let mut last_rv = current_rv;
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => return,
+                    _ = tx.closed() => return,
+                    _ = bookmarks.tick(), if opts.bookmarks => {
+                        if tx.send(bookmark(&opts.bookmark_type, last_rv, false)).await.is_err() {
+                            return;
+                        }
+                    }
+                    event = feed.recv() => {
+                        let event = match event {
+                            Ok(e) => e,
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                // This watch fell behind the feed: it starts over from a list, as
+                                // after the API server's "410 Gone".
+                                let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                                    "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                                    "message": "the watch fell behind; list again"}});
+                                let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+                                return;
+                            }
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        };
+                        last_rv = last_rv.max(event.resource_version);
+                        if !matches(&event.resource, &event.namespace) {
+                            continue;
+                        }
+                        if let Some(line) = send(event.type_, &event.text)
+                            && tx.send(line).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        rx
+    }
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The current objects as ADDED, then changes (no resourceVersion, or "0").
+    Current,
+    /// The changes at and after a resourceVersion.
+    After(i64),
+}
+
+pub struct WatchOptions {
+    pub start: Start,
+    pub timeout: Duration,
+    pub bookmarks: bool,
+    /// After the current objects, a bookmark marking the end of the initial events
+    /// (`sendInitialEvents=true`).
+    pub initial_events_end: bool,
+    /// `(apiVersion, kind)` of bookmark objects.
+    pub bookmark_type: (String, String),
+    /// The object as the client asked for it (filtered by selectors, converted to metadata or a
+    /// table row); None: not for this watch.
+    pub filter: Box<dyn Fn(&Bytes) -> Option<Bytes> + Send + Sync>,
+}
+
+fn bookmark((api_version, kind): &(String, String), rv: i64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let event = json!({"type": "BOOKMARK", "object": {"apiVersion": api_version, "kind": kind, "metadata": metadata}});
+    Bytes::from(format!("{event}\n"))
+}
+
+/// Records the store's changes as events, in the order the store committed them.
+async fn record(
+    watches: std::sync::Weak<Watches>,
+    store: SqliteStore,
+    mut changes: broadcast::Receiver<crate::store::ChangeEvent>,
+) {
+    loop {
+        let change = match changes.recv().await {
+            Ok(c) => c,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                // Some changes were not seen: no watch can resume from before now.
+                tracing::warn!(missed = n, "the watch feed lagged behind the store; resuming watches must list again");
+                if let Some(w) = watches.upgrade() {
+                    let mut h = lock(&w.history);
+                    h.oldest = h.resource_version + 1;
+                    h.events.clear();
+                }
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Some(watches) = watches.upgrade() else { return };
+        let key = (change.resource.clone(), change.namespace.clone(), change.name.clone());
+        let current = store.get_raw_text(&change.resource, &change.namespace, &change.name);
+        let mut history = lock(&watches.history);
+        let event = match current {
+            Some(text) => {
+                let rv = rv_of(&text);
+                if history.last.get(&key).is_some_and(|old| rv_of(old) >= rv) {
+                    // Already recorded (a change seen twice, or one the seed held).
+                    continue;
+                }
+                let type_ = if history.last.insert(key, text.clone()).is_some() { "MODIFIED" } else { "ADDED" };
+                history.resource_version = history.resource_version.max(rv);
+                Event {
+                    resource_version: rv,
+                    resource: change.resource,
+                    namespace: change.namespace,
+                    name: change.name,
+                    type_,
+                    text,
+                }
+            }
+            None => {
+                let Some(text) = history.last.remove(&key) else { continue };
+                Event {
+                    resource_version: history.resource_version,
+                    resource: change.resource,
+                    namespace: change.namespace,
+                    name: change.name,
+                    type_: "DELETED",
+                    text,
+                }
+            }
+        };
+        let event = Arc::new(event);
+        history.events.push_back(event.clone());
+        while history.events.len() > WINDOW {
+            if let Some(old) = history.events.pop_front() {
+                history.oldest = history.oldest.max(old.resource_version + 1);
+            }
+        }
+        drop(history);
+        let _ = watches.feed.send(event);
+    }
+}
+
+/// The metadata-only form of an object (`PartialObjectMetadata`), for clients that ask for it.
+pub fn metadata_only(object: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": object["metadata"]})
+}
