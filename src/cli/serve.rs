@@ -497,6 +497,7 @@ async fn run<S: crate::store::Store>(
     svc: ImageService<S>,
     app: Arc<crate::api::App<S>>,
     stop: impl Future<Output = ()> + Send + 'static,
+    also_listening: Option<String>,
 ) {
     let addr = svc.listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let scheme = if svc.tls.is_some() { "https" } else { "http" };
@@ -518,6 +519,10 @@ async fn run<S: crate::store::Store>(
         tokio::spawn(crate::http::server::serve(listener, gate, svc.http.clone(), stop.clone()))
     });
     use std::io::Write;
+    if let Some(line) = also_listening {
+        // Not `println!`: a reader that took the first line and closed the pipe must not stop the server.
+        let _ = writeln!(std::io::stdout(), "{line}");
+    }
     let _ = std::io::stdout().flush();
     let config = crate::http::server::ServerConfig { tls: svc.tls, ..svc.http };
     // The accept loop runs on a runtime worker, not on this thread (`block_on`): a connection spawned
@@ -546,9 +551,13 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     let store = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("state.db"))?;
     let svc = image_service(args, store.clone(), false).await?;
     let app = hub(args, &svc, store.clone(), Some(store)).await?;
+    if let Some(api) = &app.kube {
+        api.ensure_default_namespace().await.context("creating the default namespace")?;
+    }
     let stop = futures_util::FutureExt::shared(Box::pin(shutdown_signal()));
     let token = app.api_token.clone().unwrap_or_default();
     let kubeconfig = svc.data_dir.join("kubeconfig");
+    let mut api_line = None;
     if args.tls_cert.is_some() {
         let ca = match &args.tls_cert {
             Some(cert) => last_certificate(cert)?,
@@ -565,7 +574,10 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
         let local = listener.local_addr()?;
         let server = format!("https://{local}");
         write_kubeconfig(&kubeconfig, &server, last_certificate(&cert)?.as_deref(), &token)?;
-        println!("bootstream listening on {server} for the Kubernetes API (KUBECONFIG={})", kubeconfig.display());
+        api_line = Some(format!(
+            "bootstream listening on {server} for the Kubernetes API (KUBECONFIG={})",
+            kubeconfig.display()
+        ));
         let gate = Arc::new(crate::http::Restricted {
             inner: app.clone(),
             allow: |uri: &http::Uri| crate::api::kube::KubeApi::serves(uri.path()),
@@ -574,7 +586,7 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
         let config = crate::http::server::ServerConfig { tls: Some(tls), ..svc.http.clone() };
         tokio::spawn(crate::http::server::serve(listener, gate, config, stop.clone()));
     }
-    run(svc, app, stop).await;
+    run(svc, app, stop, api_line).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -721,7 +733,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         api_token: None,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });
-    run(svc, app, shutdown_signal()).await;
+    run(svc, app, shutdown_signal(), None).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -759,7 +771,7 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
             }
         }
     };
-    run(svc, app, stop).await;
+    run(svc, app, stop, None).await;
     if let Some(why) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         anyhow::bail!("lost the leadership ({why}); stopping so that only the leader writes");
     }

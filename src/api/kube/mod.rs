@@ -411,6 +411,25 @@ impl KubeApi {
         &self.store
     }
 
+    /// Creates the `default` namespace if it is missing, as a cluster has it from the start.
+    pub async fn ensure_default_namespace(&self) -> Result<(), StoreError> {
+        if self.store.get_raw("namespaces", "", "default")?.is_some() {
+            return Ok(());
+        }
+        let doc = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+        match self.store.create_raw("namespaces", "", doc, false).await {
+            Ok(created) => {
+                let rv = created["metadata"]["resourceVersion"].as_str().map(str::to_string);
+                self.store
+                    .replace_status_raw("namespaces", "", "default", Some(json!({"phase": "Active"})), rv)
+                    .await?;
+                Ok(())
+            }
+            Err(StoreError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn collections(&self) -> &[Collection] {
         &self.collections
     }
@@ -1028,7 +1047,16 @@ impl KubeApi {
         if let (Err(_), Some(uid)) = (&written, &creating.uid) {
             self.hooks.not_created(uid);
         }
-        let stored = written.map_err(|e| ApiError::from_store(c, &name, e))?;
+        let mut stored = written.map_err(|e| ApiError::from_store(c, &name, e))?;
+        if c.kind_name() == "Namespace" {
+            // A namespace is Active from its creation (none is ever Terminating here: see the module docs).
+            let rv = stored["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            if let Ok(active) =
+                self.store.replace_status_raw("namespaces", "", &name, Some(json!({"phase": "Active"})), rv).await
+            {
+                stored = active;
+            }
+        }
         Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await))
     }
 

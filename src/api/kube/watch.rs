@@ -224,6 +224,9 @@ pub enum Start {
     After(i64),
 }
 
+/// See [`WatchOptions::filter`].
+pub type EventFilter = Box<dyn Fn(&Bytes) -> Option<Bytes> + Send + Sync>;
+
 pub struct WatchOptions {
     pub start: Start,
     pub timeout: Duration,
@@ -235,7 +238,7 @@ pub struct WatchOptions {
     pub bookmark_type: (String, String),
     /// The object as the client asked for it (filtered by selectors, converted to metadata or a
     /// table row); None: not for this watch.
-    pub filter: Box<dyn Fn(&Bytes) -> Option<Bytes> + Send + Sync>,
+    pub filter: EventFilter,
 }
 
 fn bookmark((api_version, kind): &(String, String), rv: i64, initial_end: bool) -> Bytes {

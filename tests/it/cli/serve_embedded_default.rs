@@ -130,7 +130,10 @@ fn get_and_delete_round_trip() {
 fn bad_documents_are_refused_with_the_field_named() {
     let server = Server::start(&[]);
     let cases = [
-        (infraenv_yaml("a", "x", "  sshAuthorisedKey: k\n"), "spec.sshAuthorisedKey: unknown field `sshAuthorisedKey`"),
+        (
+            infraenv_yaml("a", "x", "  sshAuthorisedKey: k\n"),
+            "strict decoding error: unknown field \"spec.sshAuthorisedKey\"",
+        ),
         (
             infraenv_yaml("a", "x", "  proxy:\n    httpProxy: [1]\n"),
             "spec.proxy.httpProxy: invalid type: sequence, expected a string",
