@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use super::{App, not_found};
 use crate::controllers::infraenv;
 use crate::controllers::runtime::{Action, Outcome};
-use crate::errors::chain;
 use crate::http::Body;
-use crate::resources::{InfraEnv, Kind, validate_document};
+use crate::resources::admission::{self, Operation};
+use crate::resources::{InfraEnv, Kind};
 use crate::store::sqlite::{NewObject, SqliteStore};
 use crate::store::{Store, StoreError};
 
@@ -141,7 +141,6 @@ impl<S: Store> App<S> {
         name: &str,
         req: &Request<Bytes>,
     ) -> Result<Response<Body>, StoreError> {
-        let invalid = |e: crate::resources::DocumentError| StoreError::Invalid(chain(&e).to_string());
         let Some(live) = store.get_document(kind, ns, name).await? else {
             return Err(not_found_error(kind, name));
         };
@@ -150,7 +149,7 @@ impl<S: Store> App<S> {
             Method::PUT => {
                 let doc: Value = serde_json::from_slice(req.body())
                     .map_err(|e| StoreError::Invalid(format!("the body is not JSON: {e}")))?;
-                let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
+                let status = admitted(kind, Operation::Update, "status", Some(&live), &doc)?.normalized;
                 let want_rv = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
                 store.replace_status_document(kind, ns, name, status, want_rv).await?
             }
@@ -165,7 +164,7 @@ impl<S: Store> App<S> {
                 loop {
                     let mut doc = live.clone();
                     crate::store::json::merge_patch(&mut doc, &patch);
-                    let status = crate::resources::validate_status(kind, &doc).map_err(invalid)?;
+                    let status = admitted(kind, Operation::Update, "status", Some(&live), &doc)?.normalized;
                     let want_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
                     match store.replace_status_document(kind, ns, name, status, want_rv).await {
                         Err(e) if e.is_conflict() && attempts < 5 => {
@@ -213,11 +212,9 @@ impl<S: Store> App<S> {
                 o.remove("status");
             }
             doc["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-            let (_, validated) = validate_document(&strip_server_fields(&doc))
-                .map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
-            crate::resources::validate_update(kind, &live, &validated)
-                .map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
-            let mut validated = validated;
+            let new = strip_server_fields(&doc);
+            let allowed = admitted(kind, Operation::Update, "", Some(&live), &new)?;
+            let mut validated = allowed.normalized.unwrap_or(new);
             validated["metadata"] = doc["metadata"].clone();
             match store.replace_document(kind, validated).await {
                 Ok(stored) => {
@@ -225,7 +222,7 @@ impl<S: Store> App<S> {
                         let _ = self.reconciled_infraenv(ns, name).await;
                     }
                     let current = store.get_document(kind, ns, name).await?.unwrap_or(stored);
-                    return Ok(crate::http::json(StatusCode::OK, &current));
+                    return Ok(with_warnings(crate::http::json(StatusCode::OK, &current), &allowed.warnings));
                 }
                 Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(e),
@@ -242,16 +239,8 @@ impl<S: Store> App<S> {
         body: &Bytes,
         target: Option<(&str, &str)>,
     ) -> Result<Response<Body>, StoreError> {
-        let doc: Value =
+        let mut doc: Value =
             serde_json::from_slice(body).map_err(|e| StoreError::Invalid(format!("request body is not JSON: {e}")))?;
-        let (doc_kind, mut doc) = validate_document(&doc).map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
-        if doc_kind != kind {
-            return Err(StoreError::Invalid(format!(
-                "a {} cannot be written to the {} collection",
-                doc_kind.name(),
-                kind.plural()
-            )));
-        }
         if let Some((ns, name)) = target {
             let doc_ns = doc["metadata"]["namespace"].as_str().unwrap_or(ns).to_string();
             if doc_ns != ns {
@@ -259,7 +248,9 @@ impl<S: Store> App<S> {
                     "metadata.namespace {doc_ns:?} does not match the namespace of the URL ({ns:?})"
                 )));
             }
-            doc["metadata"]["namespace"] = Value::String(ns.to_string());
+            if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("namespace".into(), Value::String(ns.to_string()));
+            }
             if !name.is_empty() && doc["metadata"]["name"].as_str() != Some(name) {
                 return Err(StoreError::Invalid(format!(
                     "metadata.name does not match the name of the URL ({name:?})"
@@ -269,10 +260,9 @@ impl<S: Store> App<S> {
         let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
         let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let live = store.get_document(kind, &ns, &name).await?;
-        if let Some(live) = &live {
-            crate::resources::validate_update(kind, live, &doc)
-                .map_err(|e| StoreError::Invalid(chain(&e).to_string()))?;
-        }
+        let operation = if live.is_some() { Operation::Update } else { Operation::Create };
+        let allowed = admitted(kind, operation, "", live.as_ref(), &doc)?;
+        let doc = allowed.normalized.unwrap_or(doc);
         // The InfraEnv controller's finalizer comes with the create: added by the controller, it would
         // be one more write, and one more round of change events, before the status.
         let finalizer = (kind == Kind::InfraEnv && self.backend.is_some()).then_some(infraenv::INFRAENV_FINALIZER);
@@ -332,8 +322,41 @@ impl<S: Store> App<S> {
             micros = started.elapsed().as_micros() as u64,
             "applied"
         );
-        Ok(crate::http::json(if created { StatusCode::CREATED } else { StatusCode::OK }, &current))
+        let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+        Ok(with_warnings(crate::http::json(status, &current), &allowed.warnings))
     }
+}
+
+/// The admission decision on a write ([`admission::decide`], the webhook's too); a refusal as the
+/// resource API reports invalid documents.
+fn admitted(
+    kind: Kind,
+    operation: Operation,
+    subresource: &str,
+    old: Option<&Value>,
+    new: &Value,
+) -> Result<admission::Allowed, StoreError> {
+    admission::decide(&admission::Request { operation, kind, subresource, old, new: Some(new) })
+        .map_err(|denied| StoreError::Invalid(denied.message))
+}
+
+/// The admission's warnings as the API server sends them: `Warning: 299 - "text"` headers (printable
+/// ASCII; quotes and backslashes escaped).
+fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let text: String = w
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                ' '..='~' => vec![c],
+                _ => vec!['?'],
+            })
+            .collect();
+        if let Ok(v) = header::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
 }
 
 impl<S: Store> App<S> {
