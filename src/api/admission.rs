@@ -56,7 +56,7 @@ pub fn serve_review(req: &Request<Bytes>) -> Response<Body> {
                     namespace = %answer.namespace,
                     name = %answer.name,
                     code = denied.code,
-                    message = %denied.message,
+                    why = %denied.message,
                     "admission denied"
                 ),
                 (None, None) => tracing::debug!("admission review of a resource bootstream does not model: allowed"),

@@ -220,9 +220,9 @@ struct ReviewRequest {
     #[serde(default)]
     sub_resource: Option<String>,
     #[serde(default)]
-    namespace: String,
+    namespace: Option<String>,
     #[serde(default)]
-    name: String,
+    name: Option<String>,
     #[serde(default)]
     object: Option<Value>,
     #[serde(default)]
@@ -309,7 +309,14 @@ pub fn answer_review(body: &[u8]) -> Result<ReviewAnswer, ReviewError> {
         }
     };
     let review = json!({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response});
-    Ok(ReviewAnswer { review, kind, operation, namespace: r.namespace, name: r.name, denied })
+    Ok(ReviewAnswer {
+        review,
+        kind,
+        operation,
+        namespace: r.namespace.unwrap_or_default(),
+        name: r.name.unwrap_or_default(),
+        denied,
+    })
 }
 
 #[cfg(test)]
