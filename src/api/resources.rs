@@ -248,7 +248,10 @@ impl<S: Store> App<S> {
                     "metadata.namespace {doc_ns:?} does not match the namespace of the URL ({ns:?})"
                 )));
             }
-            if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+            // The decision reads the namespace (an Agent's references must stay in it).
+            if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
+                && !ns.is_empty()
+            {
                 meta.insert("namespace".into(), Value::String(ns.to_string()));
             }
             if !name.is_empty() && doc["metadata"]["name"].as_str() != Some(name) {
@@ -257,12 +260,19 @@ impl<S: Store> App<S> {
                 )));
             }
         }
-        let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let ns = match target {
+            Some((ns, _)) => ns,
+            None => doc["metadata"]["namespace"].as_str().unwrap_or("default"),
+        }
+        .to_string();
         let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let live = store.get_document(kind, &ns, &name).await?;
         let operation = if live.is_some() { Operation::Update } else { Operation::Create };
         let allowed = admitted(kind, operation, "", live.as_ref(), &doc)?;
-        let doc = allowed.normalized.unwrap_or(doc);
+        let mut doc = allowed.normalized.unwrap_or(doc);
+        if target.is_some() {
+            doc["metadata"]["namespace"] = Value::String(ns.clone());
+        }
         // The InfraEnv controller's finalizer comes with the create: added by the controller, it would
         // be one more write, and one more round of change events, before the status.
         let finalizer = (kind == Kind::InfraEnv && self.backend.is_some()).then_some(infraenv::INFRAENV_FINALIZER);
