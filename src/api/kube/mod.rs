@@ -46,7 +46,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::errors::chain;
 use crate::http::Body;
 use crate::resources::Kind;
 use crate::store::sqlite::SqliteStore;
@@ -951,10 +950,33 @@ impl KubeApi {
             }
             return Ok(doc);
         };
+        // The admission rules a hub's webhook applies too (`resources::admission`).
+        use crate::resources::admission::{self, Operation};
+        let operation = if live.is_some() { Operation::Update } else { Operation::Create };
+        let candidate = if status { doc.clone() } else { strip_server_fields(&doc) };
+        let request = admission::Request {
+            operation,
+            kind,
+            subresource: if status { "status" } else { "" },
+            old: live,
+            new: Some(&candidate),
+        };
+        let allowed = admission::decide(&request).map_err(|denied| {
+            let code = StatusCode::from_u16(denied.code).unwrap_or(StatusCode::BAD_REQUEST);
+            match code {
+                // The document's own faults: the API server's "is invalid".
+                StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
+                    ApiError::invalid(c, &name, denied.message)
+                }
+                _ => ApiError {
+                    details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
+                    ..ApiError::new(code, denied.reason, denied.message)
+                },
+            }
+        })?;
+        ctx.warnings.extend(allowed.warnings);
         if status {
-            let normalized =
-                crate::resources::validate_status(kind, &doc).map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
-            match normalized {
+            match allowed.normalized {
                 Some(s) => doc["status"] = s,
                 None => {
                     if let Some(o) = doc.as_object_mut() {
@@ -964,13 +986,7 @@ impl KubeApi {
             }
             return Ok(doc);
         }
-        let (_, validated) = crate::resources::validate_document(&strip_server_fields(&doc))
-            .map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
-        if let Some(live) = live {
-            crate::resources::validate_update(kind, live, &validated)
-                .map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
-        }
-        let mut validated = validated;
+        let mut validated = allowed.normalized.unwrap_or(candidate);
         validated["metadata"] = doc["metadata"].clone();
         if kind == Kind::Secret
             && let Some(o) = validated["metadata"].as_object_mut()
@@ -1188,7 +1204,12 @@ impl KubeApi {
             }
             // A patch that names a resourceVersion is a precondition; without one it applies to
             // whatever is current (retried when the object moves meanwhile).
-            let pinned = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            let names_version = match &patch {
+                Value::Array(ops) => ops.iter().any(|op| op["path"] == "/metadata/resourceVersion"),
+                other => other.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
+            };
+            let pinned =
+                if names_version { doc["metadata"]["resourceVersion"].as_str().map(str::to_string) } else { None };
             let want = match (&pinned, &live_rv) {
                 (Some(p), Some(l)) if p != l => {
                     return Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())));

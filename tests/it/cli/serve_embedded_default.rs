@@ -160,6 +160,21 @@ fn bad_documents_are_refused_with_the_field_named() {
     assert_eq!(list["items"].as_array().unwrap().len(), 0);
 }
 
+/// What admission allows but the user should know is shown as kubectl shows it.
+#[test]
+fn admission_warnings_are_shown() {
+    let server = Server::start(&[]);
+    let out = server.apply(&infraenv_yaml("a", "x", "  ntpSources: [ntp.example.com]\n"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "Warning: spec.ntpSources is not supported by this bootstream version: this InfraEnv gets no image"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn serve_help_names_the_sample_image() {
     let out = cli(&["serve", "--help"], None);
