@@ -21,7 +21,12 @@ pub const TEST_API_TOKEN: &str = "bootstream-test-api-token-3f6c1e0a9b";
 
 /// Whether `path` is on the resource API (bearer token), not on the image or agent routes.
 pub fn is_resource_api(path: &str) -> bool {
-    path.starts_with("/apis/") || path.starts_with("/api/v1/") || path.starts_with("/api/assisted-install/v2/clusters/")
+    path.starts_with("/apis")
+        || path.starts_with("/api/v1")
+        || path == "/api"
+        || path == "/version"
+        || path.starts_with("/openapi/")
+        || path.starts_with("/api/assisted-install/v2/clusters/")
 }
 
 /// Repository root (tests run with the package root as working directory).
