@@ -444,7 +444,7 @@ pub fn reclaim_daemonset(cfg: &ReclaimAgentConfig, node_uid: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::spoke::FakeApiServer;
+    use crate::testkit::spoke::SpokeCluster;
 
     const NS_PATH: &str = "/api/v1/namespaces/assisted-installer";
 
@@ -461,9 +461,9 @@ mod tests {
         }
     }
 
-    async fn spoke_with_node(node: &str, annotations: Value) -> (FakeApiServer, SpokeClient) {
+    async fn spoke_with_node(node: &str, annotations: Value) -> (SpokeCluster, SpokeClient) {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let spoke = FakeApiServer::start().await;
+        let spoke = SpokeCluster::start().await;
         spoke.put(
             &format!("/api/v1/nodes/{node}"),
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "annotations": annotations}}),
@@ -495,9 +495,10 @@ mod tests {
             ds["spec"]["template"]["spec"]["containers"][0]["args"][0], "-url=http://hub.example:8090",
             "{ds:#}"
         );
+        // The API server folds stringData into data.
         assert_eq!(
-            spoke.get(&format!("{NS_PATH}/secrets/reclaim-ie-1-token")).unwrap()["stringData"]["auth-token"],
-            "agent-token"
+            spoke.get(&format!("{NS_PATH}/secrets/reclaim-ie-1-token")).unwrap()["data"]["auth-token"],
+            "YWdlbnQtdG9rZW4="
         );
         // The namespace comes first and the DaemonSet last (spec-controllers.md §7.2), all as server-side apply.
         let patches: Vec<String> = spoke.requests().into_iter().filter(|r| r.starts_with("PATCH")).collect();
@@ -541,7 +542,7 @@ mod tests {
     const MACHINES: &str = "/apis/machine.openshift.io/v1beta1/namespaces/openshift-machine-api";
     const BMH: &str = "/apis/metal3.io/v1alpha1/namespaces/openshift-machine-api/baremetalhosts/bmh-0";
 
-    async fn node_with_machine(machineset: Option<&str>) -> (FakeApiServer, SpokeClient) {
+    async fn node_with_machine(machineset: Option<&str>) -> (SpokeCluster, SpokeClient) {
         let (spoke, client) =
             spoke_with_node("worker-0", json!({"machine.openshift.io/machine": "openshift-machine-api/m-0"})).await;
         let mut machine = json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",

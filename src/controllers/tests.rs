@@ -21,7 +21,7 @@ use crate::store::Store;
 use crate::store::kube::KubeStore;
 use crate::store::sqlite::SqliteStore;
 use crate::testkit::hub::ApiServer;
-use crate::testkit::spoke::FakeApiServer;
+use crate::testkit::spoke::SpokeCluster;
 
 mod interleavings;
 mod metal3;
@@ -272,13 +272,13 @@ impl<S: Store> World<S> {
     }
 
     /// A spoke cluster holding the host's node, reachable through the CD's admin kubeconfig secret.
-    async fn spoke_for(&self, cd: &str, node: &str) -> FakeApiServer {
+    async fn spoke_for(&self, cd: &str, node: &str) -> SpokeCluster {
         self.spoke_with_nodes(cd, &[node.to_string()]).await
     }
 
     /// A spoke cluster holding `nodes`, reachable through the CD's admin kubeconfig secret.
-    async fn spoke_with_nodes(&self, cd: &str, nodes: &[String]) -> FakeApiServer {
-        let spoke = FakeApiServer::start().await;
+    async fn spoke_with_nodes(&self, cd: &str, nodes: &[String]) -> SpokeCluster {
+        let spoke = SpokeCluster::start().await;
         for node in nodes {
             spoke.put(
                 &format!("/api/v1/nodes/{node}"),
@@ -445,7 +445,7 @@ async fn scenario_30_reclaim_falls_back_to_a_plain_unbind<S: Store>(w: World<S>)
 }
 
 /// A host unbound without reclaim, its spoke holding its node: the setting of scenarios 32–35.
-async fn unbound_waiting_for_reboot<S: Store>(w: &World<S>) -> (String, String, FakeApiServer) {
+async fn unbound_waiting_for_reboot<S: Store>(w: &World<S>) -> (String, String, SpokeCluster) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     let node = w.hostname(&id).await;
@@ -665,7 +665,7 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(
 
 /// A host of cluster c1 mid-installation (Configuring), its node in a reachable spoke: the setting of
 /// scenario 38.
-async fn mid_installation_with_spoke<S: Store>(w: &World<S>) -> (String, String, FakeApiServer) {
+async fn mid_installation_with_spoke<S: Store>(w: &World<S>) -> (String, String, SpokeCluster) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     w.set_host(&id, HostStatus::InstallingInProgress, "Configuring").await;
@@ -1119,7 +1119,7 @@ async fn an_infraenv_edited_past_admission_moves_no_installing_host<S: Store>(w:
 }
 
 /// Three installed hosts of c1 whose nodes are in a spoke reachable through c1's admin kubeconfig.
-async fn installed_cluster_with_spoke<S: Store>(w: &World<S>) -> (Vec<String>, Vec<String>, FakeApiServer) {
+async fn installed_cluster_with_spoke<S: Store>(w: &World<S>) -> (Vec<String>, Vec<String>, SpokeCluster) {
     w.cluster_deployment("c1", true).await;
     let mut ids = Vec::new();
     for i in 0..3 {

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::Value;
 
+use super::lock;
 use crate::api::kube::{Collection, Interceptor, KubeApi, NoHooks, Verb, status_error};
 use crate::http::Body;
 use crate::store::sqlite::SqliteStore;
@@ -95,10 +96,6 @@ struct Log {
     refused: Mutex<Vec<String>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Interceptor for Log {
     fn intercept(&self, head: &http::request::Parts, verb: Verb, c: Option<&Collection>) -> Option<Response<Body>> {
         lock(&self.requests).push(format!("{} {}", head.method, head.uri));
@@ -167,18 +164,10 @@ impl Drop for ApiServer {
 impl ApiServer {
     /// Serves `store` on a free loopback port (needs a tokio runtime).
     pub async fn start(store: SqliteStore) -> ApiServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
-        let url = format!("http://{}", listener.local_addr().expect("local address"));
         let api = KubeApi::new(store, Arc::new(NoHooks));
         let log = Arc::new(Log::default());
         api.set_interceptor(log.clone());
-        let config = crate::http::server::ServerConfig { max_body_bytes: 3 << 20, ..Default::default() };
-        let task = tokio::spawn(crate::http::server::serve(
-            listener,
-            Arc::new(Served(api.clone())),
-            config,
-            std::future::pending::<()>(),
-        ));
+        let (url, task) = super::serve_on_loopback(Arc::new(Served(api.clone()))).await;
         ApiServer { url, api, log, task }
     }
 
@@ -194,12 +183,7 @@ impl ApiServer {
 
     /// A kubeconfig authenticating with `token` (see [`ApiServer::enforce_rbac`]).
     pub fn kubeconfig_for(&self, token: &str) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n\
-             contexts:\n- name: admin\n  context:\n    cluster: hub\n    user: admin\n\
-             current-context: admin\nusers:\n- name: admin\n  user:\n    token: {token}\n",
-            self.url
-        )
+        super::kubeconfig("hub", &self.url, token)
     }
 
     /// A kube-rs client authenticating with `token`.

@@ -15,6 +15,8 @@
 //!   `PartialObjectMetadata` responses, and errors as `Status` objects with the API server's reasons.
 //! - Validation: bootstream's kinds are checked by the same admission rules a hub's webhook applies
 //!   ([`crate::resources::validate_document`] and friends); other kinds only structurally.
+//! - More kinds for a test harness that plays another cluster ([`KubeApi::with_collections`]):
+//!   served like the others, validated only structurally.
 //!
 //! # What it does not
 //! - Authorization beyond the server's one bearer token (there is one user: the admin); no
@@ -379,8 +381,26 @@ const MAX_PAGE: usize = 10_000;
 impl KubeApi {
     /// Serves `store` (needs a tokio runtime: watches follow the store's changes from now on).
     pub fn new(store: SqliteStore, hooks: Arc<dyn Hooks>) -> Arc<KubeApi> {
+        Self::with_collections(store, hooks, Vec::new())
+    }
+
+    /// [`KubeApi::new`], serving `extra` collections besides bootstream's kinds and the core kinds: a
+    /// test harness playing another cluster (`testkit::spoke`) adds the kinds that cluster holds.
+    /// With `kind: None` they are validated only structurally.
+    ///
+    /// # Panics
+    /// If one of them is already served.
+    pub fn with_collections(store: SqliteStore, hooks: Arc<dyn Hooks>, extra: Vec<Collection>) -> Arc<KubeApi> {
         let crds = crd_documents();
-        let collections = collections(&crds);
+        let mut collections = collections(&crds);
+        for c in extra {
+            assert!(
+                !collections.iter().any(|s| s.prefix() == c.prefix() && s.plural() == c.plural()),
+                "{} is already served",
+                c.resource()
+            );
+            collections.push(c);
+        }
         let resources: Vec<String> = collections.iter().map(Collection::resource).collect();
         let watches = Watches::start(store.clone(), &resources);
         Arc::new(KubeApi {

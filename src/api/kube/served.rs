@@ -189,6 +189,19 @@ fn core(
     }
 }
 
+/// A kind a test cluster adds to what the API serves (Nodes, Pods, DaemonSets, Machines, ...): the
+/// verbs of a custom resource, no short names, categories or printer columns.
+pub fn generic(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+    subresources: &[&str],
+) -> Served {
+    core(group, version, kind, plural, namespaced, &[], CRD_VERBS, subresources)
+}
+
 /// core/v1 Secret (verbs as upstream).
 pub fn secret() -> Served {
     core(

@@ -689,7 +689,7 @@ impl<S: Store> World<S> {
 
     /// The installed cluster `cd`'s API, with the nodes of `hosts`, reachable through its admin
     /// kubeconfig.
-    async fn sim_spoke(&self, cd: &str, hosts: std::ops::Range<usize>) -> FakeApiServer {
+    async fn sim_spoke(&self, cd: &str, hosts: std::ops::Range<usize>) -> SpokeCluster {
         let mut nodes = Vec::new();
         for i in hosts {
             nodes.push(self.hostname(&host_id(i)).await);
@@ -731,7 +731,7 @@ fn resting(status: HostStatus) -> bool {
 /// The state that every seed must agree on, normalized (no uids, times or resourceVersions): each
 /// simulated host's record, each Agent's cluster, conditions and clean-up marker, which objects
 /// exist (and whether they are being deleted), and what each spoke holds and was asked to create.
-async fn snapshot<S: Store>(sim: &Sim<S>, spokes: &[(&str, &FakeApiServer)]) -> BTreeMap<String, String> {
+async fn snapshot<S: Store>(sim: &Sim<S>, spokes: &[(&str, &SpokeCluster)]) -> BTreeMap<String, String> {
     let w = &sim.w;
     let mut out = BTreeMap::new();
     let ies: BTreeMap<String, String> = w
@@ -1035,7 +1035,7 @@ async fn unbind_one<S: Store>(w: World<S>, seed: u64, reclaim: bool) -> BTreeMap
         }
     }
     check_invariants(&sim, &[]).await;
-    let spokes: Vec<(&str, &FakeApiServer)> = spoke.iter().map(|s| ("c1", s)).collect();
+    let spokes: Vec<(&str, &SpokeCluster)> = spoke.iter().map(|s| ("c1", s)).collect();
     snapshot(&sim, &spokes).await
 }
 

@@ -493,7 +493,7 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
 
 /// A converged BMH in remove-agent mode whose Agent is installed in cluster c1, and that cluster's
 /// spoke with the host's node running a workload pod, a DaemonSet pod, and a pod on another node.
-async fn installed_remove_agent_bmh<S: Store>(w: &World<S>, extra: Value) -> (String, String, FakeApiServer) {
+async fn installed_remove_agent_bmh<S: Store>(w: &World<S>, extra: Value) -> (String, String, SpokeCluster) {
     let ctx = bmac_ctx(w, true);
     w.cluster_deployment("c1", true).await;
     let mut annotations = json!({REMOVE_AGENT_ON_DELETE_ANNOTATION: "true"});

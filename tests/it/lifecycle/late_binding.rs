@@ -116,9 +116,9 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
     });
     assert_eq!(s.get_json("clusterdeployment", NS, "first")["spec"]["installed"], true);
 
-    // The installed cluster is running, its admin kubeconfig reachable (a fake API server plays it).
+    // The installed cluster is running, its admin kubeconfig reachable (a SpokeCluster plays it).
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let spoke = rt.block_on(bootstream::testkit::spoke::FakeApiServer::start());
+    let spoke = rt.block_on(bootstream::testkit::spoke::SpokeCluster::start());
     let installed = agents(&s);
     let nodes: Vec<String> = installed
         .iter()
@@ -474,12 +474,12 @@ fn an_agents_bad_installer_args_or_ignition_overrides_are_named_in_its_condition
 }
 
 /// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
-/// reclaimed when unbound. bootstream starts the reclaim agent there (a fake API server plays the
+/// reclaimed when unbound. bootstream starts the reclaim agent there (a SpokeCluster plays the
 /// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
 #[test]
 fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let spoke = rt.block_on(bootstream::testkit::spoke::FakeApiServer::start());
+    let spoke = rt.block_on(bootstream::testkit::spoke::SpokeCluster::start());
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "spoke", 1));
