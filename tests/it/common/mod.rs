@@ -152,15 +152,21 @@ impl Server {
             })
             .spawn()
             .expect("spawning bootstream serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("reading the listening line");
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
-            .to_string();
+        // `serve` first names its Kubernetes API's HTTPS listener (when it opens one), then its own.
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        let addr = loop {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("reading the listening line");
+            if let Some(addr) = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()) {
+                break addr.to_string();
+            }
+            assert!(
+                line.contains("https://") && lines.is_empty(),
+                "unexpected line from serve: {line:?} (after {lines:?})"
+            );
+            lines.push(line);
+        };
         let server = Server { child, url: format!("http://{addr}"), addr, data_dir, log };
         server.wait_ready();
         server
