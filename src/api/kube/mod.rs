@@ -802,7 +802,7 @@ impl KubeApi {
             Representation::Metadata => ("meta.k8s.io/v1".to_string(), "PartialObjectMetadata".to_string()),
             Representation::Table => ("meta.k8s.io/v1".to_string(), "Table".to_string()),
         };
-        let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+        let truthy = |k: &str| query_flag(q, k);
         let opts = WatchOptions {
             start,
             timeout,
@@ -1189,7 +1189,7 @@ impl KubeApi {
                 "PATCH, application/apply-patch+yaml requests require fieldManager to be set",
             ));
         }
-        let force = q.get("force").is_some_and(|f| f == "true");
+        let force = query_flag(q, "force");
         let text =
             std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the applied configuration is not UTF-8"))?;
         let mut config: Value = {
@@ -1339,8 +1339,15 @@ fn clone_head(req: &Request<Bytes>) -> (http::request::Parts, ()) {
     b.body(()).expect("a copy of a valid head").into_parts()
 }
 
+/// A boolean query parameter, read as the API server reads one (apimachinery's
+/// `Convert_Slice_string_To_bool`): present and neither "0" nor "false" in any case is true. The
+/// Python client sends `watch=True`.
+fn query_flag(q: &std::collections::HashMap<String, String>, key: &str) -> bool {
+    q.get(key).is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
 fn verb_of(method: &Method, t: &Target<'_>, q: &std::collections::HashMap<String, String>) -> Verb {
-    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let watching = query_flag(q, "watch");
     match (method.as_str(), t.name.is_some()) {
         ("GET", false) if watching => Verb::Watch,
         ("GET", false) => Verb::List,
