@@ -930,6 +930,14 @@ impl KubeApi {
                     "metadata.name: Required value: name or generateName is required",
                 ));
             }
+            if c.kind_name() == "Namespace" && !status {
+                // As the API server's namespace strategy: a new namespace is Active (`kubectl get ns`
+                // shows it, clients read `status.phase`), and every namespace is labelled with its name.
+                if live.is_none() {
+                    doc["status"] = json!({"phase": "Active"});
+                }
+                doc["metadata"]["labels"]["kubernetes.io/metadata.name"] = Value::String(name);
+            }
             return Ok(doc);
         };
         if status {
@@ -1034,6 +1042,13 @@ impl KubeApi {
 
     /// The answer to a write: the object once the hooks ran (an InfraEnv with its status).
     async fn after_write(&self, c: &Collection, ns: &str, name: &str, stored: Value) -> Value {
+        if c.kind_name() == "Namespace" && stored.get("status").is_none() {
+            // The store drops a status given at creation: a namespace gets its phase right after.
+            let active = Some(json!({"phase": "Active"}));
+            if let Ok(with_status) = self.store.replace_status_raw(&c.resource(), ns, name, active, None).await {
+                return with_status;
+            }
+        }
         if let Some(kind) = c.kind {
             self.hooks.written(kind, ns, name).await;
             if let Ok(Some(current)) = self.store.get_raw(&c.resource(), ns, name) {
