@@ -251,12 +251,26 @@ impl ApiError {
         }
     }
     fn invalid(c: &Collection, name: &str, message: impl std::fmt::Display) -> ApiError {
+        // kubectl prints an Invalid error as `The KIND "NAME" is invalid: FIELD: MESSAGE` from its
+        // causes alone (without one it shows no reason at all): the field is the message's leading
+        // path, else the spec (the admission webhooks' messages name no path).
+        let text = message.to_string();
+        let (field, cause) = match text.split_once(": ") {
+            Some((path, rest))
+                if path.starts_with(|c: char| c.is_ascii_lowercase())
+                    && path.chars().all(|c| c.is_ascii_alphanumeric() || "._[]-".contains(c)) =>
+            {
+                (path, rest)
+            }
+            _ => ("spec", text.as_str()),
+        };
+        let causes = json!([{"reason": "FieldValueInvalid", "message": cause, "field": field}]);
         ApiError {
-            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name()})),
+            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name(), "causes": causes})),
             ..ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",
-                format!("{} \"{name}\" is invalid: {message}", c.kind_name()),
+                format!("{} \"{name}\" is invalid: {text}", c.kind_name()),
             )
         }
     }
