@@ -121,11 +121,17 @@ impl Watches {
                     .filter(|((res, ns, _), _)| matches(res, ns))
                     .map(|(_, text)| ("ADDED", text.clone()))
                     .collect()),
-                // Events at `from` itself are replayed too: a list stamped `from` may not hold them.
+                // The changes after `from`, as the API server sends them: a list stamped `from`
+                // holds every object written at `from` (`kubectl get -w` would print it twice). A
+                // deletion has no version of its own (it carries the last one recorded), so one at
+                // `from` itself is replayed: the list may have been read before it.
                 Start::After(from) if from >= history.oldest => Ok(history
                     .events
                     .iter()
-                    .filter(|e| e.resource_version >= from && matches(&e.resource, &e.namespace))
+                    .filter(|e| {
+                        (e.resource_version > from || (e.resource_version == from && e.type_ == "DELETED"))
+                            && matches(&e.resource, &e.namespace)
+                    })
                     .map(|e| (e.type_, e.text.clone()))
                     .collect()),
                 Start::After(_) => Err(history.oldest),
@@ -220,7 +226,7 @@ impl Watches {
 pub enum Start {
     /// The current objects as ADDED, then changes (no resourceVersion, or "0").
     Current,
-    /// The changes at and after a resourceVersion.
+    /// The changes after a resourceVersion (and deletions recorded at it).
     After(i64),
 }
 
