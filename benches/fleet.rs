@@ -163,8 +163,14 @@ async fn server_sample(
     Ok(s)
 }
 
+/// Creates or updates the object at `url` (server-side apply, as `kubectl apply --server-side`).
 async fn put(client: &reqwest::Client, url: String, doc: Value) -> anyhow::Result<()> {
-    let r = client.put(url).json(&doc).send().await?;
+    let r = client
+        .patch(format!("{url}?fieldManager=fleet-bench&force=true"))
+        .header("content-type", "application/apply-patch+yaml")
+        .body(doc.to_string())
+        .send()
+        .await?;
     anyhow::ensure!(r.status().is_success(), "{}", r.text().await?);
     Ok(())
 }

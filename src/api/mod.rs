@@ -6,6 +6,7 @@
 //! hands it to the area's handlers: `images` (downloads), [`agent`] (the agent API), `logs`
 //! (host logs), `resources` (the resource API), and `/metrics` ([`metrics`]).
 
+pub mod admission;
 pub mod agent;
 mod images;
 pub mod kube;
@@ -128,6 +129,11 @@ impl<S: Store> Handler for App<S> {
             resp.extensions_mut().insert(RouteLabel(route));
             Admission::Refuse(resp)
         };
+        if parsed == Route::Admission {
+            // Where the resources live in a cluster: the API server's reviews (no token: it calls).
+            let max_bytes = if self.kube.is_none() { admission::MAX_REVIEW_BYTES } else { MAX_UNUSED_BODY_BYTES };
+            return Admission::Body { max_bytes };
+        }
         if parsed == Route::Resources {
             return match self.api_refusal(&head.headers) {
                 Some(refused) => refuse(refused),
@@ -267,6 +273,14 @@ impl<S: Store> App<S> {
                 );
                 r
             }
+            Route::Admission => match self.kube {
+                None => admission::serve_review(&req),
+                Some(_) => text(
+                    StatusCode::NOT_FOUND,
+                    "this server validates writes in its own resource API; the admission webhook is served by \
+                     `bootstream controller` on a Kubernetes hub",
+                ),
+            },
             Route::Resources => {
                 if let Some(refused) = self.api_refusal(req.headers()) {
                     return refused;

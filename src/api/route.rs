@@ -62,6 +62,9 @@ pub enum Route<'a> {
     },
     /// `/apis/...` and `/api/v1/...`: the Kubernetes-style resource API.
     Resources,
+    /// `/admission/validate`: the validating admission webhook (AdmissionReviews from a Kubernetes
+    /// API server).
+    Admission,
     /// Anything else. `image_family` paths (under the image and assisted prefixes) take only GET and
     /// HEAD; `label` keeps a malformed `/byid/...` path counted as such.
     Unmatched {
@@ -132,6 +135,7 @@ impl<'a> Route<'a> {
             ["boot-artifacts", version, arch, "rootfs.img"] => Route::VersionedRootfs { version, arch },
             ["boot-artifacts", artifact] => Route::BootArtifact { artifact },
             ["apis", ..] | ["api", "v1", ..] | ["api"] | ["version"] | ["openapi", ..] => Route::Resources,
+            ["admission", "validate"] => Route::Admission,
             [first, ..] => {
                 let label = match *first {
                     "byid" => "/byid/:token",
@@ -176,6 +180,7 @@ impl<'a> Route<'a> {
             Route::BootArtifact { .. } => "other",
             Route::InfraEnvFiles { .. } => "/v2/infra-envs/:id/downloads/files",
             Route::Resources => "/apis",
+            Route::Admission => "/admission/validate",
             Route::Unmatched { label, .. } => label,
         }
     }
@@ -267,6 +272,9 @@ mod tests {
             ("/api/assisted-install/v2/infra-envs/E/downloads/files", "/v2/infra-envs/:id/downloads/files"),
             ("/apis/agent-install.openshift.io/v1beta1/namespaces/n/infraenvs", "/apis"),
             ("/api/v1/namespaces/n/secrets", "/apis"),
+            ("/admission/validate", "/admission/validate"),
+            ("/admission/validate/x", "other"),
+            ("/admission", "other"),
             ("/", "other"),
             ("/%00/../etc", "other"),
         ];
@@ -290,6 +298,7 @@ mod tests {
         assert!(!ok("/api/assisted-install/v2/infra-envs/E/hosts"));
         assert!(!ok("/apis/agent-install.openshift.io/v1beta1/infraenvs"));
         assert!(!ok("/metrics"));
+        assert!(!ok("/admission/validate"));
     }
 
     #[test]

@@ -217,6 +217,12 @@ async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         }
         anyhow::anyhow!("cannot reach the bootstream server: {why}")
     })?;
+    // The admission's warnings, as kubectl shows them.
+    for w in resp.headers().get_all(reqwest::header::WARNING) {
+        let text = w.to_str().unwrap_or_default();
+        let text = text.strip_prefix("299 - ").unwrap_or(text).trim_matches('"').replace("\\\"", "\"");
+        eprintln!("Warning: {text}");
+    }
     let status = resp.status();
     let body = resp.bytes().await?;
     let value: Value =

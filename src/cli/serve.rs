@@ -43,6 +43,24 @@ pub(super) struct ControllerCommand {
     /// This process in the Lease's holderIdentity; default: a random name. In a pod, its name.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Serve the validating admission webhook (POST /admission/validate) over HTTPS on this address,
+    /// and nothing else there, from the moment the process starts, whether it leads or waits: the
+    /// Kubernetes API server calls it for writes of InfraEnvs, NMStateConfigs, Agents and
+    /// AgentClusterInstalls (deploy/webhook.yaml). Needs --webhook-tls-cert and --webhook-tls-key.
+    #[arg(long, env = "BOOTSTREAM_WEBHOOK_LISTEN", value_name = "ADDRESS", requires = "webhook_tls_cert")]
+    webhook_listen: Option<SocketAddr>,
+    /// PEM certificate chain of --webhook-listen, for the name the API server calls (the webhook's
+    /// Service). Reloaded when the file changes.
+    #[arg(
+        long,
+        env = "BOOTSTREAM_WEBHOOK_TLS_CERT",
+        value_name = "PATH",
+        requires_all = ["webhook_tls_key", "webhook_listen"]
+    )]
+    webhook_tls_cert: Option<PathBuf>,
+    /// PEM private key of --webhook-tls-cert.
+    #[arg(long, env = "BOOTSTREAM_WEBHOOK_TLS_KEY", value_name = "PATH", requires = "webhook_tls_cert")]
+    webhook_tls_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -497,6 +515,7 @@ async fn run<S: crate::store::Store>(
     svc: ImageService<S>,
     app: Arc<crate::api::App<S>>,
     stop: impl Future<Output = ()> + Send + 'static,
+    also_listening: Option<String>,
 ) {
     let addr = svc.listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let scheme = if svc.tls.is_some() { "https" } else { "http" };
@@ -518,6 +537,10 @@ async fn run<S: crate::store::Store>(
         tokio::spawn(crate::http::server::serve(listener, gate, svc.http.clone(), stop.clone()))
     });
     use std::io::Write;
+    if let Some(line) = also_listening {
+        // Not `println!`: a reader that took the first line and closed the pipe must not stop the server.
+        let _ = writeln!(std::io::stdout(), "{line}");
+    }
     let _ = std::io::stdout().flush();
     let config = crate::http::server::ServerConfig { tls: svc.tls, ..svc.http };
     // The accept loop runs on a runtime worker, not on this thread (`block_on`): a connection spawned
@@ -546,9 +569,13 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     let store = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("state.db"))?;
     let svc = image_service(args, store.clone(), false).await?;
     let app = hub(args, &svc, store.clone(), Some(store)).await?;
+    if let Some(api) = &app.kube {
+        api.ensure_default_namespace().await.context("creating the default namespace")?;
+    }
     let stop = futures_util::FutureExt::shared(Box::pin(shutdown_signal()));
     let token = app.api_token.clone().unwrap_or_default();
     let kubeconfig = svc.data_dir.join("kubeconfig");
+    let mut api_line = None;
     if args.tls_cert.is_some() {
         let ca = match &args.tls_cert {
             Some(cert) => last_certificate(cert)?,
@@ -565,7 +592,10 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
         let local = listener.local_addr()?;
         let server = format!("https://{local}");
         write_kubeconfig(&kubeconfig, &server, last_certificate(&cert)?.as_deref(), &token)?;
-        println!("bootstream listening on {server} for the Kubernetes API (KUBECONFIG={})", kubeconfig.display());
+        api_line = Some(format!(
+            "bootstream listening on {server} for the Kubernetes API (KUBECONFIG={})",
+            kubeconfig.display()
+        ));
         let gate = Arc::new(crate::http::Restricted {
             inner: app.clone(),
             allow: |uri: &http::Uri| crate::api::kube::KubeApi::serves(uri.path()),
@@ -574,7 +604,7 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
         let config = crate::http::server::ServerConfig { tls: Some(tls), ..svc.http.clone() };
         tokio::spawn(crate::http::server::serve(listener, gate, config, stop.clone()));
     }
-    run(svc, app, stop).await;
+    run(svc, app, stop, api_line).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -721,7 +751,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         api_token: None,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });
-    run(svc, app, shutdown_signal()).await;
+    run(svc, app, shutdown_signal(), None).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -729,6 +759,8 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 /// process holds the Lease.
 pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
     let args = &cmd.args;
+    // Before anything else: the controller's own writes (and every user's) wait for the webhook.
+    let webhook = start_webhook(&cmd)?;
     let client = kube_client(args).await?;
     let store = watch_cluster(client, &Kind::ALL).await?;
     let identity = cmd.identity.clone().unwrap_or_else(|| format!("bootstream-{}", uuid::Uuid::new_v4()));
@@ -742,6 +774,9 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
     let records = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("hosts.db"))?;
     let svc = image_service(args, store.clone(), true).await?;
     let app = hub(args, &svc, records, None).await?;
+    if let Some(webhook) = &webhook {
+        webhook.count_into(app.metrics.clone());
+    }
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<String>();
     let holder = store.clone();
     let held = lease.clone();
@@ -759,7 +794,7 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
             }
         }
     };
-    run(svc, app, stop).await;
+    run(svc, app, stop, None).await;
     if let Some(why) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         anyhow::bail!("lost the leadership ({why}); stopping so that only the leader writes");
     }
@@ -767,6 +802,28 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
         tracing::warn!(error = %e, "could not release the Lease; the next leader waits for it to expire");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The webhook's own HTTPS listener (`--webhook-listen`), serving admission reviews until the
+/// process ends. It needs nothing the controller builds, so it answers from the start, and in a
+/// standby as in the leader: the decision is a function of the review alone.
+fn start_webhook(cmd: &ControllerCommand) -> anyhow::Result<Option<Arc<crate::api::admission::Webhook>>> {
+    use anyhow::Context;
+    let (Some(addr), Some(cert), Some(key)) = (cmd.webhook_listen, &cmd.webhook_tls_cert, &cmd.webhook_tls_key) else {
+        return Ok(None);
+    };
+    let cert = crate::http::tls::ReloadingCert::load(cert, key).context("--webhook-tls-cert, --webhook-tls-key")?;
+    let tls = cert.server_config();
+    cert.watch();
+    let listener =
+        crate::http::server::bind(addr).with_context(|| format!("listening on {addr} (--webhook-listen)"))?;
+    println!("bootstream listening on https://{} for admission reviews", listener.local_addr()?);
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let webhook = crate::api::admission::Webhook::new();
+    let config = crate::http::server::ServerConfig { tls: Some(tls), ..cmd.args.server_config() };
+    tokio::spawn(crate::http::server::serve(listener, webhook.clone(), config, std::future::pending::<()>()));
+    Ok(Some(webhook))
 }
 
 async fn shutdown_signal() {

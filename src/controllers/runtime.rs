@@ -19,7 +19,7 @@
 //! drive them without the async runtime (`sim`): which queued key runs next is chosen by a seeded
 //! RNG there, reconciles interleave in an order the RNG chooses, and time is virtual. `sim::Controllers`
 //! does the same for reconciles that do real I/O, parked at the gates of `pool::gate` (docs/design.md
-//! §7.5).
+//! §7.6).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;

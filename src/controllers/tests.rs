@@ -957,7 +957,8 @@ async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<
     w.cluster_deployment("c1", false).await;
     let mut aci = aci_of(&w, "c1").await;
     aci.spec.image_set_ref = Some(crate::resources::LocalObjectReference { name: "openshift-v4.20.0".into() });
-    w.admin.update(&aci).await.unwrap();
+    // The reference is immutable once set (admission refuses the change): written into the store.
+    w.api.update(&aci).await.unwrap();
     // The finalizers first, then the sync.
     let mut action = Action::Done;
     for _ in 0..3 {

@@ -312,14 +312,8 @@ impl<S: Store> Images<S> {
 /// Rejects InfraEnv settings bootstream does not build into images yet, rather than serving an image
 /// that silently lacks them.
 fn check_unsupported(ie: &InfraEnv) -> Result<(), ImageError> {
-    let s = &ie.spec;
-    let unsupported = [
-        (s.mirror_registry_ref.is_some(), "spec.mirrorRegistryRef"),
-        (!s.ntp_sources.is_empty(), "spec.ntpSources"),
-        (!s.additional_ntp_sources.is_empty(), "spec.additionalNTPSources"),
-    ];
-    match unsupported.iter().find(|(set, _)| *set) {
-        Some((_, what)) => Err(ImageError::Invalid(format!("{what} is not supported by this bootstream version"))),
+    match ie.spec.unsupported_field() {
+        Some(what) => Err(ImageError::Invalid(format!("{what} is not supported by this bootstream version"))),
         None => Ok(()),
     }
 }

@@ -1,5 +1,5 @@
 //! Interleaving points for the seeded simulation of the controllers (tests only; see
-//! `controllers::tests::interleavings` and docs/design.md §7.5).
+//! `controllers::tests::interleavings` and docs/design.md §7.6).
 //!
 //! A task run as a *participant* (a simulated reconcile) stops at every [`enter`] — before each call
 //! into the backend or the store — and waits there until the scheduler releases it; it then runs alone

@@ -496,14 +496,28 @@ pub enum AgentAdmissionError {
     BothInstallationDisks,
     #[error("Attempted to change Spec.ClusterDeploymentName which is immutable during Agent installation.")]
     ClusterDeploymentImmutable,
+    #[error("Spec.ClusterDeploymentName.Namespace must match the Agent namespace")]
+    ClusterDeploymentNamespace,
+    #[error("Spec.IgnitionEndpointTokenReference.Namespace must match the Agent namespace")]
+    IgnitionEndpointTokenNamespace,
 }
 
-/// spec-controllers.md §2.10 admission on create and update.
+/// spec-controllers.md §2.10 admission on create and update; and, as assisted-service's webhook now
+/// does, references to other namespaces are refused (a tenant's Agent cannot join another
+/// namespace's cluster or read another namespace's token Secret).
 pub fn validate_agent(agent: &Agent) -> Result<(), AgentAdmissionError> {
     if agent.spec.installation_disk_id.as_deref().is_some_and(|s| !s.is_empty())
         && agent.spec.installation_disk_path.as_deref().is_some_and(|s| !s.is_empty())
     {
         return Err(AgentAdmissionError::BothInstallationDisks);
+    }
+    let namespace = agent.metadata.namespace.as_deref().unwrap_or("");
+    let elsewhere = |ns: &str| !ns.is_empty() && !namespace.is_empty() && ns != namespace;
+    if agent.spec.cluster_deployment_name.as_ref().is_some_and(|r| elsewhere(&r.namespace)) {
+        return Err(AgentAdmissionError::ClusterDeploymentNamespace);
+    }
+    if agent.spec.ignition_endpoint_token_reference.as_ref().is_some_and(|r| elsewhere(&r.namespace)) {
+        return Err(AgentAdmissionError::IgnitionEndpointTokenNamespace);
     }
     Ok(())
 }

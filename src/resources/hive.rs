@@ -749,6 +749,103 @@ impl AgentClusterInstall {
     }
 }
 
+/// Why an AgentClusterInstall is refused: assisted-service's validating webhook for it, in its words
+/// (`pkg/webhooks/hiveextension/v1beta1/agentclusterinstall_validation_hook.go`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AciAdmissionError {
+    #[error("UserManagedNetworking must be set to true with SNO")]
+    SnoNeedsUserManagedNetworking,
+    #[error("Attempted to change AgentClusterInstall.ImageSetRef which is immutable")]
+    ImageSetRefImmutable,
+    /// The spec changed after the installation started; the changes, one per line.
+    #[error(
+        "Attempted to change AgentClusterInstall.Spec which is immutable after install started, except for ClusterMetadata,IgnitionEndpoint fields. Unsupported change: \n{0}"
+    )]
+    SpecImmutable(String),
+}
+
+/// The spec fields that may change after an installation started (upstream's `ClusterMetadata` and
+/// `IgnitionEndpoint`).
+const ACI_MUTABLE_AFTER_START: [&str; 2] = ["clusterMetadata", "ignitionEndpoint"];
+
+/// Reasons of the `Completed` condition once an installation started (assisted-service also lists
+/// `ClusterAlreadyInstalling`, a `RequirementsMet` reason, here).
+const ACI_STARTED_REASONS: [&str; 4] =
+    ["InstallationFailed", "InstallationCompleted", "InstallationInProgress", "ClusterAlreadyInstalling"];
+/// Reasons of the `Completed` condition once an installation ended.
+const ACI_ENDED_REASONS: [&str; 2] = ["InstallationFailed", "InstallationCompleted"];
+
+/// The rule on any AgentClusterInstall written: a single-node cluster (one control-plane agent, no
+/// workers) cannot turn user-managed networking off.
+pub fn validate_aci(aci: &AgentClusterInstall) -> Result<(), AciAdmissionError> {
+    let p = &aci.spec.provision_requirements;
+    if p.control_plane_agents == 1 && p.worker_agents == 0 && aci.spec.networking.user_managed_networking == Some(false)
+    {
+        return Err(AciAdmissionError::SnoNeedsUserManagedNetworking);
+    }
+    Ok(())
+}
+
+/// The rules on an update: the image set never changes, and once the installation started (the
+/// `Completed` condition of the object as it was says so) nothing of the spec but the cluster metadata
+/// and the Ignition endpoint does; once it ended, the provision requirements may change too (GitOps
+/// flows reapply them).
+pub fn validate_aci_update(old: &AgentClusterInstall, new: &AgentClusterInstall) -> Result<(), AciAdmissionError> {
+    let image_set = |a: &AgentClusterInstall| a.spec.image_set_ref.as_ref().map(|r| r.name.clone());
+    if image_set(old) != image_set(new) {
+        return Err(AciAdmissionError::ImageSetRefImmutable);
+    }
+    validate_aci(new)?;
+    let reason = old
+        .status
+        .as_ref()
+        .and_then(|s| super::find_condition(&s.conditions, "Completed"))
+        .map(|c| c.reason.as_str())
+        .unwrap_or("");
+    if !ACI_STARTED_REASONS.contains(&reason) {
+        return Ok(());
+    }
+    let spec = |a: &AgentClusterInstall| {
+        let mut v = serde_json::to_value(&a.spec).expect("specs serialize");
+        if let Some(o) = v.as_object_mut() {
+            for field in ACI_MUTABLE_AFTER_START {
+                o.remove(field);
+            }
+            if ACI_ENDED_REASONS.contains(&reason) {
+                o.remove("provisionRequirements");
+            }
+        }
+        v
+    };
+    let mut changes = Vec::new();
+    json_changes("spec", &spec(old), &spec(new), &mut changes);
+    if changes.is_empty() { Ok(()) } else { Err(AciAdmissionError::SpecImmutable(changes.join("\n"))) }
+}
+
+/// The leaves that differ between two JSON values, as `\tPATH: (OLD => NEW)` lines. Absent, null,
+/// empty lists and empty objects count as the same (no value).
+fn json_changes(path: &str, old: &serde_json::Value, new: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let (x, y) = (a.get(k).unwrap_or(&Value::Null), b.get(k).unwrap_or(&Value::Null));
+                json_changes(&format!("{path}.{k}"), x, y, out);
+            }
+        }
+        _ if empty(old) && empty(new) => {}
+        _ if old == new => {}
+        _ => out.push(format!("\t{path}: ({old} => {new})")),
+    }
+}
+
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "hive.openshift.io",

@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod admission;
 pub mod agent;
 pub mod crds;
 pub mod hive;
@@ -351,6 +352,20 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+impl InfraEnvSpec {
+    /// The first setting this bootstream version does not build into images, if the spec has one: an
+    /// InfraEnv using it gets no image (`ImageCreated=False`), and admission warns when it is written.
+    pub fn unsupported_field(&self) -> Option<&'static str> {
+        [
+            (self.mirror_registry_ref.is_some(), "spec.mirrorRegistryRef"),
+            (!self.ntp_sources.is_empty(), "spec.ntpSources"),
+            (!self.additional_ntp_sources.is_empty(), "spec.additionalNTPSources"),
+        ]
+        .into_iter()
+        .find_map(|(set, field)| set.then_some(field))
+    }
+}
+
 impl InfraEnv {
     /// Architecture as assisted-service normalizes it (empty ⇒ x86_64, amd64 ⇒ x86_64, aarch64 ⇒ arm64).
     pub fn cpu_architecture(&self) -> String {
@@ -398,6 +413,8 @@ pub enum DocumentError {
     IgnitionConfigOverride(#[source] serde_json::Error),
     #[error(transparent)]
     Agent(#[from] agent::AgentAdmissionError),
+    #[error(transparent)]
+    AgentClusterInstall(#[from] hive::AciAdmissionError),
     #[error("kind {kind} (apiVersion {api_version}) is not supported; supported kinds: {supported}")]
     UnsupportedKind { kind: String, api_version: String, supported: String },
 }
@@ -539,9 +556,9 @@ const METADATA_FIELDS: &[&str] = &[
     "selfLink",
 ];
 
-/// Checks a user document (already parsed from YAML or JSON) and returns it normalized, as the typed
-/// value serializes it. Errors name the field: `spec.proxy.httpProxy: invalid type: integer...`.
-pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
+/// The envelope of a document: `apiVersion` and `kind` of a supported kind, no unknown top-level or
+/// metadata fields, valid names. Returns the kind.
+fn check_envelope(doc: &Value) -> Result<Kind, DocumentError> {
     let obj = doc.as_object().ok_or_else(|| DocumentError::Invalid("a resource must be a mapping".into()))?;
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let kind_name = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
@@ -561,6 +578,13 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
     if let Some(ns) = metadata.get("namespace") {
         check_dns_name("metadata.namespace", ns.as_str().unwrap_or_default())?;
     }
+    Ok(kind)
+}
+
+/// Checks a user document (already parsed from YAML or JSON) and returns it normalized, as the typed
+/// value serializes it. Errors name the field: `spec.proxy.httpProxy: invalid type: integer...`.
+pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
+    let kind = check_envelope(doc)?;
     let normalized = match kind {
         Kind::InfraEnv => {
             let mut typed: InfraEnv = typed_from(doc)?;
@@ -594,6 +618,7 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
         Kind::AgentClusterInstall => {
             let mut typed: AgentClusterInstall = typed_from(doc)?;
             typed.status = None;
+            hive::validate_aci(&typed)?;
             serde_json::to_value(&typed).expect("typed resources serialize")
         }
         Kind::ClusterImageSet => {
@@ -621,7 +646,8 @@ pub fn validate_document(doc: &Value) -> Result<(Kind, Value), DocumentError> {
 }
 
 /// The admission rules that compare an update with the object it replaces (assisted-service's
-/// validating webhooks): fields that are immutable after creation.
+/// validating webhooks): fields that are immutable after creation, or once an Agent or a cluster
+/// installs. [`admission::decide`] applies them with the rest.
 pub fn validate_update(kind: Kind, live: &Value, new: &Value) -> Result<(), DocumentError> {
     match kind {
         Kind::InfraEnv => {
@@ -646,6 +672,15 @@ pub fn validate_update(kind: Kind, live: &Value, new: &Value) -> Result<(), Docu
             }
             let new: Agent = serde_json::from_value(new_doc).map_err(DocumentError::Decode)?;
             Ok(agent::validate_agent_update(&old, &new)?)
+        }
+        Kind::AgentClusterInstall => {
+            let old: AgentClusterInstall = serde_json::from_value(live.clone()).map_err(DocumentError::Decode)?;
+            let mut new_doc = new.clone();
+            if let Some(o) = new_doc.as_object_mut() {
+                o.remove("status");
+            }
+            let new: AgentClusterInstall = serde_json::from_value(new_doc).map_err(DocumentError::Decode)?;
+            Ok(hive::validate_aci_update(&old, &new)?)
         }
         _ => Ok(()),
     }

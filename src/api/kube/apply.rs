@@ -333,8 +333,6 @@ impl FieldSet {
         }
     }
 
-    /// Whether `path` is a member.
-
     /// The members below `pe` (relative to it).
     fn below(&self, pe: &PathElement) -> &FieldSet {
         self.nodes.get(pe).map_or(&EMPTY_SET, |n| &n.children)

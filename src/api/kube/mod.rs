@@ -46,7 +46,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::errors::chain;
 use crate::http::Body;
 use crate::resources::Kind;
 use crate::store::sqlite::SqliteStore;
@@ -423,6 +422,26 @@ impl KubeApi {
 
     pub fn store(&self) -> &SqliteStore {
         &self.store
+    }
+
+    /// Creates the `default` namespace if it is missing, as a cluster has it from the start.
+    pub async fn ensure_default_namespace(&self) -> Result<(), StoreError> {
+        if self.store.get_raw("namespaces", "", "default")?.is_some() {
+            return Ok(());
+        }
+        let doc = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "default", "labels": {"kubernetes.io/metadata.name": "default"}}});
+        match self.store.create_raw("namespaces", "", doc, false).await {
+            Ok(created) => {
+                let rv = created["metadata"]["resourceVersion"].as_str().map(str::to_string);
+                self.store
+                    .replace_status_raw("namespaces", "", "default", Some(json!({"phase": "Active"})), rv)
+                    .await?;
+                Ok(())
+            }
+            Err(StoreError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     pub fn collections(&self) -> &[Collection] {
@@ -954,10 +973,33 @@ impl KubeApi {
             }
             return Ok(doc);
         };
+        // The admission rules a hub's webhook applies too (`resources::admission`).
+        use crate::resources::admission::{self, Operation};
+        let operation = if live.is_some() { Operation::Update } else { Operation::Create };
+        let candidate = if status { doc.clone() } else { strip_server_fields(&doc) };
+        let request = admission::Request {
+            operation,
+            kind,
+            subresource: if status { "status" } else { "" },
+            old: live,
+            new: Some(&candidate),
+        };
+        let allowed = admission::decide(&request).map_err(|denied| {
+            let code = StatusCode::from_u16(denied.code).unwrap_or(StatusCode::BAD_REQUEST);
+            match code {
+                // The document's own faults: the API server's "is invalid".
+                StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
+                    ApiError::invalid(c, &name, denied.message)
+                }
+                _ => ApiError {
+                    details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
+                    ..ApiError::new(code, denied.reason, denied.message)
+                },
+            }
+        })?;
+        ctx.warnings.extend(allowed.warnings);
         if status {
-            let normalized =
-                crate::resources::validate_status(kind, &doc).map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
-            match normalized {
+            match allowed.normalized {
                 Some(s) => doc["status"] = s,
                 None => {
                     if let Some(o) = doc.as_object_mut() {
@@ -967,13 +1009,7 @@ impl KubeApi {
             }
             return Ok(doc);
         }
-        let (_, validated) = crate::resources::validate_document(&strip_server_fields(&doc))
-            .map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
-        if let Some(live) = live {
-            crate::resources::validate_update(kind, live, &validated)
-                .map_err(|e| ApiError::invalid(c, &name, chain(&e)))?;
-        }
-        let mut validated = validated;
+        let mut validated = allowed.normalized.unwrap_or(candidate);
         validated["metadata"] = doc["metadata"].clone();
         if kind == Kind::Secret
             && let Some(o) = validated["metadata"].as_object_mut()
@@ -1050,14 +1086,23 @@ impl KubeApi {
         if let (Err(_), Some(uid)) = (&written, &creating.uid) {
             self.hooks.not_created(uid);
         }
-        let stored = written.map_err(|e| ApiError::from_store(c, &name, e))?;
+        let mut stored = written.map_err(|e| ApiError::from_store(c, &name, e))?;
+        if c.kind_name() == "Namespace" {
+            // A namespace is Active from its creation (none is ever Terminating here: see the module docs).
+            let rv = stored["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            if let Ok(active) =
+                self.store.replace_status_raw("namespaces", "", &name, Some(json!({"phase": "Active"})), rv).await
+            {
+                stored = active;
+            }
+        }
         Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await))
     }
 
     /// The answer to a write: the object once the hooks ran (an InfraEnv with its status).
     async fn after_write(&self, c: &Collection, ns: &str, name: &str, stored: Value) -> Value {
         if c.kind_name() == "Namespace" && stored.get("status").is_none() {
-            // The store drops a status given at creation: a namespace gets its phase right after.
+            // A namespace made by server-side apply (or before namespaces had a phase) is Active too.
             let active = Some(json!({"phase": "Active"}));
             if let Ok(with_status) = self.store.replace_status_raw(&c.resource(), ns, name, active, None).await {
                 return with_status;
@@ -1189,7 +1234,12 @@ impl KubeApi {
             }
             // A patch that names a resourceVersion is a precondition; without one it applies to
             // whatever is current (retried when the object moves meanwhile).
-            let pinned = doc["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            let names_version = match &patch {
+                Value::Array(ops) => ops.iter().any(|op| op["path"] == "/metadata/resourceVersion"),
+                other => other.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
+            };
+            let pinned =
+                if names_version { doc["metadata"]["resourceVersion"].as_str().map(str::to_string) } else { None };
             let want = match (&pinned, &live_rv) {
                 (Some(p), Some(l)) if p != l => {
                     return Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())));
@@ -1614,4 +1664,216 @@ fn list_response(c: &Collection, items: &[Bytes], list_meta: &Value) -> Response
         .header(header::CONTENT_LENGTH, body.len())
         .body(body)
         .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api() -> Arc<KubeApi> {
+        KubeApi::new(SqliteStore::open_in_memory().unwrap(), Arc::new(NoHooks))
+    }
+
+    async fn call(api: &KubeApi, method: &str, uri: &str, content_type: &str, body: &str) -> (StatusCode, Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::USER_AGENT, "kubectl/v1.32.4 (linux/amd64)")
+            .body(Bytes::from(body.to_string()))
+            .unwrap();
+        let resp = api.handle(&req).await;
+        let status = resp.status();
+        let body = match resp.body() {
+            Body::Bytes(b) => serde_json::from_slice(b).unwrap_or(Value::Null),
+            Body::Chunks(c) => serde_json::from_slice(&c.concat()).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        (status, body)
+    }
+
+    const SECRETS: &str = "/api/v1/namespaces/ns/secrets";
+    const IES: &str = "/apis/agent-install.openshift.io/v1beta1/namespaces/ns/infraenvs";
+
+    fn secret(name: &str, env: &str) -> String {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": {"env": env}},
+               "stringData": {"k": "v"}})
+        .to_string()
+    }
+
+    fn infraenv(extra: Value) -> String {
+        let mut doc = json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+            "metadata": {"name": "ie"}, "spec": {"pullSecretRef": {"name": "ps"}}});
+        crate::store::json::merge_patch(&mut doc, &extra);
+        doc.to_string()
+    }
+
+    #[tokio::test]
+    async fn lists_take_selectors_and_come_in_pages() {
+        let api = api();
+        for (i, env) in ["prod", "dev", "prod", "prod", "dev"].iter().enumerate() {
+            let (code, _) = call(&api, "POST", SECRETS, "application/json", &secret(&format!("s{i}"), env)).await;
+            assert_eq!(code, StatusCode::CREATED);
+        }
+        let (_, list) = call(&api, "GET", &format!("{SECRETS}?labelSelector=env%3Dprod"), "", "").await;
+        let names: Vec<&str> =
+            list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["s0", "s2", "s3"]);
+        let (_, one) = call(&api, "GET", &format!("{SECRETS}?fieldSelector=metadata.name%3Ds4"), "", "").await;
+        assert_eq!(one["items"].as_array().unwrap().len(), 1);
+        let (code, refused) = call(&api, "GET", &format!("{SECRETS}?fieldSelector=spec.x%3D1"), "", "").await;
+        assert_eq!(
+            (code, refused["message"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("field label not supported: spec.x"))
+        );
+        // Pages of two, each continuing after the last name of the one before.
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        loop {
+            let uri = format!("{SECRETS}?limit=2&continue={token}");
+            let (_, page) = call(&api, "GET", &uri, "", "").await;
+            let items = page["items"].as_array().unwrap();
+            assert!(items.len() <= 2);
+            seen.extend(items.iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+            match page["metadata"]["continue"].as_str() {
+                Some(t) if !t.is_empty() => token = t.to_string(),
+                _ => break,
+            }
+        }
+        assert_eq!(seen, ["s0", "s1", "s2", "s3", "s4"]);
+        let (code, _) = call(&api, "GET", &format!("{SECRETS}?limit=2&continue=garbage!"), "", "").await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn writes_are_validated_and_dry_runs_store_nothing() {
+        let api = api();
+        // Strict: an unknown field is refused, naming it; Warn (the default) drops it with a warning.
+        let doc = infraenv(json!({"spec": {"bogus": 1}}));
+        let (code, err) = call(&api, "POST", &format!("{IES}?fieldValidation=Strict"), "application/json", &doc).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(
+            err["message"].as_str().unwrap().ends_with("strict decoding error: unknown field \"spec.bogus\""),
+            "{err}"
+        );
+        let (code, _) =
+            call(&api, "POST", &format!("{IES}?dryRun=All"), "application/json", &infraenv(json!({}))).await;
+        assert_eq!(code, StatusCode::CREATED);
+        assert!(api.store().get_raw("infraenvs.agent-install.openshift.io", "ns", "ie").unwrap().is_none());
+        let (code, stored) = call(&api, "POST", IES, "application/json", &doc).await;
+        assert_eq!(code, StatusCode::CREATED);
+        assert!(stored["spec"].get("bogus").is_none());
+        // The admission rules: clusterRef is immutable.
+        let mut update = stored.clone();
+        update["spec"]["clusterRef"] = json!({"name": "c", "namespace": "ns"});
+        let (code, err) = call(&api, "PUT", &format!("{IES}/ie"), "application/json", &update.to_string()).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(err["message"].as_str().unwrap().contains("Spec.ClusterRef which is immutable"), "{err}");
+        // An update must name the version it replaces.
+        let mut unversioned = stored.clone();
+        unversioned["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+        let (code, _) = call(&api, "PUT", &format!("{IES}/ie"), "application/json", &unversioned.to_string()).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[tokio::test]
+    async fn patches_of_every_type_and_their_refusals() {
+        let api = api();
+        call(&api, "POST", IES, "application/json", &infraenv(json!({}))).await;
+        let (code, patched) = call(
+            &api,
+            "PATCH",
+            &format!("{IES}/ie"),
+            "application/json-patch+json",
+            r#"[{"op":"add","path":"/spec/sshAuthorizedKey","value":"ssh-ed25519 AAAA"}]"#,
+        )
+        .await;
+        assert_eq!((code, patched["spec"]["sshAuthorizedKey"].as_str()), (StatusCode::OK, Some("ssh-ed25519 AAAA")));
+        let (code, _) = call(
+            &api,
+            "PATCH",
+            &format!("{IES}/ie"),
+            "application/json-patch+json",
+            r#"[{"op":"test","path":"/spec/sshAuthorizedKey","value":"other"}]"#,
+        )
+        .await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        // Custom resources take no strategic merge patch, as on a real API server.
+        let (code, _) = call(&api, "PATCH", &format!("{IES}/ie"), "application/strategic-merge-patch+json", "{}").await;
+        assert_eq!(code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        // A patch naming an old version is refused; the managers are recorded.
+        let (code, _) = call(
+            &api,
+            "PATCH",
+            &format!("{IES}/ie"),
+            "application/merge-patch+json",
+            r#"{"metadata":{"resourceVersion":"1","labels":{"a":"b"}}}"#,
+        )
+        .await;
+        assert_eq!(code, StatusCode::CONFLICT);
+        let (_, ie) = call(&api, "GET", &format!("{IES}/ie"), "", "").await;
+        let managers: Vec<&str> = ie["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, ["kubectl"]);
+    }
+
+    #[tokio::test]
+    async fn server_side_apply_owns_fields_and_reports_conflicts() {
+        let api = api();
+        let applied = "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: ie}\n\
+                       spec:\n  pullSecretRef: {name: ps}\n  sshAuthorizedKey: one\n";
+        let uri = |manager: &str, force: bool| format!("{IES}/ie?fieldManager={manager}&force={force}");
+        let (code, _) = call(&api, "PATCH", &uri("alice", false), "application/apply-patch+yaml", applied).await;
+        assert_eq!(code, StatusCode::CREATED);
+        let other = applied.replace("one", "two");
+        let (code, err) = call(&api, "PATCH", &uri("bob", false), "application/apply-patch+yaml", &other).await;
+        assert_eq!(code, StatusCode::CONFLICT);
+        assert_eq!(
+            err["message"],
+            // An Apply manager is named without a version (an Update one with it, as upstream).
+            "Apply failed with 1 conflict: conflict with \"alice\": .spec.sshAuthorizedKey"
+        );
+        assert_eq!(err["details"]["causes"][0]["field"], ".spec.sshAuthorizedKey");
+        let (code, taken) = call(&api, "PATCH", &uri("bob", true), "application/apply-patch+yaml", &other).await;
+        assert_eq!((code, taken["spec"]["sshAuthorizedKey"].as_str()), (StatusCode::OK, Some("two")));
+        let (code, _) = call(&api, "PATCH", &format!("{IES}/ie"), "application/apply-patch+yaml", applied).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "an apply needs a field manager");
+    }
+
+    #[tokio::test]
+    async fn kubectl_protobuf_bodies_and_deletes() {
+        let api = api();
+        let body =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/kubectl-protobuf/namespace.pb")).unwrap();
+        let req = Request::builder()
+            .method("POST")
+            .uri("/api/v1/namespaces")
+            .header(header::CONTENT_TYPE, "application/vnd.kubernetes.protobuf")
+            .body(Bytes::from(body))
+            .unwrap();
+        let resp = api.handle(&req).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let ns = api.store().get_raw("namespaces", "", "demo").unwrap().expect("the namespace");
+        assert_eq!(ns["status"]["phase"], "Active");
+        // A deletion held by a finalizer is 202 with the marked object; then gone, 404.
+        let doc = infraenv(json!({"metadata": {"finalizers": ["x/y"]}}));
+        call(&api, "POST", IES, "application/json", &doc).await;
+        let (code, held) = call(&api, "DELETE", &format!("{IES}/ie"), "", "").await;
+        assert_eq!(code, StatusCode::ACCEPTED);
+        assert!(held["metadata"]["deletionTimestamp"].is_string());
+        call(
+            &api,
+            "PATCH",
+            &format!("{IES}/ie"),
+            "application/merge-patch+json",
+            r#"{"metadata":{"finalizers":null}}"#,
+        )
+        .await;
+        let (code, gone) = call(&api, "GET", &format!("{IES}/ie"), "", "").await;
+        assert_eq!((code, gone["reason"].as_str()), (StatusCode::NOT_FOUND, Some("NotFound")));
+    }
 }

@@ -230,6 +230,9 @@ pub enum Start {
     After(i64),
 }
 
+/// See [`WatchOptions::filter`].
+pub type EventFilter = Box<dyn Fn(&Bytes) -> Option<Bytes> + Send + Sync>;
+
 pub struct WatchOptions {
     pub start: Start,
     pub timeout: Duration,
@@ -241,7 +244,7 @@ pub struct WatchOptions {
     pub bookmark_type: (String, String),
     /// The object as the client asked for it (filtered by selectors, converted to metadata or a
     /// table row); None: not for this watch.
-    pub filter: Box<dyn Fn(&Bytes) -> Option<Bytes> + Send + Sync>,
+    pub filter: EventFilter,
 }
 
 fn bookmark((api_version, kind): &(String, String), rv: i64, initial_end: bool) -> Bytes {
@@ -323,4 +326,128 @@ async fn record(
 /// The metadata-only form of an object (`PartialObjectMetadata`), for clients that ask for it.
 pub fn metadata_only(object: &Value) -> Value {
     json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": object["metadata"]})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteStore;
+
+    const RES: &str = "configmaps";
+
+    fn cm(name: &str, v: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"}, "data": {"v": v}})
+    }
+
+    fn opts(start: Start) -> WatchOptions {
+        WatchOptions {
+            start,
+            timeout: Duration::from_secs(30),
+            bookmarks: false,
+            initial_events_end: start == Start::Current,
+            bookmark_type: ("v1".into(), "ConfigMap".into()),
+            filter: Box::new(|t| Some(t.clone())),
+        }
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<Bytes>) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("an event in time").unwrap();
+        serde_json::from_slice(&line).unwrap()
+    }
+
+    /// Waits until the recorder has seen the store at `rv`.
+    async fn settled(w: &Watches, rv: i64) {
+        for _ in 0..500 {
+            if w.resource_version() >= rv {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the watch feed never reached {rv}");
+    }
+
+    fn rv(v: &Value) -> i64 {
+        v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_watch_starts_with_what_is_there_then_follows_every_change() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.create_raw(RES, "ns", cm("a", "1"), false).await.unwrap();
+        let w = Watches::start(store.clone(), &[RES.to_string()]);
+        let mut rx = w.watch(RES, Some("ns"), opts(Start::Current));
+        let first = next(&mut rx).await;
+        assert_eq!((first["type"].as_str(), first["object"]["data"]["v"].as_str()), (Some("ADDED"), Some("1")));
+        let end = next(&mut rx).await;
+        assert_eq!(end["type"], "BOOKMARK");
+        assert_eq!(end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        let mut doc = store.get_raw(RES, "ns", "a").unwrap().unwrap();
+        doc["data"]["v"] = json!("2");
+        store.replace_raw(RES, "ns", doc).await.unwrap();
+        let modified = next(&mut rx).await;
+        assert_eq!(
+            (modified["type"].as_str(), modified["object"]["data"]["v"].as_str()),
+            (Some("MODIFIED"), Some("2"))
+        );
+        store.delete_raw(RES, "ns", "a").await.unwrap();
+        let deleted = next(&mut rx).await;
+        assert_eq!((deleted["type"].as_str(), deleted["object"]["data"]["v"].as_str()), (Some("DELETED"), Some("2")));
+        // Another namespace is not this watch's business.
+        store.create_raw(RES, "other", cm("b", "1"), false).await.unwrap();
+        store.create_raw(RES, "ns", cm("c", "1"), false).await.unwrap();
+        assert_eq!(next(&mut rx).await["object"]["metadata"]["name"], "c");
+    }
+
+    #[tokio::test]
+    async fn a_watch_resumes_after_a_version_and_one_too_old_is_gone() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let old = store.create_raw(RES, "ns", cm("before", "1"), false).await.unwrap();
+        let w = Watches::start(store.clone(), &[RES.to_string()]);
+        let a = store.create_raw(RES, "ns", cm("a", "1"), false).await.unwrap();
+        let b = store.create_raw(RES, "ns", cm("b", "1"), false).await.unwrap();
+        settled(&w, rv(&b)).await;
+        // From a's version: what came after it (b), as the API server sends; not a itself, which a
+        // list stamped with that version holds (`kubectl get -w` would print it twice).
+        let mut rx = w.watch(RES, None, opts(Start::After(rv(&a))));
+        assert_eq!(next(&mut rx).await["object"]["metadata"]["name"], "b");
+        // A deletion carries the last version recorded: from that version, it is replayed.
+        store.delete_raw(RES, "ns", "b").await.unwrap();
+        assert_eq!(next(&mut rx).await["type"], "DELETED");
+        let mut from_b = w.watch(RES, None, opts(Start::After(rv(&b))));
+        let deleted = next(&mut from_b).await;
+        assert_eq!(
+            (deleted["type"].as_str(), deleted["object"]["metadata"]["name"].as_str()),
+            (Some("DELETED"), Some("b"))
+        );
+        // From before the window (the seed): 410, as the API server answers.
+        let mut rx = w.watch(RES, None, opts(Start::After(rv(&old) - 1)));
+        let gone = next(&mut rx).await;
+        assert_eq!((gone["type"].as_str(), gone["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
+        assert_eq!(gone["object"]["reason"], "Expired");
+        assert!(rx.recv().await.is_none(), "the watch ends after 410");
+    }
+
+    #[tokio::test]
+    async fn a_watch_ends_at_its_timeout_and_when_its_client_goes() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let w = Watches::start(store.clone(), &[RES.to_string()]);
+        let mut o = opts(Start::Current);
+        o.timeout = Duration::from_millis(50);
+        o.initial_events_end = false;
+        let mut rx = w.watch(RES, None, o);
+        let ended = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("the watch ends");
+        assert!(ended.is_none());
+        // A dropped receiver ends the task (the feed loses its subscriber).
+        let rx = w.watch(RES, None, opts(Start::Current));
+        let before = w.feed.receiver_count();
+        drop(rx);
+        store.create_raw(RES, "ns", cm("x", "1"), false).await.unwrap();
+        for _ in 0..500 {
+            if w.feed.receiver_count() < before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the watch task outlived its client");
+    }
 }

@@ -2,7 +2,7 @@
 //! seeds, each seed a different order of reconciles, change deliveries, agent polls and timers, and
 //! every seed must end in the same state, the one the design names.
 //!
-//! How a run is made deterministic over real I/O (docs/design.md §7.5): the controllers' store is
+//! How a run is made deterministic over real I/O (docs/design.md §7.6): the controllers' store is
 //! wrapped in [`Gated`] and the backend has gates of its own ([`crate::pool::gate`]), so a reconcile
 //! stops before each store or backend call. The scheduler ([`Sim::step`]) waits until every reconcile
 //! is parked at a gate or finished, whatever real I/O that takes, then makes one seeded choice: let a

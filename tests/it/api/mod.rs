@@ -1,6 +1,7 @@
 //! The API's guards: tokens for resources and images, hostile inputs, tenant isolation, log lines,
-//! cluster credentials uploads.
+//! cluster credentials uploads, the admission webhook.
 
+mod admission_webhook;
 mod cluster_credentials;
 mod hostile_inputs;
 mod image_auth;

@@ -43,6 +43,31 @@ fn the_resource_api_needs_the_token() {
     );
     let logs = "/api/assisted-install/v2/clusters/0e8a7d4c-0000-4000-8000-000000000000/logs";
     assert_eq!(request(&server.addr, "GET", logs, &[], b"").status, 401);
+    // Discovery and OpenAPI documents say which kinds this server holds: behind the token too.
+    for path in [
+        "/version",
+        "/api",
+        "/api/v1",
+        "/apis",
+        "/apis/agent-install.openshift.io",
+        "/apis/agent-install.openshift.io/v1beta1",
+        "/openapi/v2",
+        "/openapi/v3",
+        "/openapi/v3/apis/agent-install.openshift.io/v1beta1",
+        "/apis/agent-install.openshift.io/v1beta1/infraenvs?watch=true",
+    ] {
+        let r = request(&server.addr, "GET", path, &[], b"");
+        assert_eq!(r.status, 401, "{path}");
+        assert!(String::from_utf8_lossy(&r.body).contains("\"kind\": \"Status\""), "{path}: a Status body");
+        let ok = request(
+            &server.addr,
+            "GET",
+            path.split('?').next().unwrap(),
+            &[("Authorization", &format!("Bearer {TEST_API_TOKEN}"))],
+            b"",
+        );
+        assert_eq!(ok.status, 200, "{path} with the token");
+    }
     // What stays open: health, and the image and agent routes (they have tokens of their own).
     assert_eq!(request(&server.addr, "GET", "/ready", &[], b"").status, 200);
     assert_eq!(request(&server.addr, "GET", "/live", &[], b"").status, 200);

@@ -130,7 +130,10 @@ fn get_and_delete_round_trip() {
 fn bad_documents_are_refused_with_the_field_named() {
     let server = Server::start(&[]);
     let cases = [
-        (infraenv_yaml("a", "x", "  sshAuthorisedKey: k\n"), "spec.sshAuthorisedKey: unknown field `sshAuthorisedKey`"),
+        (
+            infraenv_yaml("a", "x", "  sshAuthorisedKey: k\n"),
+            "strict decoding error: unknown field \"spec.sshAuthorisedKey\"",
+        ),
         (
             infraenv_yaml("a", "x", "  proxy:\n    httpProxy: [1]\n"),
             "spec.proxy.httpProxy: invalid type: sequence, expected a string",
@@ -155,6 +158,21 @@ fn bad_documents_are_refused_with_the_field_named() {
     let out = cli(&["get", "--server", &server.url, "infraenvs", "-A", "-o", "json"], None);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["items"].as_array().unwrap().len(), 0);
+}
+
+/// What admission allows but the user should know is shown as kubectl shows it.
+#[test]
+fn admission_warnings_are_shown() {
+    let server = Server::start(&[]);
+    let out = server.apply(&infraenv_yaml("a", "x", "  ntpSources: [ntp.example.com]\n"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "Warning: spec.ntpSources is not supported by this bootstream version: this InfraEnv gets no image"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -21,7 +21,12 @@ pub const TEST_API_TOKEN: &str = "bootstream-test-api-token-3f6c1e0a9b";
 
 /// Whether `path` is on the resource API (bearer token), not on the image or agent routes.
 pub fn is_resource_api(path: &str) -> bool {
-    path.starts_with("/apis/") || path.starts_with("/api/v1/") || path.starts_with("/api/assisted-install/v2/clusters/")
+    path.starts_with("/apis")
+        || path.starts_with("/api/v1")
+        || path == "/api"
+        || path == "/version"
+        || path.starts_with("/openapi/")
+        || path.starts_with("/api/assisted-install/v2/clusters/")
 }
 
 /// Repository root (tests run with the package root as working directory).
@@ -152,21 +157,15 @@ impl Server {
             })
             .spawn()
             .expect("spawning bootstream serve");
-        // `serve` first names its Kubernetes API's HTTPS listener (when it opens one), then its own.
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut lines = Vec::new();
-        let addr = loop {
-            let mut line = String::new();
-            stdout.read_line(&mut line).expect("reading the listening line");
-            if let Some(addr) = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()) {
-                break addr.to_string();
-            }
-            assert!(
-                line.contains("https://") && lines.is_empty(),
-                "unexpected line from serve: {line:?} (after {lines:?})"
-            );
-            lines.push(line);
-        };
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("reading the listening line");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
+            .to_string();
         let server = Server { child, url: format!("http://{addr}"), addr, data_dir, log };
         server.wait_ready();
         server
@@ -352,6 +351,62 @@ pub fn try_request(
         }
     }
     Ok(Response { status, headers, body })
+}
+
+/// A CA and a server certificate for 127.0.0.1 and localhost that it signed, made by openssl.
+pub struct Certs {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn openssl(args: &[&str], dir: &Path) {
+    let out = Command::new(tool("openssl")).args(args).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn make_certs(dir: &Path, name: &str) -> Certs {
+    let p = |s: &str| format!("{name}-{s}");
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", &p("ca.key"), "-out", &p("ca.pem"), "-days", "2", "-subj", "/CN=bootstream test CA"],
+        ]
+        .concat(),
+        dir,
+    );
+    openssl(
+        &[&["req"][..], &ec, &["-keyout", &p("key.pem"), "-out", &p("srv.csr"), "-subj", "/CN=localhost"]].concat(),
+        dir,
+    );
+    std::fs::write(
+        dir.join(p("ext.cnf")),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &p("srv.csr"),
+            "-CA",
+            &p("ca.pem"),
+            "-CAkey",
+            &p("ca.key"),
+            "-CAcreateserial",
+            "-out",
+            &p("cert.pem"),
+            "-days",
+            "1",
+            "-extfile",
+            &p("ext.cnf"),
+        ],
+        dir,
+    );
+    Certs { ca: dir.join(p("ca.pem")), cert: dir.join(p("cert.pem")), key: dir.join(p("key.pem")) }
 }
 
 /// Decompresses the corpus's `fixtures/coreos-installer/iso/NAME.iso.xz` into `dir` and returns the path.

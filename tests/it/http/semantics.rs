@@ -173,7 +173,7 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
     let put = |name: &str| {
         let doc = secret(name);
         format!(
-            "PUT /api/v1/namespaces/n/secrets/{name} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+            "POST /api/v1/namespaces/n/secrets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
              Authorization: Bearer {TEST_API_TOKEN}\r\nContent-Length: {}\r\n\r\n{doc}",
             doc.len()
         )

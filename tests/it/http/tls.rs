@@ -6,68 +6,12 @@
 use crate::common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-/// A CA and a server certificate for 127.0.0.1 and localhost that it signed, made by openssl.
-struct Certs {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn openssl(args: &[&str], dir: &Path) {
-    let out = Command::new(tool("openssl")).args(args).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn make_certs(dir: &Path, name: &str) -> Certs {
-    let p = |s: &str| format!("{name}-{s}");
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-    openssl(
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &["-keyout", &p("ca.key"), "-out", &p("ca.pem"), "-days", "2", "-subj", "/CN=bootstream test CA"],
-        ]
-        .concat(),
-        dir,
-    );
-    openssl(
-        &[&["req"][..], &ec, &["-keyout", &p("key.pem"), "-out", &p("srv.csr"), "-subj", "/CN=localhost"]].concat(),
-        dir,
-    );
-    std::fs::write(
-        dir.join(p("ext.cnf")),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &p("srv.csr"),
-            "-CA",
-            &p("ca.pem"),
-            "-CAkey",
-            &p("ca.key"),
-            "-CAcreateserial",
-            "-out",
-            &p("cert.pem"),
-            "-days",
-            "1",
-            "-extfile",
-            &p("ext.cnf"),
-        ],
-        dir,
-    );
-    Certs { ca: dir.join(p("ca.pem")), cert: dir.join(p("cert.pem")), key: dir.join(p("key.pem")) }
-}
 
 /// `bootstream serve` with HTTPS and, optionally, the plain-HTTP iPXE port.
 struct TlsServer {

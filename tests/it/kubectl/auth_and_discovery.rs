@@ -102,5 +102,9 @@ fn kubectl_without_the_servers_token_must_log_in() {
             assert!(!String::from_utf8_lossy(&out.stdout).contains("hunter2"));
         }
     }
-    assert_eq!(k.ok(&["get", "namespaces", "-o", "name"]), "namespace/private\n", "the intruder created nothing");
+    assert_eq!(
+        k.ok(&["get", "namespaces", "-o", "name"]),
+        "namespace/default\nnamespace/private\n",
+        "the intruder created nothing"
+    );
 }
