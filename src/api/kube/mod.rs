@@ -252,12 +252,26 @@ impl ApiError {
         }
     }
     fn invalid(c: &Collection, name: &str, message: impl std::fmt::Display) -> ApiError {
+        // kubectl prints an Invalid error as `The KIND "NAME" is invalid: FIELD: MESSAGE` from its
+        // causes alone (without one it shows no reason at all): the field is the message's leading
+        // path, else the spec (the admission webhooks' messages name no path).
+        let text = message.to_string();
+        let (field, cause) = match text.split_once(": ") {
+            Some((path, rest))
+                if path.starts_with(|c: char| c.is_ascii_lowercase())
+                    && path.chars().all(|c| c.is_ascii_alphanumeric() || "._[]-".contains(c)) =>
+            {
+                (path, rest)
+            }
+            _ => ("spec", text.as_str()),
+        };
+        let causes = json!([{"reason": "FieldValueInvalid", "message": cause, "field": field}]);
         ApiError {
-            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name()})),
+            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name(), "causes": causes})),
             ..ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",
-                format!("{} \"{name}\" is invalid: {message}", c.kind_name()),
+                format!("{} \"{name}\" is invalid: {text}", c.kind_name()),
             )
         }
     }
@@ -435,7 +449,8 @@ impl KubeApi {
         if self.store.get_raw("namespaces", "", "default")?.is_some() {
             return Ok(());
         }
-        let doc = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+        let doc = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "default", "labels": {"kubernetes.io/metadata.name": "default"}}});
         match self.store.create_raw("namespaces", "", doc, false).await {
             Ok(created) => {
                 let rv = created["metadata"]["resourceVersion"].as_str().map(str::to_string);
@@ -840,7 +855,7 @@ impl KubeApi {
             Representation::Metadata => ("meta.k8s.io/v1".to_string(), "PartialObjectMetadata".to_string()),
             Representation::Table => ("meta.k8s.io/v1".to_string(), "Table".to_string()),
         };
-        let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+        let truthy = |k: &str| query_flag(q, k);
         let opts = WatchOptions {
             start,
             timeout,
@@ -967,6 +982,14 @@ impl KubeApi {
                     &name,
                     "metadata.name: Required value: name or generateName is required",
                 ));
+            }
+            if c.kind_name() == "Namespace" && !status {
+                // As the API server's namespace strategy: a new namespace is Active (`kubectl get ns`
+                // shows it, clients read `status.phase`), and every namespace is labelled with its name.
+                if live.is_none() {
+                    doc["status"] = json!({"phase": "Active"});
+                }
+                doc["metadata"]["labels"]["kubernetes.io/metadata.name"] = Value::String(name);
             }
             return Ok(doc);
         };
@@ -1098,6 +1121,13 @@ impl KubeApi {
 
     /// The answer to a write: the object once the hooks ran (an InfraEnv with its status).
     async fn after_write(&self, c: &Collection, ns: &str, name: &str, stored: Value) -> Value {
+        if c.kind_name() == "Namespace" && stored.get("status").is_none() {
+            // A namespace made by server-side apply (or before namespaces had a phase) is Active too.
+            let active = Some(json!({"phase": "Active"}));
+            if let Ok(with_status) = self.store.replace_status_raw(&c.resource(), ns, name, active, None).await {
+                return with_status;
+            }
+        }
         if let Some(kind) = c.kind {
             self.hooks.written(kind, ns, name).await;
             if let Ok(Some(current)) = self.store.get_raw(&c.resource(), ns, name) {
@@ -1258,7 +1288,7 @@ impl KubeApi {
                 "PATCH, application/apply-patch+yaml requests require fieldManager to be set",
             ));
         }
-        let force = q.get("force").is_some_and(|f| f == "true");
+        let force = query_flag(q, "force");
         let text =
             std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the applied configuration is not UTF-8"))?;
         let mut config: Value = {
@@ -1408,8 +1438,15 @@ fn clone_head(req: &Request<Bytes>) -> (http::request::Parts, ()) {
     b.body(()).expect("a copy of a valid head").into_parts()
 }
 
+/// A boolean query parameter, read as the API server reads one (apimachinery's
+/// `Convert_Slice_string_To_bool`): present and neither "0" nor "false" in any case is true. The
+/// Python client sends `watch=True`.
+fn query_flag(q: &std::collections::HashMap<String, String>, key: &str) -> bool {
+    q.get(key).is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
 fn verb_of(method: &Method, t: &Target<'_>, q: &std::collections::HashMap<String, String>) -> Verb {
-    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let watching = query_flag(q, "watch");
     match (method.as_str(), t.name.is_some()) {
         ("GET", false) if watching => Verb::Watch,
         ("GET", false) => Verb::List,

@@ -121,11 +121,17 @@ impl Watches {
                     .filter(|((res, ns, _), _)| matches(res, ns))
                     .map(|(_, text)| ("ADDED", text.clone()))
                     .collect()),
-                // Events at `from` itself are replayed too: a list stamped `from` may not hold them.
+                // The changes after `from`, as the API server sends them: a list stamped `from`
+                // holds every object written at `from` (`kubectl get -w` would print it twice). A
+                // deletion has no version of its own (it carries the last one recorded), so one at
+                // `from` itself is replayed: the list may have been read before it.
                 Start::After(from) if from >= history.oldest => Ok(history
                     .events
                     .iter()
-                    .filter(|e| e.resource_version >= from && matches(&e.resource, &e.namespace))
+                    .filter(|e| {
+                        (e.resource_version > from || (e.resource_version == from && e.type_ == "DELETED"))
+                            && matches(&e.resource, &e.namespace)
+                    })
                     .map(|e| (e.type_, e.text.clone()))
                     .collect()),
                 Start::After(_) => Err(history.oldest),
@@ -220,7 +226,7 @@ impl Watches {
 pub enum Start {
     /// The current objects as ADDED, then changes (no resourceVersion, or "0").
     Current,
-    /// The changes at and after a resourceVersion.
+    /// The changes after a resourceVersion (and deletions recorded at it).
     After(i64),
 }
 
@@ -400,10 +406,19 @@ mod tests {
         let a = store.create_raw(RES, "ns", cm("a", "1"), false).await.unwrap();
         let b = store.create_raw(RES, "ns", cm("b", "1"), false).await.unwrap();
         settled(&w, rv(&b)).await;
-        // From a's version: a (at the version itself) and b, nothing before.
+        // From a's version: what came after it (b), as the API server sends; not a itself, which a
+        // list stamped with that version holds (`kubectl get -w` would print it twice).
         let mut rx = w.watch(RES, None, opts(Start::After(rv(&a))));
-        assert_eq!(next(&mut rx).await["object"]["metadata"]["name"], "a");
         assert_eq!(next(&mut rx).await["object"]["metadata"]["name"], "b");
+        // A deletion carries the last version recorded: from that version, it is replayed.
+        store.delete_raw(RES, "ns", "b").await.unwrap();
+        assert_eq!(next(&mut rx).await["type"], "DELETED");
+        let mut from_b = w.watch(RES, None, opts(Start::After(rv(&b))));
+        let deleted = next(&mut from_b).await;
+        assert_eq!(
+            (deleted["type"].as_str(), deleted["object"]["metadata"]["name"].as_str()),
+            (Some("DELETED"), Some("b"))
+        );
         // From before the window (the seed): 410, as the API server answers.
         let mut rx = w.watch(RES, None, opts(Start::After(rv(&old) - 1)));
         let gone = next(&mut rx).await;
