@@ -255,7 +255,7 @@ impl SpokeCluster {
     pub fn paths(&self) -> Vec<String> {
         let mut paths = Vec::new();
         for c in self.api.collections() {
-            for (ns, name, _) in self.api.store().list_raw_keyed(&c.resource(), None) {
+            for (ns, name, _, _) in self.api.store().list_raw_keyed(&c.resource(), None) {
                 paths.push(match ns.as_str() {
                     "" => format!("{}/{}/{name}", c.prefix(), c.plural()),
                     ns => format!("{}/namespaces/{ns}/{}/{name}", c.prefix(), c.plural()),

@@ -643,19 +643,23 @@ impl KubeApi {
     ) -> Result<Response<Body>, ApiError> {
         let c = t.collection;
         let (labels, fields) = Self::selectors(c, q)?;
-        // Stamped before reading: a watch from this version replays anything the list may have missed.
-        let resource_version = self.watches.resource_version();
+        // What the watches have recorded, read before the objects: the list holds at least that.
+        let recorded = self.watches.resource_version();
         let after = match q.get("continue").filter(|s| !s.is_empty()) {
             Some(token) => Some(decode_continue(token)?),
             None => None,
         };
         let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0).map(|l| l.min(MAX_PAGE));
         let entries = self.store.list_raw_keyed(&c.resource(), t.namespace.as_deref());
+        // The list may hold changes the watches have not recorded yet: stamped with the newest of
+        // them, a watch from the list's version starts after what the list holds (no duplicates),
+        // and a deletion after the list is recorded at a version no older than that.
+        let resource_version = entries.iter().map(|e| e.3).fold(recorded, i64::max);
         let filtering = !labels.is_empty() || !fields.is_empty();
         let mut items: Vec<Bytes> = Vec::new();
         let mut last_key = None;
         let mut more = false;
-        for (ns, name, text) in entries {
+        for (ns, name, text, _) in entries {
             if let Some((after_ns, after_name)) = &after
                 && (ns.as_str(), name.as_str()) <= (after_ns.as_str(), after_name.as_str())
             {

@@ -83,8 +83,8 @@ impl Watches {
         let changes = store.subscribe();
         let mut history = History::default();
         for res in resources {
-            for (ns, name, text) in store.list_raw_keyed(res, None) {
-                history.resource_version = history.resource_version.max(rv_of(&text));
+            for (ns, name, text, rv) in store.list_raw_keyed(res, None) {
+                history.resource_version = history.resource_version.max(rv);
                 history.last.insert((res.clone(), ns, name), text);
             }
         }

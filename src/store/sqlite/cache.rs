@@ -108,12 +108,12 @@ impl Cache {
     }
 
     /// [`Cache::list`] with each object's namespace and name.
-    pub(super) fn list_keyed(&self, res: &str, ns: Option<&str>) -> Vec<(String, String, Bytes)> {
+    pub(super) fn list_keyed(&self, res: &str, ns: Option<&str>) -> Vec<(String, String, Bytes, i64)> {
         let start = obj_key(res, ns.unwrap_or_default(), "");
         self.objects
             .range(start..)
             .take_while(|((r, n, _), _)| r == res && ns.is_none_or(|ns| n == ns))
-            .map(|((_, n, name), c)| (n.clone(), name.clone(), c.text.clone()))
+            .map(|((_, n, name), c)| (n.clone(), name.clone(), c.text.clone(), c.rv))
             .collect()
     }
 

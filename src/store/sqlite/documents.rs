@@ -131,8 +131,8 @@ impl SqliteStore {
     }
 
     /// [`Self::list_raw_texts`] with each object's namespace and name (what a list's `continue`
-    /// token names), in (namespace, name) order.
-    pub fn list_raw_keyed(&self, resource: &str, namespace: Option<&str>) -> Vec<(String, String, Bytes)> {
+    /// token names) and resourceVersion, in (namespace, name) order.
+    pub fn list_raw_keyed(&self, resource: &str, namespace: Option<&str>) -> Vec<(String, String, Bytes, i64)> {
         self.read_cache().list_keyed(resource, namespace)
     }
 
