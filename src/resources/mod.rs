@@ -537,8 +537,11 @@ impl Kind {
 }
 
 const TOP_LEVEL_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
-const SECRET_TOP_LEVEL_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"];
-const METADATA_FIELDS: &[&str] = &[
+/// The fields a Secret has.
+pub const SECRET_TOP_LEVEL_FIELDS: &[&str] =
+    &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"];
+/// The fields of ObjectMeta a client may send.
+pub const METADATA_FIELDS: &[&str] = &[
     "name",
     "namespace",
     "labels",

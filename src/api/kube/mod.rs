@@ -1094,6 +1094,13 @@ impl KubeApi {
             }
             return Ok((StatusCode::CREATED, doc));
         }
+        let stored = self.store_new(c, &ns, doc).await.map_err(|e| ApiError::from_store(c, &name, e))?;
+        Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await))
+    }
+
+    /// Stores a new object, with what the hooks give it (a finalizer, a reserved uid, work beside
+    /// the write).
+    async fn store_new(&self, c: &Collection, ns: &str, mut doc: Value) -> Result<Value, StoreError> {
         let creating = match c.kind {
             Some(kind) => self.hooks.creating(kind, &doc),
             None => Creating::default(),
@@ -1102,7 +1109,7 @@ impl KubeApi {
             add_finalizer(&mut doc, f);
         }
         let resource = c.resource();
-        let write = self.store.create_raw_with_uid(&resource, &ns, doc, c.has_generation, creating.uid.clone());
+        let write = self.store.create_raw_with_uid(&resource, ns, doc, c.has_generation, creating.uid.clone());
         let written = match creating.beside {
             Some(beside) => tokio::join!(write, beside).0,
             None => write.await,
@@ -1110,23 +1117,14 @@ impl KubeApi {
         if let (Err(_), Some(uid)) = (&written, &creating.uid) {
             self.hooks.not_created(uid);
         }
-        let mut stored = written.map_err(|e| ApiError::from_store(c, &name, e))?;
-        if c.kind_name() == "Namespace" {
-            // A namespace is Active from its creation (none is ever Terminating here: see the module docs).
-            let rv = stored["metadata"]["resourceVersion"].as_str().map(str::to_string);
-            if let Ok(active) =
-                self.store.replace_status_raw("namespaces", "", &name, Some(json!({"phase": "Active"})), rv).await
-            {
-                stored = active;
-            }
-        }
-        Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await))
+        written
     }
 
     /// The answer to a write: the object once the hooks ran (an InfraEnv with its status).
     async fn after_write(&self, c: &Collection, ns: &str, name: &str, stored: Value) -> Value {
         if c.kind_name() == "Namespace" && stored.get("status").is_none() {
-            // A namespace made by server-side apply (or before namespaces had a phase) is Active too.
+            // A namespace is Active from its creation (none is ever Terminating here: see the module
+            // docs), whoever made it.
             let active = Some(json!({"phase": "Active"}));
             if let Ok(with_status) = self.store.replace_status_raw(&c.resource(), ns, name, active, None).await {
                 return with_status;
@@ -1346,23 +1344,7 @@ impl KubeApi {
                     doc["metadata"]["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
                     return Ok((StatusCode::CREATED, doc));
                 }
-                let creating = match c.kind {
-                    Some(kind) => self.hooks.creating(kind, &doc),
-                    None => Creating::default(),
-                };
-                if let Some(f) = creating.finalizer {
-                    add_finalizer(&mut doc, f);
-                }
-                let resource = c.resource();
-                let write = self.store.create_raw_with_uid(&resource, &ns, doc, c.has_generation, creating.uid.clone());
-                let written = match creating.beside {
-                    Some(beside) => tokio::join!(write, beside).0,
-                    None => write.await,
-                };
-                if let (Err(_), Some(uid)) = (&written, &creating.uid) {
-                    self.hooks.not_created(uid);
-                }
-                match written {
+                match self.store_new(c, &ns, doc).await {
                     Err(StoreError::AlreadyExists { .. }) => continue,
                     Err(e) => return Err(ApiError::from_store(c, &name, e)),
                     Ok(stored) => return Ok((StatusCode::CREATED, self.after_write(c, &ns, &name, stored).await)),
@@ -1581,23 +1563,7 @@ fn strip_server_fields(doc: &Value) -> Value {
 /// API server prunes them (and reports them, with field validation).
 fn unknown_fields(c: &Collection, doc: &mut Value) -> Vec<String> {
     let mut unknown = Vec::new();
-    const METADATA: &[&str] = &[
-        "name",
-        "namespace",
-        "labels",
-        "annotations",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "finalizers",
-        "ownerReferences",
-        "managedFields",
-        "generateName",
-        "selfLink",
-    ];
+    use crate::resources::{METADATA_FIELDS as METADATA, SECRET_TOP_LEVEL_FIELDS as SECRET};
     if let Some(meta) = doc["metadata"].as_object_mut() {
         let extra: Vec<String> = meta.keys().filter(|k| !METADATA.contains(&k.as_str())).cloned().collect();
         for k in extra {
@@ -1607,7 +1573,6 @@ fn unknown_fields(c: &Collection, doc: &mut Value) -> Vec<String> {
     }
     match c.kind {
         Some(Kind::Secret) => {
-            const SECRET: &[&str] = &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"];
             if let Some(o) = doc.as_object_mut() {
                 let extra: Vec<String> = o.keys().filter(|k| !SECRET.contains(&k.as_str())).cloned().collect();
                 for k in extra {
