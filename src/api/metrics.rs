@@ -24,6 +24,7 @@ use prometheus_client::registry::Registry;
 use crate::controllers::runtime::ControllerMetrics;
 use crate::http::Completion;
 use crate::image::catalog::{Catalog, EntryState};
+use crate::store::kube::ClusterUsage;
 use crate::store::sqlite::WriterStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -80,6 +81,15 @@ impl Metrics {
     /// Metrics of a server whose store's writer thread counts into `writer`, and whose controllers
     /// into `controllers`.
     pub fn new(writer: Arc<WriterStats>, controllers: Arc<ControllerMetrics>) -> Arc<Metrics> {
+        Metrics::with_cluster(writer, controllers, None)
+    }
+
+    /// [`Metrics::new`], plus what a Kubernetes store's requests, watches and cache amount to.
+    pub fn with_cluster(
+        writer: Arc<WriterStats>,
+        controllers: Arc<ControllerMetrics>,
+        cluster: Option<Arc<ClusterUsage>>,
+    ) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("bootstream");
         // Fine below a second for the API (its calls take milliseconds), coarse above for downloads.
         let duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
@@ -109,6 +119,9 @@ impl Metrics {
         let hosts = Family::<HostLabels, Gauge>::default();
         registry.register("hosts", "Hosts by state of the host state machine", hosts.clone());
         registry.register_collector(Box::new(WorkCollector { writer, controllers }));
+        if let Some(usage) = cluster {
+            registry.register_collector(Box::new(ClusterCollector(usage)));
+        }
         Arc::new(Metrics { registry, hosts, duration, size, inflight, aborted, os_images })
     }
 
@@ -145,6 +158,62 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
         out
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterRequestLabels {
+    verb: &'static str,
+    resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: &'static str,
+}
+
+/// The Kubernetes store's load on the API server and its cache (every label a fixed name).
+struct ClusterCollector(Arc<ClusterUsage>);
+
+impl std::fmt::Debug for ClusterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterCollector")
+    }
+}
+
+impl Collector for ClusterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        let mut family = encoder.encode_descriptor(
+            "kube_requests",
+            "Requests sent to the Kubernetes API server, by verb and resource",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((verb, resource), n) in self.0.requests() {
+            ConstCounter::new(n).encode(family.encode_family(&ClusterRequestLabels { verb, resource })?)?;
+        }
+        drop(family);
+        let mut family = encoder.encode_descriptor(
+            "kube_watch_restarts",
+            "Times a watch listed everything again after its first list (410 Gone, a dropped connection)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (resource, n) in self.0.watch_restarts() {
+            ConstCounter::new(n).encode(family.encode_family(&ResourceLabels { resource })?)?;
+        }
+        drop(family);
+        let mut family = encoder.encode_descriptor(
+            "kube_cache_objects",
+            "Objects of each watched kind held in the controller's cache",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (resource, n) in self.0.cached_objects() {
+            ConstGauge::new(n as i64).encode(family.encode_family(&ResourceLabels { resource })?)?;
+        }
+        Ok(())
     }
 }
 

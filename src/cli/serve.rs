@@ -414,12 +414,13 @@ async fn hub<S: crate::store::Store>(
     svc: &ImageService<S>,
     records: crate::store::sqlite::SqliteStore,
     resources: Option<crate::store::sqlite::SqliteStore>,
+    cluster: Option<Arc<crate::store::kube::ClusterUsage>>,
 ) -> anyhow::Result<Arc<crate::api::App<S>>> {
     use anyhow::Context;
     let store = svc.images.store.clone();
     // The controllers' counters, which `/metrics` reads.
     let controllers = Arc::new(crate::controllers::runtime::ControllerMetrics::default());
-    let metrics = crate::api::metrics::Metrics::new(records.writer_stats(), controllers.clone());
+    let metrics = crate::api::metrics::Metrics::with_cluster(records.writer_stats(), controllers.clone(), cluster);
     let host_logs = Arc::new(crate::pool::logs::HostLogs::new(&svc.data_dir));
     let backend = crate::pool::Backend::load(
         records,
@@ -568,7 +569,7 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     create_data_dir(args)?;
     let store = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("state.db"))?;
     let svc = image_service(args, store.clone(), false).await?;
-    let app = hub(args, &svc, store.clone(), Some(store)).await?;
+    let app = hub(args, &svc, store.clone(), Some(store), None).await?;
     if let Some(api) = &app.kube {
         api.ensure_default_namespace().await.context("creating the default namespace")?;
     }
@@ -732,20 +733,25 @@ async fn kube_client(args: &ServeArgs) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
 
-/// `serve --kube`: an image server replica. InfraEnvs, NMStateConfigs and Secrets are read from the
-/// cluster per request; nothing is written anywhere but the OS image cache, so any number of
-/// replicas can run behind one Service.
+/// `serve --kube`: an image server replica. InfraEnvs, NMStateConfigs and the watched Secrets are
+/// read from the watches' cache (other Secrets with a GET); nothing is written anywhere but the OS
+/// image cache, so any number of replicas can run behind one Service.
 async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let client = kube_client(args).await?;
-    // NMStateConfigs too: the image cache keeps each namespace's parsed list until one changes.
-    let store = watch_cluster(client, &[Kind::InfraEnv, Kind::NMStateConfig]).await?;
+    // NMStateConfigs too: the image cache keeps each namespace's parsed list until one changes. And
+    // the Secrets the controller labelled for watching (pull secrets): read at every image request.
+    let store = watch_cluster(client, &[Kind::InfraEnv, Kind::NMStateConfig, Kind::Secret]).await?;
     let svc = image_service(args, store, true).await?;
     let app = Arc::new(crate::api::App {
         images: svc.images.clone(),
         kube: None,
         catalog: svc.catalog.clone(),
         // No controllers here: their counters stay empty.
-        metrics: crate::api::metrics::Metrics::new(Default::default(), Default::default()),
+        metrics: crate::api::metrics::Metrics::with_cluster(
+            Default::default(),
+            Default::default(),
+            Some(svc.images.store.usage()),
+        ),
         agent_api: None,
         backend: None,
         api_token: None,
@@ -773,7 +779,7 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
     create_data_dir(args)?;
     let records = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("hosts.db"))?;
     let svc = image_service(args, store.clone(), true).await?;
-    let app = hub(args, &svc, records, None).await?;
+    let app = hub(args, &svc, records, None, Some(store.usage())).await?;
     if let Some(webhook) = &webhook {
         webhook.count_into(app.metrics.clone());
     }

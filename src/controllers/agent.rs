@@ -324,7 +324,10 @@ async fn sync_spec<S: Store>(
         None => String::new(),
         Some(r) => match ctx.store.get::<Secret>(&r.namespace, &r.name).await {
             Ok(Some(secret)) => match crate::resources::secret_value(&secret, IGNITION_TOKEN_KEY) {
-                Some(token) => token,
+                Some(token) => {
+                    super::label_followed_secret(&ctx.store, &secret).await.map_err(SyncError::Store)?;
+                    token
+                }
                 None => return Err(SyncError::Input(format!("secret {} did not contain key value", r.name))),
             },
             Ok(None) => {

@@ -335,8 +335,8 @@ async fn assign_roles<S: Store>(ctx: &ClusterContext<S>, hosts: &[Host], aci: &A
 
 /// The labels that put a Secret the controller made into the hub's backup (assisted-service's
 /// `ensureSecretIsLabelled`), and that its watches select.
-const BACKUP_LABEL: &str = "cluster.open-cluster-management.io/backup";
-const WATCH_LABEL: &str = "agent-install.openshift.io/watch";
+use crate::resources::WATCH_LABEL;
+use crate::resources::metal3::BACKUP_LABEL;
 
 /// Upstream's admin password secret user.
 const KUBEADMIN_USER: &str = "kubeadmin";

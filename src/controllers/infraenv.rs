@@ -258,6 +258,14 @@ async fn update_status<S: Store>(
     (namespace, name): (&str, &str),
     started: std::time::Instant,
 ) -> Result<Action, StoreError> {
+    // The pull secret, labelled so that a change to it reaches this controller (read errors show in
+    // the status, from the image build).
+    if let Ok(Some(secret)) =
+        images.store.get::<k8s_openapi::api::core::v1::Secret>(namespace, &ie.spec.pull_secret_ref.name).await
+        && let Err(e) = super::label_followed_secret(&images.store, &secret).await
+    {
+        tracing::warn!(infraenv = %format_args!("{namespace}/{name}"), "labelling the pull secret: {}", crate::errors::chain(&e));
+    }
     let now = Time(crate::resources::now_seconds());
     let status_started = std::time::Instant::now();
     let (status, action) = desired_status(images, &ie, now).await;

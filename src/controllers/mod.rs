@@ -410,6 +410,31 @@ async fn route_metal3_event<S: Store>(store: &S, bmhs: &WorkQueue, ppis: Option<
     }
 }
 
+/// spec-controllers.md §2.4, §4: a Secret an InfraEnv or an Agent refers to is labelled for backup,
+/// and with [`crate::resources::WATCH_LABEL`], which puts it in the watch of a controller running
+/// against a cluster (a change to it then reaches the controller; an unlabelled one is read with a
+/// GET each time). A no-op once both are there; a conflict is left to the next reconcile.
+pub(crate) async fn label_followed_secret<S: Store>(
+    store: &S,
+    secret: &Secret,
+) -> Result<(), crate::store::StoreError> {
+    use crate::resources::{WATCH_LABEL, metal3::BACKUP_LABEL};
+    let labels = secret.metadata.labels.as_ref();
+    let has = |key: &str| labels.and_then(|l| l.get(key)).is_some_and(|v| v == "true");
+    if has(WATCH_LABEL) && has(BACKUP_LABEL) {
+        return Ok(());
+    }
+    let mut labelled = secret.clone();
+    let labels = labelled.metadata.labels.get_or_insert_default();
+    labels.insert(WATCH_LABEL.to_string(), "true".to_string());
+    labels.insert(BACKUP_LABEL.to_string(), "true".to_string());
+    match store.update(&labelled).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_conflict() || e.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn key_of(meta: &crate::resources::ObjectMeta) -> Key {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }

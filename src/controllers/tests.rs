@@ -41,12 +41,26 @@ struct World<S: Store> {
     hub: Hub<S>,
     /// The Kubernetes API server of the Kubernetes variant, alive as long as the world.
     _cluster: Option<Arc<ApiServer>>,
+    /// On Kubernetes: waits until the controllers' cache has what the API server has.
+    settle: Option<Settle>,
+}
+
+type Settle = Arc<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// What [`World::settle`] waits for on Kubernetes: `store`'s watches to have brought it everything
+/// `api` (the store behind the API server) holds.
+fn kube_settle(store: &KubeStore, api: &SqliteStore) -> Settle {
+    let (store, api) = (store.clone(), api.clone());
+    Arc::new(move || {
+        let (store, api) = (store.clone(), api.clone());
+        Box::pin(async move { store.caught_up_with(&api).await })
+    })
 }
 
 /// The embedded deployment: one SQLite store for everything.
 async fn embedded() -> World<SqliteStore> {
     let store = SqliteStore::open_in_memory().unwrap();
-    world(store.clone(), store.clone(), store.clone(), store, None).await
+    world(store.clone(), store.clone(), store.clone(), store, None, None).await
 }
 
 /// The Kubernetes deployment: the controllers reach the resources through kube-rs and an API server;
@@ -63,7 +77,8 @@ async fn on_kubernetes() -> World<KubeStore> {
     server.enforce_rbac("admin", vec![crate::testkit::hub::Grant { namespace: None, rule: admin_rule }]);
     let store = KubeStore::start(server.client_as("controller").await, &Kind::ALL).await;
     let admin = KubeStore::start(server.client_as("admin").await, &[]).await;
-    world(store, admin, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server))).await
+    let settle = kube_settle(&store, &api);
+    world(store, admin, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server)), Some(settle)).await
 }
 
 async fn world<S: Store>(
@@ -72,6 +87,7 @@ async fn world<S: Store>(
     api: SqliteStore,
     records: SqliteStore,
     cluster: Option<Arc<ApiServer>>,
+    settle: Option<Settle>,
 ) -> World<S> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let clock = Arc::new(ManualClock::new(Timestamp::now()));
@@ -89,7 +105,7 @@ async fn world<S: Store>(
         },
         clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
     };
-    let w = World { store, admin, api, backend, clock, hub, _cluster: cluster };
+    let w = World { store, admin, api, backend, clock, hub, _cluster: cluster, settle };
     w.apply(
         Kind::Secret,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
@@ -124,7 +140,17 @@ impl<S: Store> World<S> {
     async fn apply(&self, kind: Kind, doc: Value) -> Value {
         let (checked_kind, doc) = crate::resources::validate_document(&doc).expect("a valid document");
         assert_eq!(checked_kind, kind);
-        self.api.apply_document(kind, doc).await.expect("apply").0
+        let applied = self.api.apply_document(kind, doc).await.expect("apply").0;
+        self.settle().await;
+        applied
+    }
+
+    /// Waits until the controllers see every change made behind their back (through `api` or
+    /// `admin`), as they would once their watches delivered it: a no-op on the embedded store.
+    async fn settle(&self) {
+        if let Some(settle) = &self.settle {
+            settle().await;
+        }
     }
 
     async fn infraenv(&self, name: &str, cluster_ref: Option<&str>) -> String {
@@ -238,6 +264,7 @@ impl<S: Store> World<S> {
         a.spec.cluster_deployment_name =
             cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": NS})).unwrap());
         self.api.update(&a).await.unwrap();
+        self.settle().await;
         self.reconcile(name).await
     }
 
@@ -507,6 +534,7 @@ async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke<S: S
     let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
     // The ClusterDeployment is being deleted (the finalizer holds it).
     w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.settle().await;
     w.store.delete::<Agent>(NS, &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.requests().is_empty(), "{:?}", spoke.requests());
@@ -564,6 +592,7 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(
     .await;
     w.reconcile(&id).await;
     w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.settle().await;
     w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
@@ -754,6 +783,7 @@ async fn set_hold<S: Store>(w: &World<S>, name: &str, hold: bool) {
     let mut aci = aci_of(w, name).await;
     aci.spec.hold_installation = Some(hold);
     w.admin.update(&aci).await.unwrap();
+    w.settle().await;
 }
 
 /// Item 5 of issue 32: the AgentClusterInstall carries assisted-service's six conditions through the
@@ -959,6 +989,7 @@ async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<
     aci.spec.image_set_ref = Some(crate::resources::LocalObjectReference { name: "openshift-v4.20.0".into() });
     // The reference is immutable once set (admission refuses the change): written into the store.
     w.api.update(&aci).await.unwrap();
+    w.settle().await;
     // The finalizers first, then the sync.
     let mut action = Action::Done;
     for _ in 0..3 {
@@ -1050,6 +1081,7 @@ async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: S
     let mut aci = aci_of(&w, "c1").await;
     aci.spec.provision_requirements.control_plane_agents = 1;
     w.admin.update(&aci).await.unwrap();
+    w.settle().await;
     reconcile_cluster_once(&w, "c1").await;
     assert_eq!(w.status(&id).await, HostStatus::Installing);
     let host = w.backend.host_of_agent(NS, &id).await.unwrap();
@@ -1105,9 +1137,11 @@ async fn an_infraenv_edited_past_admission_moves_no_installing_host<S: Store>(w:
     ie.spec.cpu_architecture = Some("arm64".into());
     if w._cluster.is_some() {
         let refused = w.admin.update(&ie).await.unwrap_err();
+        w.settle().await;
         assert!(refused.to_string().contains("immutable after InfraEnv creation"), "{refused}");
     }
     w.api.update(&ie).await.unwrap();
+    w.settle().await;
     w.reconcile(&id).await;
     w.register_again(&id).await;
     w.reconcile(&id).await;
@@ -1142,13 +1176,16 @@ async fn deleting_a_cluster_never_reclaims_in_any_order<S: Store>(w: &World<S>, 
     let (ids, nodes, spoke) = installed_cluster_with_spoke(w).await;
     if only_the_install {
         w.admin.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+        w.settle().await;
     } else {
         w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+        w.settle().await;
     }
     // What the cluster controller's unbindAgents does first, then the agent controller at once.
     let mut first = w.agent(&ids[0]).await;
     first.spec.cluster_deployment_name = None;
     w.admin.update(&first).await.unwrap();
+    w.settle().await;
     assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_some(), "the cluster record is still there");
     w.reconcile(&ids[0]).await;
     w.reconcile_cluster("c1").await;
@@ -1235,6 +1272,7 @@ async fn deleting_an_infraenv_takes_its_free_and_installed_hosts_at_once<S: Stor
         w.store.update(&ie).await.unwrap();
     }
     w.admin.delete::<InfraEnv>(NS, "pool").await.unwrap();
+    w.settle().await;
     let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().expect("held by its finalizer");
     let action = super::infraenv::cleanup(&w.store, &w.backend, ie).await.unwrap();
     assert_eq!(action, Action::RequeueAfter(Duration::from_secs(60)));

@@ -359,7 +359,14 @@ impl<S: Store> Images<S> {
             }
             None => rv(&ie.metadata),
         };
-        let mut key = format!("{ie_version}/{}", rv(&secret.metadata));
+        // Of the pull secret, its data: the controllers label it (for backup, and so that a cluster's
+        // controller watches it), which moves its resourceVersion and changes nothing of the image.
+        let secret_version = {
+            use sha2::Digest;
+            let data = serde_json::to_vec(&(&secret.data, &secret.string_data)).unwrap_or_default();
+            hex::encode(&sha2::Sha256::digest(&data)[..16])
+        };
+        let mut key = format!("{ie_version}/{secret_version}");
         for c in &nmstate {
             key.push_str(&format!("/{}={}", c.name, c.resource_version));
         }

@@ -18,12 +18,17 @@ pub mod crds;
 pub mod hive;
 pub mod metal3;
 pub mod printing;
+pub mod references;
 
 pub use agent::Agent;
 pub use hive::{AgentClusterInstall, ClusterDeployment, ClusterImageSet};
 pub use metal3::{BareMetalHost, PreprovisioningImage};
 
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+/// Label of the Secrets the controllers follow (pull secrets, ignition tokens, kubeconfigs): in a
+/// cluster, the controller watches only Secrets carrying it (as assisted-service does).
+pub const WATCH_LABEL: &str = "agent-install.openshift.io/watch";
 
 /// Label put on Agents (and BMHs, PPIs) naming their InfraEnv.
 pub const INFRAENV_NAME_LABEL: &str = "infraenvs.agent-install.openshift.io";

@@ -10,6 +10,7 @@
 //!
 //! docs/design.md §7 compares the two stores.
 
+mod cached;
 pub mod json;
 pub mod kube;
 pub mod sqlite;

@@ -94,11 +94,16 @@ struct Log {
     requests: Mutex<Vec<String>>,
     /// Requests refused by RBAC, with the reason.
     refused: Mutex<Vec<String>>,
+    /// Every request answered 503 (an API server that cannot be reached or is overloaded).
+    down: std::sync::atomic::AtomicBool,
 }
 
 impl Interceptor for Log {
     fn intercept(&self, head: &http::request::Parts, verb: Verb, c: Option<&Collection>) -> Option<Response<Body>> {
         lock(&self.requests).push(format!("{} {}", head.method, head.uri));
+        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            return Some(status_error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the server is down"));
+        }
         let rbac = lock(&self.rbac);
         let rbac = rbac.as_ref()?;
         let token = head
@@ -202,6 +207,11 @@ impl ApiServer {
     /// allow. Call once per token.
     pub fn enforce_rbac(&self, token: &str, grants: Vec<Grant>) {
         lock(&self.log.rbac).get_or_insert_default().insert(token.to_string(), grants);
+    }
+
+    /// While `down`, every request is answered 503.
+    pub fn set_down(&self, down: bool) {
+        self.log.down.store(down, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A kube-rs client of this server.

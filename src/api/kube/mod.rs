@@ -444,6 +444,12 @@ impl KubeApi {
         &self.store
     }
 
+    /// See [`Watches::compact`].
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn compact_watches(&self) {
+        self.watches.compact();
+    }
+
     /// Creates the `default` namespace if it is missing, as a cluster has it from the start.
     pub async fn ensure_default_namespace(&self) -> Result<(), StoreError> {
         if self.store.get_raw("namespaces", "", "default")?.is_some() {

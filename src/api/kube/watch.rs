@@ -51,6 +51,8 @@ struct History {
 pub struct Watches {
     history: Mutex<History>,
     feed: broadcast::Sender<Arc<Event>>,
+    /// Moves when the history is dropped ([`Watches::compact`]): every open watch then ends.
+    epoch: tokio::sync::watch::Sender<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,9 +91,25 @@ impl Watches {
             }
         }
         history.oldest = history.resource_version;
-        let watches = Arc::new(Watches { history: Mutex::new(history), feed: broadcast::channel(8192).0 });
+        let watches = Arc::new(Watches {
+            history: Mutex::new(history),
+            feed: broadcast::channel(8192).0,
+            epoch: tokio::sync::watch::channel(0).0,
+        });
         tokio::spawn(record(Arc::downgrade(&watches), store, changes));
         watches
+    }
+
+    /// Drops the events kept for resuming and ends every open watch with `410 Gone`, as an API
+    /// server does when its watch cache starts over (a restart, or etcd compacted past a watcher):
+    /// for tests of clients that must then list again.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn compact(&self) {
+        let mut history = lock(&self.history);
+        history.events.clear();
+        history.oldest = history.resource_version + 1;
+        drop(history);
+        self.epoch.send_modify(|e| *e += 1);
     }
 
     /// The resourceVersion a list served now is stamped with.
@@ -138,6 +156,7 @@ impl Watches {
             };
             (replay, self.feed.subscribe(), history.resource_version)
         };
+        let mut epoch = self.epoch.subscribe();
         let send_initial_end = opts.start == Start::Current && opts.initial_events_end;
         tokio::spawn(async move {
             let send = |type_: &'static str, text: &Bytes| -> Option<Bytes> {
@@ -185,6 +204,13 @@ impl Watches {
                 tokio::select! {
                     _ = &mut deadline => return,
                     _ = tx.closed() => return,
+                    _ = epoch.changed() => {
+                        let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                            "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                            "message": format!("too old resource version: {last_rv}")}});
+                        let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+                        return;
+                    }
                     _ = bookmarks.tick(), if opts.bookmarks => {
                         if tx.send(bookmark(&opts.bookmark_type, last_rv, false)).await.is_err() {
                             return;

@@ -130,13 +130,15 @@ async fn kubernetes_world() -> World<Gated<KubeStore>> {
     server.enforce_rbac("admin", vec![crate::testkit::hub::Grant { namespace: None, rule: admin_rule }]);
     let store = KubeStore::start(server.client_as("controller").await, &Kind::ALL).await;
     let admin = KubeStore::start(server.client_as("admin").await, &[]).await;
-    world(Gated(store), Gated(admin), api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server))).await
+    let settle = super::kube_settle(&store, &api);
+    world(Gated(store), Gated(admin), api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server)), Some(settle))
+        .await
 }
 
 /// The embedded deployment, its controllers' store gated.
 async fn embedded_world() -> World<Gated<SqliteStore>> {
     let store = SqliteStore::open_in_memory().unwrap();
-    world(Gated(store.clone()), Gated(store.clone()), store.clone(), store, None).await
+    world(Gated(store.clone()), Gated(store.clone()), store.clone(), store, None, None).await
 }
 
 /// The Agent name (host id) of simulated host `index`: fixed, so that runs compare.
@@ -703,6 +705,7 @@ impl<S: Store> World<S> {
         a.spec.cluster_deployment_name =
             cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": NS})).unwrap());
         self.admin.update(&a).await.unwrap();
+        self.settle().await;
     }
 }
 
@@ -1086,9 +1089,11 @@ async fn delete_installed_cluster<S: Store>(
     match what {
         Deleted::ClusterDeployment => {
             sim.w.admin.delete::<ClusterDeployment>(NS, "c1").await.unwrap();
+            sim.w.settle().await;
         }
         Deleted::InstallOnly => {
             sim.w.admin.delete::<AgentClusterInstall>(NS, "c1").await.unwrap();
+            sim.w.settle().await;
         }
     }
     if restart {
@@ -1133,6 +1138,7 @@ async fn delete_cluster_before_install<S: Store>(w: World<S>, seed: u64) -> BTre
     sim.settle(HORIZON).await;
     assert_eq!(statuses(&sim).await, [HostStatus::Known; 2], "bound, waiting for a third host");
     sim.w.admin.delete::<ClusterDeployment>(NS, "c2").await.unwrap();
+    sim.w.settle().await;
     sim.settle(HORIZON).await;
     assert_eq!(statuses(&sim).await, [HostStatus::KnownUnbound; 2]);
     for i in 0..2 {
@@ -1164,6 +1170,7 @@ async fn delete_infraenv_with_mixed_hosts<S: Store>(w: World<S>, seed: u64) -> B
     let mut sim = Sim::new(w, seed, true, pool_hosts(0..3, "rack")).await;
     sim.settle(HORIZON).await;
     sim.w.admin.delete::<InfraEnv>(NS, "rack").await.unwrap();
+    sim.w.settle().await;
     sim.settle(HORIZON).await;
     assert!(agent_gone(&sim, 0).await, "the unbound host goes at once");
     assert!(agent_gone(&sim, 1).await, "the installed host goes at once");

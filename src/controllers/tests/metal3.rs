@@ -66,6 +66,7 @@ impl<S: Store> World<S> {
         status.provisioning = Some(ProvisionStatus { state: state.to_string(), ..Default::default() });
         status.operational_status = Some(operational.to_string());
         self.admin.update_status(&b).await.unwrap();
+        self.settle().await;
     }
 
     /// The InfraEnv's image exists since `age` ago (what the InfraEnv controller reports).
@@ -479,6 +480,7 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.settle().await;
     assert!(matches!(w.run_bmac(&ctx, "bmh-0").await, Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
@@ -517,6 +519,7 @@ async fn installed_remove_agent_bmh<S: Store>(w: &World<S>, extra: Value) -> (St
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.settle().await;
     (id, node, spoke)
 }
 
@@ -609,6 +612,7 @@ async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<
     w.bmh("bmh-0", 0, json!({})).await;
     w.run_bmac(&ctx, "bmh-0").await;
     w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.settle().await;
     w.run_bmac(&ctx, "bmh-0").await;
     assert!(w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap().is_none());
     assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_some_and(|a| a.metadata.deletion_timestamp.is_none()));
@@ -837,6 +841,7 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: St
     ppi(&w, &["iso"], "x86_64").await;
     ironic_image_made(&w).await;
     w.admin.delete::<PreprovisioningImage>(NS, "bmh-0").await.unwrap();
+    w.settle().await;
     assert!(matches!(run_ppi(&w).await, Action::RequeueAfter(_)));
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_some(), "the finalizer stays");
     // The BMH is being deleted and metal3 is deleting it: the image may go.
@@ -844,6 +849,7 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: St
     b.metadata.finalizers = Some(vec!["metal3.io/test".into()]);
     w.store.update(&b).await.unwrap();
     w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.settle().await;
     w.metal3_reports("bmh-0", "deleting", "OK").await;
     run_ppi(&w).await;
     assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_none());

@@ -2,88 +2,18 @@
 //! rarely changed, decoded), in (resource, namespace, name) order with a uid index, so that reads
 //! neither wait for the writer nor query SQLite.
 
-use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::Value;
 
-use super::backend;
-use crate::store::{Object, StoreError};
+pub(super) use crate::store::cached::Cached;
 
 /// (resource, namespace, name)
 pub(super) type ObjKey = (String, String, String);
 
 pub(super) fn obj_key(res: &str, ns: &str, name: &str) -> ObjKey {
     (res.to_string(), ns.to_string(), name.to_string())
-}
-
-/// A committed object: its resourceVersion, uid and JSON text (shared by every reader).
-pub(super) struct Cached {
-    pub(super) rv: i64,
-    pub(super) uid: String,
-    pub(super) text: Bytes,
-    /// The object decoded, kept for the kinds [`keeps_decoded`] names once a reader decoded it.
-    decoded: OnceLock<Arc<dyn Any + Send + Sync>>,
-}
-
-impl Cached {
-    pub(super) fn new(rv: i64, uid: String, text: Bytes) -> Cached {
-        Cached { rv, uid, text, decoded: OnceLock::new() }
-    }
-
-    pub(super) fn value(&self) -> Result<Value, StoreError> {
-        serde_json::from_slice(&self.text).map_err(backend)
-    }
-
-    /// The object as a K: a copy of the decoded one where it is kept, else decoded from the text
-    /// (owned as decoded: not through [`Cached::with_object`], which would copy it once more).
-    pub(super) fn object<K: Object>(&self) -> Result<K, StoreError> {
-        if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
-            return Ok(k.clone());
-        }
-        let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
-        if keeps_decoded::<K>() {
-            let _ = self.decoded.set(Arc::new(k.clone()));
-        }
-        Ok(k)
-    }
-
-    /// `f` of the object as a K: the decoded one where it is kept (kept on first decoding for the
-    /// kinds [`keeps_decoded`] names), else one decoded from the text for this call.
-    pub(super) fn with_object<K: Object, T>(&self, f: impl FnOnce(&K) -> T) -> Result<T, StoreError> {
-        if let Some(k) = self.decoded.get().and_then(|d| d.downcast_ref::<K>()) {
-            return Ok(f(k));
-        }
-        let k: K = serde_json::from_slice(&self.text).map_err(backend)?;
-        if !keeps_decoded::<K>() {
-            return Ok(f(&k));
-        }
-        let kept = self.decoded.get_or_init(|| Arc::new(k));
-        match kept.downcast_ref::<K>() {
-            Some(k) => Ok(f(k)),
-            // Another reader kept it first as another Rust type of the same kind: decode it again.
-            None => Ok(f(&serde_json::from_slice::<K>(&self.text).map_err(backend)?)),
-        }
-    }
-}
-
-/// Whether the cache keeps decoded copies of K's objects. Controllers read an InfraEnv, a
-/// ClusterDeployment or an AgentClusterInstall at nearly every host change (thousands of times a
-/// second in a busy pool) and they change rarely: copying a decoded object costs a fraction of
-/// parsing its text again. Kinds with one object per host (Agents, BareMetalHosts) are decoded at each
-/// read instead: a second copy of each would double the memory the pool takes.
-pub(super) fn keeps_decoded<K: Object>() -> bool {
-    let group = K::group(&());
-    let kind = K::kind(&());
-    matches!(
-        (&*group, &*kind),
-        ("agent-install.openshift.io", "InfraEnv")
-            | ("hive.openshift.io", "ClusterDeployment")
-            | ("hive.openshift.io", "ClusterImageSet")
-            | ("extensions.hive.openshift.io", "AgentClusterInstall")
-    )
 }
 
 /// The committed objects, in (resource, namespace, name) order, with a uid index.
@@ -134,11 +64,11 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{infraenv_doc, owned_secret};
-    use super::*;
     use crate::resources::InfraEnv;
     use crate::resources::Kind;
     use crate::store::Store;
     use crate::store::sqlite::SqliteStore;
+    use serde_json::Value;
     #[tokio::test]
     async fn reads_come_from_memory_and_agree_with_the_file() {
         use k8s_openapi::api::core::v1::Secret;
