@@ -127,8 +127,12 @@ macro_rules! on_both_stores {
             $( #[tokio::test] async fn $name() {
                 let w = super::on_kubernetes().await;
                 let cluster = w._cluster.clone().expect("the cluster");
+                let usage = w.store.usage();
+                let lists = usage.requests_of("list");
                 super::$name(w).await;
                 assert_eq!(cluster.refused(), Vec::<String>::new(), "requests deploy/rbac.yaml does not allow");
+                // Everything the controllers read after their first lists comes from their cache.
+                assert_eq!(usage.requests_of("list"), lists, "LISTs after the initial sync: {:?}", usage.requests());
             } )*
         }
     };
