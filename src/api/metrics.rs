@@ -193,7 +193,6 @@ impl Collector for ClusterCollector {
         for ((verb, resource), n) in self.0.requests() {
             ConstCounter::new(n).encode(family.encode_family(&ClusterRequestLabels { verb, resource })?)?;
         }
-        drop(family);
         let mut family = encoder.encode_descriptor(
             "kube_watch_restarts",
             "Times a watch listed everything again after its first list (410 Gone, a dropped connection)",
@@ -203,7 +202,6 @@ impl Collector for ClusterCollector {
         for (resource, n) in self.0.watch_restarts() {
             ConstCounter::new(n).encode(family.encode_family(&ResourceLabels { resource })?)?;
         }
-        drop(family);
         let mut family = encoder.encode_descriptor(
             "kube_cache_objects",
             "Objects of each watched kind held in the controller's cache",

@@ -365,6 +365,9 @@ impl KubeStore {
     }
 }
 
+/// A re-list under way: the versions the cache held when it began, and the objects it has shown.
+type Relist = (HashMap<(String, String), i64>, HashSet<(String, String)>);
+
 /// One kind's watch: keeps the cache of that kind and announces each change.
 struct Watch {
     kind: Kind,
@@ -405,7 +408,7 @@ impl Watch {
         // What was announced of each object; a (namespace, name) key.
         let mut known: HashMap<(String, String), Seen> = HashMap::new();
         // During a re-list: the versions held when it began, and the objects it has shown.
-        let mut relist: Option<(HashMap<(String, String), i64>, HashSet<(String, String)>)> = None;
+        let mut relist: Option<Relist> = None;
         let mut ready = Some(ready);
         let mut lists = 0u64;
         while let Some(event) = stream.next().await {

@@ -54,8 +54,11 @@ pub struct ClusterUsage {
     /// resource plural → times its watch listed everything again after the first time (a 410 Gone, a
     /// dropped connection).
     watch_restarts: Mutex<BTreeMap<&'static str, u64>>,
-    cache: RwLock<Option<(Weak<RwLock<ObjectCache>>, Vec<Kind>)>>,
+    cache: RwLock<Option<CacheView>>,
 }
+
+/// The cache whose sizes are reported, and its kinds.
+type CacheView = (Weak<RwLock<ObjectCache>>, Vec<Kind>);
 
 impl ClusterUsage {
     pub(super) fn count(&self, verb: &'static str, resource: &'static str) {

@@ -245,6 +245,28 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
             .unwrap()
     })
     .await;
+    // The pull secret the controller follows carries the watch label, so its cache holds it; the
+    // controller's /metrics shows what it holds and what it asked of the API server.
+    let secret = cluster.get_document(bootstream::resources::Kind::Secret, "fleet", "pull-secret").await.unwrap();
+    assert_eq!(secret.unwrap()["metadata"]["labels"][bootstream::resources::WATCH_LABEL], "true");
+    let c = controller.clone();
+    let metrics = wait_for("the controller's cache in /metrics", async || {
+        let c = c.clone();
+        let text = blocking(move || request(&c, "GET", "/metrics", &[], b"").text()).await.unwrap();
+        let holds = ["infraenvs", "agents", "secrets", "nmstateconfigs"]
+            .iter()
+            .all(|r| text.contains(&format!("bootstream_kube_cache_objects{{resource=\"{r}\"}} 1\n")));
+        holds.then_some(Value::String(text))
+    })
+    .await;
+    let metrics = metrics.as_str().unwrap();
+    for series in [
+        "bootstream_kube_requests_total{verb=\"list\",resource=\"agents\"}",
+        "bootstream_kube_requests_total{verb=\"watch\",resource=\"agents\"}",
+        "bootstream_kube_requests_total{verb=\"create\",resource=\"agents\"}",
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
     assert_eq!(resources_on_replica.status, 404);
     assert!(resources_on_replica.text().contains("kubectl"), "{}", resources_on_replica.text());
     assert_eq!(agent_api_on_replica.status, 404);
