@@ -18,6 +18,7 @@
 //! server, for `/metrics`.
 
 mod cache;
+mod raw;
 pub mod usage;
 
 use std::collections::{HashMap, HashSet};
@@ -26,7 +27,7 @@ use std::sync::{Arc, RwLock};
 use either::Either;
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, ObjectList};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
@@ -399,7 +400,7 @@ impl Watch {
         let resource = kind.resource();
         // Kinds without a generation (Secrets) have no status: every change counts.
         let has_status = kind != Kind::Secret;
-        let api: kube::Api<DynamicObject> = kube::Api::all_with(client, &api_resource(kind));
+        let api: kube::Api<raw::RawObject> = kube::Api::all_with(client, &api_resource(kind));
         let mut config = watcher::Config::default();
         if coverage(kind) == Coverage::Labelled {
             config = config.labels(&format!("{WATCH_LABEL}=true"));
@@ -430,9 +431,8 @@ impl Watch {
                     relist = Some((held, HashSet::new()));
                 }
                 watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
-                    let meta = obj.metadata.clone();
+                    let raw::RawObject { metadata: meta, value } = obj;
                     let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
-                    let Ok(value) = serde_json::to_value(&obj) else { continue };
                     let value = pruned(&resource, value);
                     cache.write().unwrap_or_else(|p| p.into_inner()).put(kind, &value, Source::Watch);
                     if let Some((_, shown)) = relist.as_mut() {
