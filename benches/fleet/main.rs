@@ -287,7 +287,12 @@ impl Deployment {
         };
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
-        let client = reqwest::Client::builder().default_headers(headers).pool_max_idle_per_host(64).build()?;
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .pool_max_idle_per_host(64)
+            // A server that stops answering fails the run instead of hanging it.
+            .timeout(Duration::from_secs(120))
+            .build()?;
         Ok(Deployment { backend, bin, dir, port, server, api_server, api, client, token, starts: 1 })
     }
 
@@ -519,6 +524,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         }
     })
     .await?;
+    eprintln!("{}: InfraEnvs applied", backend.name());
     in_parallel(layout.bmhs.iter().collect(), |(ns, name, machine, infraenv)| {
         let (client, api) = (client.clone(), api.clone());
         async move {
@@ -542,6 +548,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         }
     })
     .await?;
+    eprintln!("{}: BareMetalHosts applied", backend.name());
     // Each InfraEnv's agent token, from its discovery Ignition, once the server has made its image
     // (the embedded API answers the apply after the reconcile; a controller takes its own time).
     let targets = in_parallel(layout.infraenvs.iter().collect(), |(ns, name, range)| {
@@ -560,6 +567,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         }
     })
     .await?;
+    eprintln!("{}: agent tokens read; the fleet boots", backend.name());
     let before_fleet = d.counts()?;
 
     // One sample of the server's metrics per second, for the timeline.
@@ -688,11 +696,15 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
     })
     .await?;
     let t_done = start.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.abort();
-    }
     sampler.abort();
+    // The agents go on polling through the resume below, as machines in the pool do (a pool host
+    // whose agent went quiet would be disconnected, and its Agent's conditions say nothing of its
+    // approval); its calls are left out of the figures, taken here.
+    let summary = stats.summary();
+    let phase_summary = stats.phase_summary(&PHASES);
+    let errors = stats.errors();
+    let timeline = stats.timeline();
+    stats.set_phase("resume");
     let cpu_after = cpu_at(&d);
     let rss = procs::rss_peak_mib(d.server.pid());
     let after_lifecycle = d.counts()?;
@@ -711,6 +723,10 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         .collect();
 
     let resume = if opts.resume { Some(resume(&mut d).await?) } else { None };
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
 
     // The server takes its polling jitter from the environment the benchmark runs in.
     let jitter = std::env::var("BOOTSTREAM_POLL_JITTER").unwrap_or_else(|_| "the default".into());
@@ -736,15 +752,14 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
     }
     println!("{:<36} {:>8.1} s", "whole run", t_done.as_secs_f64());
     println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "OPERATION", "COUNT", "P50 MS", "P99 MS", "MAX MS");
-    let summary = stats.summary();
     for (op, n, p50, p99, max) in &summary {
         println!("{op:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");
     }
     println!("{:<14} {:>9} {:>9} {:>9} {:>9}", "PHASE", "CALLS", "P50 MS", "P99 MS", "MAX MS");
-    for (phase, n, p50, p99, max) in stats.phase_summary(&PHASES) {
+    for (phase, n, p50, p99, max) in phase_summary {
         println!("{phase:<14} {n:>9} {p50:>9.2} {p99:>9.2} {max:>9.2}");
     }
-    for (e, n) in stats.errors() {
+    for (e, n) in errors {
         println!("error {e}: {n}");
     }
     let lifecycle = diff(&after_lifecycle, &before_fleet);
@@ -790,7 +805,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
             println!("resume: the new controller's requests until then: {by_verb:?}");
         }
     }
-    timeline::print_timeline(&stats.timeline(), &samples.lock().unwrap(), [t_pool, t_bind_start, t_installed]);
+    timeline::print_timeline(&timeline, &samples.lock().unwrap(), [t_pool, t_bind_start, t_installed]);
 
     let controller_lists_after_sync = (backend == Backend::Kubernetes)
         .then(|| by_verb(&after_lifecycle, procs::CONTROLLER_TOKEN).get("list").copied().unwrap_or(0))
@@ -846,7 +861,11 @@ fn by_verb(counts: &Counts, token: &str) -> BTreeMap<String, u64> {
 /// written the change into the Agent's `RequirementsMet` condition.
 async fn resume(d: &mut Deployment) -> anyhow::Result<Resume> {
     let list = agents(d).await?;
-    let agent = list.iter().find(|a| a.state() == "known-unbound").ok_or_else(|| anyhow::anyhow!("no Agent"))?;
+    // Not one linked to a BareMetalHost: the BMAC approves those again.
+    let agent = list
+        .iter()
+        .find(|a| a.state() == "known-unbound" && a.bmh().is_none())
+        .ok_or_else(|| anyhow::anyhow!("no Agent in the pool without a BareMetalHost"))?;
     let (ns, name, approved) = (agent.metadata.namespace.clone(), agent.metadata.name.clone(), agent.spec.approved);
     let t = Instant::now();
     let status = tokio::task::block_in_place(|| d.server.terminate())?;
@@ -869,7 +888,7 @@ async fn resume(d: &mut Deployment) -> anyhow::Result<Resume> {
         .await?;
     anyhow::ensure!(r.status().is_success(), "flipping the approval: {}", r.text().await?);
     let want_not_approved = approved;
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let a: AgentView = d.client.get(&url).send().await?.error_for_status()?.json().await?;
         if (a.condition_reason("RequirementsMet") == Some("AgentIsNotApproved")) == want_not_approved {

@@ -242,8 +242,7 @@ pub struct Machine {
     stats: Arc<Stats>,
     timing: Timing,
     /// The inventory step's output, the same at every reply, already encoded as the JSON string the
-    /// reply carries (made once: the simulator shares the machine's CPU with the server it loads,
-    /// and escaping the inventory again at every poll was most of its CPU per call).
+    /// reply carries (made once: the simulator shares the machine's CPU with the server it loads).
     inventory_json: String,
 }
 
