@@ -169,10 +169,24 @@ impl Target {
         infraenv: &str,
         api_token: Option<&str>,
     ) -> anyhow::Result<Target> {
+        Target::discover_at(client, server, server, infraenv, api_token).await
+    }
+
+    /// [`Target::discover`] where the InfraEnv is read from a Kubernetes API server (`api`) other
+    /// than the bootstream that serves the images and the agent API (`server`), as with
+    /// `bootstream controller` on a hub.
+    pub async fn discover_at(
+        client: &reqwest::Client,
+        api: &str,
+        server: &str,
+        infraenv: &str,
+        api_token: Option<&str>,
+    ) -> anyhow::Result<Target> {
         let server = server.trim_end_matches('/').to_string();
+        let api = api.trim_end_matches('/');
         let (ns, name) = infraenv.split_once('/').context("--infraenv must be NAMESPACE/NAME")?;
         let mut get =
-            client.get(format!("{server}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"));
+            client.get(format!("{api}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"));
         if let Some(t) = api_token {
             get = get.bearer_auth(t);
         }
@@ -227,9 +241,9 @@ pub struct Machine {
     target: Target,
     stats: Arc<Stats>,
     timing: Timing,
-    /// The inventory step's output, the same at every reply (made once: the simulator shares the
-    /// machine's CPU with the server it loads).
-    inventory: String,
+    /// The inventory step's output, the same at every reply, already encoded as the JSON string the
+    /// reply carries (made once: the simulator shares the machine's CPU with the server it loads).
+    inventory_json: String,
 }
 
 /// What woke an installed machine.
@@ -257,7 +271,8 @@ impl Machine {
         timing: Timing,
     ) -> Machine {
         Machine {
-            inventory: crate::hosts::simulated::inventory(index).to_string(),
+            inventory_json: serde_json::to_string(&crate::hosts::simulated::inventory(index).to_string())
+                .expect("a string encodes"),
             index,
             id,
             client,
@@ -349,8 +364,8 @@ impl Machine {
                 let step_type = step["step_type"].as_str().unwrap_or("").to_string();
                 let step_id = step["step_id"].as_str().unwrap_or("").to_string();
                 let output = match step_type.as_str() {
-                    "inventory" => self.inventory.clone(),
-                    "ntp-synchronizer" => r#"{"ntp_sources":[]}"#.to_string(),
+                    "inventory" => self.inventory_json.clone(),
+                    "ntp-synchronizer" => r#""{\"ntp_sources\":[]}""#.to_string(),
                     "install" => {
                         let args: Value =
                             step["args"][0].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or_default();
@@ -359,7 +374,7 @@ impl Machine {
                     }
                     // The node reboots into the discovery image.
                     "reboot-for-reclaim" => return Ok(Next::Register),
-                    _ => String::new(),
+                    _ => r#""""#.to_string(),
                 };
                 replies.push(async move { self.reply(&step_type, &step_id, 0, output).await });
             }
@@ -384,12 +399,20 @@ impl Machine {
         Ok(resp.json().await?)
     }
 
-    async fn reply(&self, step_type: &str, step_id: &str, exit_code: i32, output: String) -> anyhow::Result<()> {
+    /// Replies to a step; `output_json` is the output already encoded as a JSON string.
+    async fn reply(&self, step_type: &str, step_id: &str, exit_code: i32, output_json: String) -> anyhow::Result<()> {
+        let quoted = |s: &str| serde_json::to_string(s).expect("a string encodes");
+        let body = format!(
+            r#"{{"step_type":{},"step_id":{},"exit_code":{exit_code},"output":{output_json}}}"#,
+            quoted(step_type),
+            quoted(step_id)
+        );
         self.call(
             "step-reply",
             self.client
                 .post(self.url(&format!("/{}/instructions", self.id)))
-                .json(&json!({"step_type": step_type, "step_id": step_id, "exit_code": exit_code, "output": output})),
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body),
         )
         .await
         .map(|_| ())

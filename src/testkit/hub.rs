@@ -86,12 +86,20 @@ pub fn service_account_grants(manifests: &str, namespace: &str, name: &str) -> R
     Ok(grants)
 }
 
+/// Requests served, counted by who sent them (bearer token), verb and resource.
+pub type RequestCountKey = (String, &'static str, String);
+
 /// Requests logged, and the grants tokens have once RBAC is enforced.
 #[derive(Default)]
 struct Log {
     /// Bearer token → what it may do; None: everything (no authorization).
     rbac: Mutex<Option<HashMap<String, Vec<Grant>>>>,
     requests: Mutex<Vec<String>>,
+    /// Set by [`ApiServer::count_requests_only`]: `requests` stops growing (a benchmark's run of
+    /// millions of requests would otherwise keep every line), `counts` goes on.
+    lines_off: std::sync::atomic::AtomicBool,
+    /// A handful of entries (clients × verbs × kinds), however long the server runs.
+    counts: Mutex<HashMap<RequestCountKey, u64>>,
     /// Requests refused by RBAC, with the reason.
     refused: Mutex<Vec<String>>,
     /// Every request answered 503 (an API server that cannot be reached or is overloaded).
@@ -100,18 +108,24 @@ struct Log {
 
 impl Interceptor for Log {
     fn intercept(&self, head: &http::request::Parts, verb: Verb, c: Option<&Collection>) -> Option<Response<Body>> {
-        lock(&self.requests).push(format!("{} {}", head.method, head.uri));
-        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
-            return Some(status_error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the server is down"));
-        }
-        let rbac = lock(&self.rbac);
-        let rbac = rbac.as_ref()?;
         let token = head
             .headers
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
+        // Discovery documents are "get" to RBAC; counted apart, they are not reads of objects.
+        let verb_name = if verb == Verb::Discover { "discover" } else { verb.as_str() };
+        let resource = c.map(|c| c.plural()).unwrap_or_default();
+        *lock(&self.counts).entry((token.to_string(), verb_name, resource.to_string())).or_default() += 1;
+        if !self.lines_off.load(std::sync::atomic::Ordering::Relaxed) {
+            lock(&self.requests).push(format!("{} {}", head.method, head.uri));
+        }
+        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            return Some(status_error(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the server is down"));
+        }
+        let rbac = lock(&self.rbac);
+        let rbac = rbac.as_ref()?;
         let Some(grants) = rbac.get(token) else {
             lock(&self.refused).push(format!("{} {}: unknown token {token:?}", head.method, head.uri));
             return Some(status_error(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"));
@@ -220,9 +234,22 @@ impl ApiServer {
         kube::Client::try_from(config).expect("a client of the loopback API server")
     }
 
-    /// Requests served so far, as `METHOD PATH?QUERY`.
+    /// Requests served so far, as `METHOD PATH?QUERY` (none after [`ApiServer::count_requests_only`]).
     pub fn requests(&self) -> Vec<String> {
         lock(&self.log.requests).clone()
+    }
+
+    /// From now on requests are only counted ([`ApiServer::request_counts`]), not logged line by
+    /// line: for long runs, whose log would grow without bound.
+    pub fn count_requests_only(&self) {
+        self.log.lines_off.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Requests served so far by (bearer token, "" without one; verb as RBAC names it, "discover"
+    /// for discovery and OpenAPI documents; resource, "" when none): a GET of a collection is a
+    /// "list", with `watch` a "watch".
+    pub fn request_counts(&self) -> Vec<(RequestCountKey, u64)> {
+        lock(&self.log.counts).iter().map(|(k, n)| (k.clone(), *n)).collect()
     }
 }
 
