@@ -190,38 +190,113 @@ fn schemas() -> &'static std::collections::HashMap<String, Value> {
 /// file is an error): pruned first, they read as what we know of them. Other kinds are left alone.
 pub fn prune_unknown_fields(resource: &str, obj: &mut Value) {
     if let Some(schema) = schemas().get(resource) {
-        prune(schema, obj);
+        prune(schema, obj, None);
     }
 }
 
-fn prune(schema: &Value, v: &mut Value) {
+/// [`prune_unknown_fields`], returning the paths of what it removed (`spec.a`, `status.list[0].b`),
+/// in the order of the object, for the API server's unknown-field warnings and errors.
+pub fn prune_unknown_fields_reporting(resource: &str, obj: &mut Value) -> Vec<String> {
+    let mut report = Removed::default();
+    if let Some(schema) = schemas().get(resource) {
+        prune(schema, obj, Some(&mut report));
+    }
+    report.paths
+}
+
+/// What a pruning removed, and where the walk is (built only when a report is asked for).
+#[derive(Default)]
+struct Removed {
+    path: String,
+    paths: Vec<String>,
+}
+
+impl Removed {
+    /// Runs `f` with the walk's path extended by `seg` (a field, or `[i]` for an item).
+    fn under<T>(
+        report: &mut Option<&mut Removed>,
+        seg: std::fmt::Arguments,
+        f: impl FnOnce(Option<&mut Removed>) -> T,
+    ) -> T {
+        match report {
+            Some(r) => {
+                use std::fmt::Write;
+                let len = r.path.len();
+                let _ = r.path.write_fmt(seg);
+                let out = f(Some(&mut **r));
+                r.path.truncate(len);
+                out
+            }
+            None => f(None),
+        }
+    }
+}
+
+fn prune(schema: &Value, v: &mut Value, mut report: Option<&mut Removed>) {
     if schema["x-kubernetes-preserve-unknown-fields"] == true && schema.get("properties").is_none() {
         return;
     }
     match v {
         Value::Object(map) => {
+            let dot = |report: &Option<&mut Removed>| {
+                if report.as_ref().is_some_and(|r| !r.path.is_empty()) { "." } else { "" }
+            };
             if let Some(props) = schema["properties"].as_object() {
-                if schema["x-kubernetes-preserve-unknown-fields"] != true {
-                    map.retain(|k, _| props.contains_key(k));
-                }
+                let keeps_unknown = schema["x-kubernetes-preserve-unknown-fields"] == true;
                 for (k, child) in map.iter_mut() {
-                    if let Some(s) = props.get(k) {
-                        prune(s, child);
+                    match props.get(k) {
+                        Some(s) => {
+                            let sep = dot(&report);
+                            Removed::under(&mut report, format_args!("{sep}{k}"), |r| prune(s, child, r));
+                        }
+                        None if !keeps_unknown => {
+                            if let Some(r) = report.as_deref_mut() {
+                                let sep = if r.path.is_empty() { "" } else { "." };
+                                r.paths.push(format!("{}{sep}{k}", r.path));
+                            }
+                        }
+                        None => {}
                     }
                 }
+                if !keeps_unknown {
+                    map.retain(|k, _| props.contains_key(k));
+                }
             } else if let Some(values) = schema.get("additionalProperties").filter(|s| s.is_object()) {
-                for child in map.values_mut() {
-                    prune(values, child);
+                for (k, child) in map.iter_mut() {
+                    let sep = dot(&report);
+                    Removed::under(&mut report, format_args!("{sep}{k}"), |r| prune(values, child, r));
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    prune(item_schema, item);
+                for (i, item) in items.iter_mut().enumerate() {
+                    Removed::under(&mut report, format_args!("[{i}]"), |r| prune(item_schema, item, r));
                 }
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_reports_each_unknown_field_by_its_path_in_the_objects_order() {
+        let mut agent = serde_json::json!({
+            "apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+            "metadata": {"name": "a"},
+            "spec": {"zeta": 1, "approved": true, "nodeLabels": {"x": "y"}},
+            "status": {"inventory": {"interfaces": [{"macAddress": "aa"}, {"macAddress": "bb", "bogus": 2}]},
+                       "extra": {}}});
+        let mut plain = agent.clone();
+        let removed = prune_unknown_fields_reporting("agents.agent-install.openshift.io", &mut agent);
+        assert_eq!(removed, ["spec.zeta", "status.inventory.interfaces[1].bogus", "status.extra"]);
+        prune_unknown_fields("agents.agent-install.openshift.io", &mut plain);
+        assert_eq!(agent, plain, "the same pruning, reported or not");
+        assert!(agent["spec"].get("zeta").is_none() && agent["spec"]["nodeLabels"]["x"] == "y");
+        assert!(prune_unknown_fields_reporting("secrets", &mut serde_json::json!({"bogus": 1})).is_empty());
     }
 }

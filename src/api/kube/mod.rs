@@ -1587,35 +1587,10 @@ fn unknown_fields(c: &Collection, doc: &mut Value) -> Vec<String> {
                 }
             }
         }
-        Some(_) => {
-            let before = doc.clone();
-            crate::resources::crds::prune_unknown_fields(&c.resource(), doc);
-            diff_paths("", &before, doc, &mut unknown);
-        }
+        Some(_) => unknown.extend(crate::resources::crds::prune_unknown_fields_reporting(&c.resource(), doc)),
         None => {}
     }
     unknown
-}
-
-/// Paths present in `before` and absent from `after`.
-fn diff_paths(prefix: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
-    match (before, after) {
-        (Value::Object(b), Value::Object(a)) => {
-            for (k, v) in b {
-                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                match a.get(k) {
-                    None => out.push(path),
-                    Some(av) => diff_paths(&path, v, av, out),
-                }
-            }
-        }
-        (Value::Array(b), Value::Array(a)) => {
-            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
-                diff_paths(&format!("{prefix}[{i}]"), bv, av, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 fn encode_continue(ns: &str, name: &str) -> String {
