@@ -316,4 +316,29 @@ subjects: [{kind: ServiceAccount, name: app, namespace: tools}]
         assert!(stranger.get::<InfraEnv>("tools", "ie").await.is_err());
         assert_eq!(server.refused().len(), 3);
     }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_client_verb_and_resource_and_lines_can_stop() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = ApiServer::start(SqliteStore::open_in_memory().unwrap()).await;
+        let store = KubeStore::start(server.client_as("ctl").await, &[]).await;
+        store.create(&infraenv("ns")).await.unwrap();
+        assert!(store.get::<InfraEnv>("ns", "ie").await.unwrap().is_some());
+        store.list::<InfraEnv>(Some("ns")).await.unwrap();
+        let count = |token: &str, verb: &str, resource: &str| {
+            server
+                .request_counts()
+                .into_iter()
+                .find(|((t, v, r), _)| t == token && *v == verb && r == resource)
+                .map_or(0, |(_, n)| n)
+        };
+        assert_eq!(count("ctl", "create", "infraenvs"), 1);
+        assert_eq!(count("ctl", "get", "infraenvs"), 1);
+        assert_eq!(count("ctl", "list", "infraenvs"), 1);
+        let lines = server.requests().len();
+        server.count_requests_only();
+        store.get::<InfraEnv>("ns", "ie").await.unwrap();
+        assert_eq!(count("ctl", "get", "infraenvs"), 2, "still counted");
+        assert_eq!(server.requests().len(), lines, "no line kept");
+    }
 }

@@ -40,8 +40,14 @@ pub struct Event {
 #[derive(Default)]
 struct History {
     events: VecDeque<Arc<Event>>,
-    /// Watches from before this resourceVersion cannot be served (events were dropped).
+    /// Watches from before this resourceVersion cannot be served: nothing is known of the changes
+    /// before it (the server started there, or lost track of the store's changes).
     oldest: i64,
+    /// Per resource, the version a watch of it must resume from at least, given the events of it
+    /// that left the window. Kept per resource, as the API server's watch cache is, so
+    /// that a quiet kind (Secrets) is not told "410 Gone" because a busy one (Agents) filled the window
+    /// since its last event.
+    dropped: HashMap<String, i64>,
     /// The highest resourceVersion recorded: what a list is stamped with.
     resource_version: i64,
     /// The last state of each object.
@@ -53,6 +59,8 @@ pub struct Watches {
     feed: broadcast::Sender<Arc<Event>>,
     /// Moves when the history is dropped ([`Watches::compact`]): every open watch then ends.
     epoch: tokio::sync::watch::Sender<u64>,
+    /// Events kept ([`WINDOW`]; smaller in tests).
+    window: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -80,6 +88,10 @@ impl Watches {
     /// Follows `store`'s changes from now on; `resources` are the store keys whose current objects
     /// seed the last states (needs a tokio runtime).
     pub fn start(store: SqliteStore, resources: &[String]) -> Arc<Watches> {
+        Watches::start_with_window(store, resources, WINDOW)
+    }
+
+    fn start_with_window(store: SqliteStore, resources: &[String], window: usize) -> Arc<Watches> {
         use crate::store::Store;
         // Subscribed before the seed is read: a change in between is recorded twice, harmlessly.
         let changes = store.subscribe();
@@ -95,6 +107,7 @@ impl Watches {
             history: Mutex::new(history),
             feed: broadcast::channel(8192).0,
             epoch: tokio::sync::watch::channel(0).0,
+            window,
         });
         tokio::spawn(record(Arc::downgrade(&watches), store, changes));
         watches
@@ -143,16 +156,20 @@ impl Watches {
                 // holds every object written at `from` (`kubectl get -w` would print it twice). A
                 // deletion has no version of its own (it carries the last one recorded), so one at
                 // `from` itself is replayed: the list may have been read before it.
-                Start::After(from) if from >= history.oldest => Ok(history
-                    .events
-                    .iter()
-                    .filter(|e| {
-                        (e.resource_version > from || (e.resource_version == from && e.type_ == "DELETED"))
-                            && matches(&e.resource, &e.namespace)
-                    })
-                    .map(|e| (e.type_, e.text.clone()))
-                    .collect()),
-                Start::After(_) => Err(history.oldest),
+                Start::After(from)
+                    if from >= history.oldest && history.dropped.get(resource).is_none_or(|d| from >= *d) =>
+                {
+                    Ok(history
+                        .events
+                        .iter()
+                        .filter(|e| {
+                            (e.resource_version > from || (e.resource_version == from && e.type_ == "DELETED"))
+                                && matches(&e.resource, &e.namespace)
+                        })
+                        .map(|e| (e.type_, e.text.clone()))
+                        .collect())
+                }
+                Start::After(_) => Err(history.oldest.max(history.dropped.get(resource).copied().unwrap_or(0))),
             };
             (replay, self.feed.subscribe(), history.resource_version)
         };
@@ -339,9 +356,13 @@ async fn record(
         };
         let event = Arc::new(event);
         history.events.push_back(event.clone());
-        while history.events.len() > WINDOW {
+        while history.events.len() > watches.window {
             if let Some(old) = history.events.pop_front() {
-                history.oldest = history.oldest.max(old.resource_version + 1);
+                // A resume from a version replays the deletions recorded at it (see `watch`): past
+                // a dropped deletion's own version, then.
+                let after = old.resource_version + i64::from(old.type_ == "DELETED");
+                let newest = history.dropped.entry(old.resource.clone()).or_insert(after);
+                *newest = (*newest).max(after);
             }
         }
         drop(history);
@@ -475,5 +496,39 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         panic!("the watch task outlived its client");
+    }
+
+    #[tokio::test]
+    async fn a_quiet_resource_resumes_after_a_busy_one_filled_the_window() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let quiet = "secrets";
+        let w = Watches::start_with_window(store.clone(), &[RES.to_string(), quiet.to_string()], 4);
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}});
+        let s = store.create_raw(quiet, "ns", secret, false).await.unwrap();
+        let first = store.create_raw(RES, "ns", cm("busy-0", "1"), false).await.unwrap();
+        let mut last = first.clone();
+        for i in 1..10 {
+            last = store.create_raw(RES, "ns", cm(&format!("busy-{i}"), "1"), false).await.unwrap();
+        }
+        settled(&w, rv(&last)).await;
+        // Nothing of the quiet resource changed after its version: its watch resumes.
+        let mut rx = w.watch(quiet, None, opts(Start::After(rv(&s))));
+        let t = store
+            .create_raw(
+                quiet,
+                "ns",
+                json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "t", "namespace": "ns"}}),
+                false,
+            )
+            .await
+            .unwrap();
+        let added = next(&mut rx).await;
+        assert_eq!((added["type"].as_str(), added["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("t")));
+        assert_eq!(rv(&added["object"]), rv(&t));
+        // The busy resource's own events from then are gone: 410.
+        let mut rx = w.watch(RES, None, opts(Start::After(rv(&first))));
+        let gone = next(&mut rx).await;
+        assert_eq!((gone["type"].as_str(), gone["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
     }
 }
