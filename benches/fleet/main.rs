@@ -343,14 +343,32 @@ fn server_command(backend: Backend, bin: &str, dir: &std::path::Path, port: u16,
 /// Creates or updates the object at `url` (server-side apply, as `kubectl apply --server-side`),
 /// and returns it as stored.
 async fn put(client: &reqwest::Client, url: String, doc: Value) -> anyhow::Result<Value> {
-    let r = client
-        .patch(format!("{url}?fieldManager=fleet-bench&force=true"))
-        .header("content-type", "application/apply-patch+yaml")
-        .body(doc.to_string())
-        .send()
-        .await?;
+    let body = doc.to_string();
+    let r = send_idempotent(|| {
+        client
+            .patch(format!("{url}?fieldManager=fleet-bench&force=true"))
+            .header("content-type", "application/apply-patch+yaml")
+            .body(body.clone())
+    })
+    .await?;
     anyhow::ensure!(r.status().is_success(), "{}", r.text().await?);
     Ok(r.json().await?)
+}
+
+/// Sends an idempotent request (a merge patch, an apply), again after a transport error: a pooled
+/// keep-alive connection the server closes as it idles out fails the request that reuses it, as
+/// kubectl's client retries too. An HTTP error answer is returned as it is.
+async fn send_idempotent(make: impl Fn() -> reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+    let mut tries = 0;
+    loop {
+        match make().send().await {
+            Err(e) if tries < 3 && (e.is_request() || e.is_connect()) && !e.is_timeout() => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Runs `f` over `items`, 32 at a time (a user's tooling applying many objects).
@@ -669,12 +687,13 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         let (client, api) = (client.clone(), api.clone());
         async move {
             let patch = json!({"spec": {"approved": true, "clusterDeploymentName": {"name": cd, "namespace": ns}}});
-            let r = client
-                .patch(format!("{api}/{AGENTS}/namespaces/{ns}/agents/{agent}"))
-                .header("content-type", "application/merge-patch+json")
-                .body(patch.to_string())
-                .send()
-                .await?;
+            let r = send_idempotent(|| {
+                client
+                    .patch(format!("{api}/{AGENTS}/namespaces/{ns}/agents/{agent}"))
+                    .header("content-type", "application/merge-patch+json")
+                    .body(patch.to_string())
+            })
+            .await?;
             anyhow::ensure!(r.status().is_success(), "binding {ns}/{agent}: {}", r.text().await?);
             Ok(())
         }
