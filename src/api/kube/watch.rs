@@ -39,7 +39,9 @@ pub struct Event {
 
 #[derive(Default)]
 struct History {
-    events: VecDeque<Arc<Event>>,
+    /// Per resource, its latest events (at most the window each): a busy kind's events never push a
+    /// quiet kind's out.
+    events: HashMap<String, VecDeque<Arc<Event>>>,
     /// Watches from before this resourceVersion cannot be served: nothing is known of the changes
     /// before it (the server started there, or lost track of the store's changes).
     oldest: i64,
@@ -161,7 +163,9 @@ impl Watches {
                 {
                     Ok(history
                         .events
-                        .iter()
+                        .get(resource)
+                        .into_iter()
+                        .flatten()
                         .filter(|e| {
                             (e.resource_version > from || (e.resource_version == from && e.type_ == "DELETED"))
                                 && matches(&e.resource, &e.namespace)
@@ -355,13 +359,18 @@ async fn record(
             }
         };
         let event = Arc::new(event);
-        history.events.push_back(event.clone());
-        while history.events.len() > watches.window {
-            if let Some(old) = history.events.pop_front() {
+        let History { events, dropped, .. } = &mut *history;
+        let kept = match events.get_mut(&event.resource) {
+            Some(kept) => kept,
+            None => events.entry(event.resource.clone()).or_default(),
+        };
+        kept.push_back(event.clone());
+        while kept.len() > watches.window {
+            if let Some(old) = kept.pop_front() {
                 // A resume from a version replays the deletions recorded at it (see `watch`): past
                 // a dropped deletion's own version, then.
                 let after = old.resource_version + i64::from(old.type_ == "DELETED");
-                let newest = history.dropped.entry(old.resource.clone()).or_insert(after);
+                let newest = dropped.entry(old.resource.clone()).or_insert(after);
                 *newest = (*newest).max(after);
             }
         }
