@@ -10,7 +10,7 @@
 //! order decides, as in a plain reflector. An object this process deleted stays out even if the watch
 //! still has an older event of it to deliver.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -42,8 +42,9 @@ pub(super) struct ObjectCache {
     references: HashMap<(String, String), BTreeSet<(String, String)>>,
     /// The reference values indexed for each object, to take them out when it changes.
     indexed: HashMap<ObjKey, Vec<String>>,
-    /// uids of objects this process deleted whose deletion the watch has not delivered yet.
-    deleted: HashSet<String>,
+    /// uid → resource of the objects this process deleted whose deletion the watch has not delivered
+    /// yet (a re-list of the resource settles them all).
+    deleted: HashMap<String, String>,
 }
 
 impl ObjectCache {
@@ -54,7 +55,7 @@ impl ObjectCache {
         let meta = &obj["metadata"];
         let (ns, name) = (meta["namespace"].as_str().unwrap_or_default(), meta["name"].as_str().unwrap_or_default());
         let uid = meta["uid"].as_str().unwrap_or_default().to_string();
-        if source == Source::Watch && self.deleted.contains(&uid) {
+        if source == Source::Watch && self.deleted.contains_key(&uid) {
             return false;
         }
         let rv = version_number(meta["resourceVersion"].as_str());
@@ -98,7 +99,7 @@ impl ObjectCache {
     /// This process deleted the object: out now, and kept out until the watch says it is gone.
     pub(super) fn deleted_here(&mut self, resource: &str, ns: &str, name: &str) {
         if let Some(old) = self.remove(resource, ns, name) {
-            self.deleted.insert(old.uid.clone());
+            self.deleted.insert(old.uid.clone(), resource.to_string());
         }
     }
 
@@ -110,6 +111,12 @@ impl ObjectCache {
         if held.is_some_and(|h| h.uid == uid || uid.is_empty()) {
             self.remove(resource, ns, name);
         }
+    }
+
+    /// A re-list of `resource` is done: what this process deleted is absent from it, and no deletion
+    /// event of those objects will come (without this their uids would be kept for ever).
+    pub(super) fn relisted(&mut self, resource: &str) {
+        self.deleted.retain(|_, r| r != resource);
     }
 
     fn unindex(&mut self, key: &ObjKey) {
@@ -228,6 +235,13 @@ mod tests {
         // The late deletion event of the first one does not take out the second.
         cache.deletion_seen(res, "ns", "a", "uid-a");
         assert!(cache.get(res, "ns", "a").is_some());
+        // A deletion the watch never delivers (it listed again instead) is settled by the re-list.
+        cache.deleted_here(res, "ns", "a");
+        assert_eq!(cache.deleted.len(), 1);
+        cache.relisted("other.resource");
+        assert_eq!(cache.deleted.len(), 1);
+        cache.relisted(res);
+        assert!(cache.deleted.is_empty());
     }
 
     #[test]

@@ -458,6 +458,7 @@ impl Watch {
                                 cache.remove(&resource, &key.0, &key.1);
                             }
                         }
+                        cache.relisted(&resource);
                         drop(cache);
                         let gone: Vec<_> = known.keys().filter(|k| !shown.contains(*k)).cloned().collect();
                         for key in gone {
