@@ -187,9 +187,17 @@ fn value_cmp(a: &Value, b: &Value) -> Ordering {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Path elements compared on this thread: what the tests of the cost of long lists count.
+    static COMPARED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl Ord for PathElement {
     fn cmp(&self, other: &Self) -> Ordering {
         use PathElement::*;
+        #[cfg(test)]
+        COMPARED.with(|c| c.set(c.get() + 1));
         let rank = |p: &PathElement| match p {
             Field(_) => 0,
             Key(_) => 1,
@@ -927,10 +935,13 @@ impl Walker<'_> {
         c: &Cursor,
         strict: bool,
     ) -> Result<Vec<(PathElement, &'v Value)>, String> {
-        let mut out: Vec<(PathElement, &Value)> = Vec::new();
+        let mut out: Vec<(PathElement, &Value)> = Vec::with_capacity(items.len());
+        // Duplicates found through a set, not by scanning what came before: a list of thousands
+        // of items (finalizers) costs n log n.
+        let mut seen: std::collections::BTreeSet<PathElement> = std::collections::BTreeSet::new();
         for (i, item) in items.iter().enumerate() {
             let pe = Self::item_pe(lt, item).map_err(|e| format!("{}: element {i}: {e}", c.here()))?;
-            if out.iter().any(|(p, _)| *p == pe) {
+            if !seen.insert(pe.clone()) {
                 if strict {
                     return Err(format!("{}: duplicate entries for key {pe}", c.here()));
                 }
@@ -1033,14 +1044,16 @@ impl Walker<'_> {
                     Self::cmp_leaf(l, r, c, out);
                     return;
                 };
+                let r_by_pe: BTreeMap<&PathElement, &Value> = ri.iter().map(|(p, v)| (p, *v)).collect();
+                let l_by_pe: BTreeMap<&PathElement, &Value> = li.iter().map(|(p, v)| (p, *v)).collect();
                 for (pe, litem) in &li {
-                    let ritem = ri.iter().find(|(p, _)| p == pe).map(|(_, v)| *v);
+                    let ritem = r_by_pe.get(pe).copied();
                     c.push(pe.clone());
                     self.cmp_walk(Some(litem), ritem, c, out);
                     c.pop();
                 }
                 for (pe, ritem) in &ri {
-                    if li.iter().any(|(p, _)| p == pe) {
+                    if l_by_pe.contains_key(pe) {
                         continue;
                     }
                     c.push(pe.clone());
@@ -1087,6 +1100,7 @@ impl Walker<'_> {
             (_, Value::Null) => Ok(None),
             (Some(Value::Object(lm)), Value::Object(rm)) if self.map_type(c) != MapType::Atomic => {
                 let mut out = lm.clone();
+                let mut removed = std::collections::HashSet::new();
                 for (k, rv) in rm {
                     c.push(PathElement::Field(k.clone()));
                     let merged = self.merge(lm.get(k), rv, c)?;
@@ -1096,9 +1110,13 @@ impl Walker<'_> {
                             out.insert(k.clone(), v);
                         }
                         None => {
-                            out.shift_remove(k);
+                            removed.insert(k.as_str());
                         }
                     }
+                }
+                // In one pass that keeps the order: one by one, each would shift those after it.
+                if !removed.is_empty() {
+                    out.retain(|k, _| !removed.contains(k.as_str()));
                 }
                 Ok(Some(Value::Object(out)))
             }
@@ -1130,11 +1148,14 @@ impl Walker<'_> {
         let rhs = self.index_items(&lt, ra, c, true)?;
         // A live list the schema cannot index: the configuration's list wins.
         let lhs = self.index_items(&lt, la, c, false).unwrap_or_default();
-        let in_rhs = |pe: &PathElement| rhs.iter().any(|(p, _)| p == pe);
-        let in_lhs = |pe: &PathElement| lhs.iter().find(|(p, _)| p == pe).map(|(_, v)| *v);
+        // Items looked up by path element in maps, not by scans: linear-logarithmic in the lists.
+        let r_by_pe: BTreeMap<&PathElement, &Value> = rhs.iter().map(|(p, v)| (p, *v)).collect();
+        let l_by_pe: BTreeMap<&PathElement, &Value> = lhs.iter().map(|(p, v)| (p, *v)).collect();
+        let in_rhs = |pe: &PathElement| r_by_pe.contains_key(pe);
+        let in_lhs = |pe: &PathElement| l_by_pe.get(pe).copied();
         let mut shared = rhs.iter().filter(|(p, _)| in_lhs(p).is_some()).map(|(p, _)| p);
         let mut next_shared = shared.next();
-        let mut emitted: Vec<&PathElement> = Vec::new();
+        let mut emitted: std::collections::BTreeSet<&PathElement> = std::collections::BTreeSet::new();
         let mut out = Vec::new();
         let (mut li, mut ri) = (0, 0);
         let mut emit = |this: &Self,
@@ -1158,7 +1179,7 @@ impl Walker<'_> {
                 let (rpe, rv) = &rhs[ri];
                 if lpe == rpe {
                     emit(self, c, rpe, Some(lv), Some(rv))?;
-                    emitted.push(rpe);
+                    emitted.insert(rpe);
                     li += 1;
                     ri += 1;
                     next_shared = shared.next();
@@ -1176,14 +1197,14 @@ impl Walker<'_> {
                     emit(self, c, lpe, Some(lv), None)?;
                     li += 1;
                     continue;
-                } else if emitted.contains(&lpe) {
+                } else if emitted.contains(lpe) {
                     li += 1;
                 }
             }
             if ri < rhs.len() {
                 let (rpe, rv) = &rhs[ri];
                 emit(self, c, rpe, in_lhs(rpe), Some(rv))?;
-                emitted.push(rpe);
+                emitted.insert(rpe);
                 ri += 1;
                 if next_shared == Some(rpe) {
                     next_shared = shared.next();
@@ -1201,6 +1222,7 @@ impl Walker<'_> {
                 if self.map_type(c) == MapType::Atomic {
                     return;
                 }
+                let mut removed = std::collections::HashSet::new();
                 for (pe, node) in &gone.nodes {
                     let PathElement::Field(k) = pe else { continue };
                     let Some(child) = m.get_mut(k) else { continue };
@@ -1208,8 +1230,13 @@ impl Walker<'_> {
                     let keep = self.prune_child(child, node, owned, pe, c);
                     c.pop();
                     if !keep {
-                        m.shift_remove(k);
+                        removed.insert(k.as_str());
                     }
+                }
+                // Removed in one pass that keeps the order (one by one, each removal would shift
+                // the members after it).
+                if !removed.is_empty() {
+                    m.retain(|k, _| !removed.contains(k.as_str()));
                 }
             }
             Value::Array(a) => {
@@ -1217,24 +1244,19 @@ impl Walker<'_> {
                 if lt == ListType::Atomic {
                     return;
                 }
-                let mut i = 0;
-                while i < a.len() {
-                    let Ok(pe) = Self::item_pe(&lt, &a[i]) else {
-                        i += 1;
-                        continue;
-                    };
-                    let Some(node) = gone.nodes.get(&pe) else {
-                        i += 1;
-                        continue;
-                    };
-                    c.push(pe.clone());
-                    let keep = self.prune_child(&mut a[i], node, owned, &pe, c);
-                    c.pop();
-                    if keep {
-                        i += 1;
-                    } else {
-                        a.remove(i);
+                let items = std::mem::take(a);
+                for mut item in items {
+                    if let Ok(pe) = Self::item_pe(&lt, &item)
+                        && let Some(node) = gone.nodes.get(&pe)
+                    {
+                        c.push(pe.clone());
+                        let keep = self.prune_child(&mut item, node, owned, &pe, c);
+                        c.pop();
+                        if !keep {
+                            continue;
+                        }
                     }
+                    a.push(item);
                 }
             }
             _ => {}
@@ -2280,5 +2302,34 @@ mod tests {
         let empty = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"}, "spec": {}});
         let obj = apply(None, &empty, &Request::new("kubectl", "example.com/v1", "W", T0)).unwrap();
         assert_eq!(fields_text(&obj, "kubectl", "Apply"), r#"{"f:spec":{}}"#);
+    }
+    #[test]
+    fn long_sets_cost_n_log_n_comparisons() {
+        // Thousands of finalizers: duplicates, changes and merges are found through ordered maps,
+        // not by scanning the items seen so far (which was n²/2 comparisons: 8 million here).
+        let n = 4000usize;
+        let finalizers: Vec<Value> = (0..n).map(|i| json!(format!("example.com/f{i}"))).collect();
+        let mut changed = finalizers.clone();
+        changed.reverse();
+        changed.push(json!("example.com/new"));
+        let old = cm(json!({})).tap_finalizers(&finalizers);
+        let mut new = cm(json!({})).tap_finalizers(&changed);
+        let bound = 64 * n as u64 * (n as f64).log2() as u64;
+        COMPARED.with(|c| c.set(0));
+        record_update(Some(&old), &mut new, &req("m", "2024-01-01T00:00:00Z"));
+        let applied = apply(Some(&old), &cm(json!({})).tap_finalizers(&changed), &req("a", "2024-01-01T00:00:00Z"));
+        assert!(applied.is_ok(), "{applied:?}");
+        let compared = COMPARED.with(|c| c.get());
+        assert!(compared < bound, "{compared} comparisons for {n} finalizers (bound {bound})");
+    }
+
+    trait TapFinalizers {
+        fn tap_finalizers(self, f: &[Value]) -> Value;
+    }
+    impl TapFinalizers for Value {
+        fn tap_finalizers(mut self, f: &[Value]) -> Value {
+            self["metadata"]["finalizers"] = Value::Array(f.to_vec());
+            self
+        }
     }
 }
