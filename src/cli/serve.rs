@@ -189,6 +189,11 @@ struct ServeArgs {
     /// Retry-After. Each holds kernel socket buffers, about 2 MB on a busy link.
     #[arg(long, env = "BOOTSTREAM_MAX_DOWNLOADS", default_value_t = 4096)]
     max_downloads: usize,
+    /// Largest object the Kubernetes API stores, in bytes of JSON (etcd's limit on a hub); a write
+    /// whose object would be larger (a patch or an apply can build more than its body) gets 413.
+    #[arg(long, env = "BOOTSTREAM_MAX_OBJECT_BYTES", value_name = "BYTES",
+          default_value_t = crate::api::kube::limits::DEFAULT_MAX_OBJECT_BYTES)]
+    max_object_bytes: usize,
     /// Seconds a client has to send a whole request head once it started (and, on connections
     /// served by hyper, to start the next one); then the connection is closed.
     #[arg(long, env = "BOOTSTREAM_HEADER_TIMEOUT", value_name = "SECONDS", default_value_t = 10)]
@@ -489,14 +494,16 @@ async fn hub<S: crate::store::Store>(
         }
         None => None,
     };
+    let limits = crate::api::kube::limits::Limits { max_object_bytes: args.max_object_bytes };
     let kube = resources.map(|store| {
-        crate::api::kube::KubeApi::new(
+        crate::api::kube::KubeApi::with_limits(
             store,
             Arc::new(crate::api::EmbeddedHooks {
                 images: svc.images.clone(),
                 infraenvs: infraenvs.clone(),
                 finalize_infraenvs: true,
             }),
+            limits,
         )
     });
     Ok(Arc::new(crate::api::App {

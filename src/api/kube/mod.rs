@@ -31,6 +31,8 @@
 mod apply;
 mod discovery;
 mod jsonpath;
+pub mod limits;
+mod names;
 mod openapi;
 mod patch;
 mod protobuf;
@@ -387,6 +389,9 @@ pub struct KubeApi {
     /// Serve as a hub whose CRDs are newer than ours (a test option): fields our schemas lack are
     /// kept, and the rest is validated without them.
     keep_unknown_fields: std::sync::atomic::AtomicBool,
+    limits: limits::Limits,
+    /// The OpenAPI v3 index, made when first asked for (it depends only on what is served).
+    openapi_v3_index: std::sync::OnceLock<Bytes>,
 }
 
 /// Largest `limit` honoured for one page.
@@ -398,6 +403,11 @@ impl KubeApi {
         Self::with_collections(store, hooks, Vec::new())
     }
 
+    /// [`KubeApi::new`] under other [`limits::Limits`] than the defaults.
+    pub fn with_limits(store: SqliteStore, hooks: Arc<dyn Hooks>, limits: limits::Limits) -> Arc<KubeApi> {
+        Self::build(store, hooks, Vec::new(), limits)
+    }
+
     /// [`KubeApi::new`], serving `extra` collections besides bootstream's kinds and the core kinds: a
     /// test harness playing another cluster (`testkit::spoke`) adds the kinds that cluster holds.
     /// With `kind: None` they are validated only structurally.
@@ -405,6 +415,15 @@ impl KubeApi {
     /// # Panics
     /// If one of them is already served.
     pub fn with_collections(store: SqliteStore, hooks: Arc<dyn Hooks>, extra: Vec<Collection>) -> Arc<KubeApi> {
+        Self::build(store, hooks, extra, limits::Limits::default())
+    }
+
+    fn build(
+        store: SqliteStore,
+        hooks: Arc<dyn Hooks>,
+        extra: Vec<Collection>,
+        limits: limits::Limits,
+    ) -> Arc<KubeApi> {
         let crds = crd_documents();
         let mut collections = collections(&crds);
         for c in extra {
@@ -427,6 +446,8 @@ impl KubeApi {
             hooks,
             interceptor: Default::default(),
             keep_unknown_fields: Default::default(),
+            limits,
+            openapi_v3_index: Default::default(),
         })
     }
 
@@ -526,7 +547,8 @@ impl KubeApi {
             .is_some_and(|v| v.as_bytes().starts_with(protobuf::CONTENT_TYPE.as_bytes()))
             && matches!(verb, Verb::Create | Verb::Update | Verb::Delete)
         {
-            let json = match protobuf::decode(req.body()) {
+            let body = req.body().clone();
+            let json = match limits::cpu_bound(move || protobuf::decode(&body)).await {
                 Ok(v) => v,
                 Err(e) => return ApiError::bad_request(format!("the protobuf body cannot be read: {e}")).response(),
             };
@@ -779,8 +801,10 @@ impl KubeApi {
                 Some(bytes_response(doc.clone(), "application/json", None))
             }
             ["openapi", "v3"] => {
-                let index = openapi::v3_index(&self.served(), &self.crds);
-                Some(crate::http::json(StatusCode::OK, &index))
+                let index = self
+                    .openapi_v3_index
+                    .get_or_init(|| Bytes::from(openapi::v3_index(&self.served(), &self.crds).to_string()));
+                Some(bytes_response(index.clone(), "application/json", None))
             }
             ["openapi", "v3", rest @ ..] => {
                 let docs = self.openapi_v3.get_or_init(|| {
@@ -921,8 +945,10 @@ impl KubeApi {
             match doc["metadata"]["name"].as_str() {
                 Some(n) if n == name => {}
                 None | Some("") => doc["metadata"]["name"] = Value::String(name.clone()),
-                Some(_) => {
-                    return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({other}) does not match the name on the URL ({name})"
+                    )));
                 }
             }
         }
@@ -932,6 +958,63 @@ impl KubeApi {
     /// What a write stores: the document checked by the collection's admission rules (bootstream's
     /// kinds) and field validation, with `live` being the object it replaces.
     fn admit(
+        &self,
+        c: &Collection,
+        live: Option<&Value>,
+        doc: Value,
+        ctx: &mut WriteContext,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        if live.is_none() {
+            self.check_names(c, &doc)?;
+        }
+        let doc = self.admit_kept_or_pruned(c, live, doc, ctx, status)?;
+        self.check_size(c, &doc)?;
+        Ok(doc)
+    }
+
+    /// A new object's name (and `generateName`, and namespace) as the API server checks them.
+    fn check_names(&self, c: &Collection, doc: &Value) -> Result<(), ApiError> {
+        let meta = &doc["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default();
+        let rule = names::NameRule::of_kind(c.kind_name());
+        let invalid = |e: String| ApiError::invalid(c, name, e);
+        if let Some(prefix) = meta["generateName"].as_str().filter(|p| !p.is_empty()) {
+            names::check("metadata.generateName", rule, prefix, true).map_err(invalid)?;
+        }
+        if !name.is_empty() {
+            names::check("metadata.name", rule, name, false).map_err(invalid)?;
+        }
+        if c.namespaced() {
+            let ns = meta["namespace"].as_str().unwrap_or_default();
+            names::check("metadata.namespace", names::NameRule::Label, ns, false).map_err(invalid)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses an object larger than the limit (413, naming both sizes): what a patch or an apply
+    /// builds may be far larger than its request.
+    fn check_size(&self, c: &Collection, doc: &Value) -> Result<(), ApiError> {
+        let max = self.limits.max_object_bytes;
+        if limits::json_len_within(doc, max).is_some() {
+            return Ok(());
+        }
+        let size = limits::json_len(doc);
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        Err(ApiError {
+            details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
+            ..ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!(
+                    "{} \"{name}\" would be {size} bytes, over the {max} bytes an object may have (serve --max-object-bytes)",
+                    c.qualified()
+                ),
+            )
+        })
+    }
+
+    fn admit_kept_or_pruned(
         &self,
         c: &Collection,
         live: Option<&Value>,
@@ -1073,7 +1156,7 @@ impl KubeApi {
                 "create in a namespace: /namespaces/NS/...",
             ));
         };
-        let mut doc = parse_json(body)?;
+        let mut doc = parse_json(body).await?;
         self.check_document(
             &Target { collection: c, namespace: Some(ns.clone()), name: None, status: false },
             &mut doc,
@@ -1152,7 +1235,7 @@ impl KubeApi {
         ctx: &mut WriteContext,
     ) -> Result<(StatusCode, Value), ApiError> {
         let c = t.collection;
-        let mut doc = parse_json(body)?;
+        let mut doc = parse_json(body).await?;
         self.check_document(t, &mut doc)?;
         let name = t.name.clone().unwrap_or_default();
         let Some(want_rv) = doc["metadata"]["resourceVersion"].as_str().map(str::to_string) else {
@@ -1231,55 +1314,110 @@ impl KubeApi {
         if patch_type == "application/apply-patch+yaml" {
             return self.server_side_apply(t, req.body(), q, ctx).await;
         }
-        let patch: Value = serde_json::from_slice(req.body())
-            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let strategic = patch_type == "application/strategic-merge-patch+json";
+        let json_patch = patch_type == "application/json-patch+json";
+        match patch_type {
+            "application/merge-patch+json" | "application/json-patch+json" => {}
+            "application/strategic-merge-patch+json" if c.kind.is_none() || c.kind == Some(Kind::Secret) => {}
+            "application/strategic-merge-patch+json" => {
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                ));
+            }
+            other => {
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    format!(
+                        "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                    ),
+                ));
+            }
+        }
+        let body = req.body().clone();
+        let patch: Arc<Value> = Arc::new(
+            limits::cpu_bound(move || serde_json::from_slice(&body))
+                .await
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+        );
+        // A merge patch is an object (anything else would replace the whole object), as the API
+        // server decodes it.
+        if !patch.is_object() && patch_type == "application/merge-patch+json" {
+            return Err(ApiError::bad_request(format!(
+                "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                json_type(&patch)
+            )));
+        }
+        // A patch that names a resourceVersion is a precondition; without one it applies to
+        // whatever is current (retried when the object moves meanwhile).
+        let names_version = match patch.as_ref() {
+            Value::Array(ops) => ops.iter().any(|op| op["path"] == "/metadata/resourceVersion" || op["path"] == ""),
+            other => other.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
+        };
+        let max_bytes = self.limits.max_object_bytes;
+        let kind_name = c.kind_name().to_string();
         for _ in 0..8 {
             let live = self.get(t)?;
             let live_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
-            let mut doc = live.clone();
-            match patch_type {
-                "application/merge-patch+json" => patch::merge_patch(&mut doc, &patch),
-                "application/json-patch+json" => patch::json_patch(&mut doc, &patch).map_err(patch_error)?,
-                "application/strategic-merge-patch+json" if c.kind.is_none() || c.kind == Some(Kind::Secret) => {
-                    patch::strategic_merge_patch(&mut doc, &patch, c.kind_name()).map_err(patch_error)?
+            let (patch, kind_name, base) = (patch.clone(), kind_name.clone(), live.clone());
+            let patched = limits::cpu_bound(move || {
+                let mut doc = base;
+                if strategic {
+                    patch::strategic_merge_patch(&mut doc, &patch, &kind_name)?;
+                } else if json_patch {
+                    patch::json_patch(&mut doc, &patch, max_bytes)?;
+                } else {
+                    patch::merge_patch(&mut doc, &patch);
                 }
-                "application/strategic-merge-patch+json" => {
-                    return Err(ApiError::new(
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        "UnsupportedMediaType",
-                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                Ok(doc)
+            })
+            .await;
+            let mut doc = patched.map_err(patch_error)?;
+            self.check_patched(t, &mut doc)?;
+            // The patched object's version is the one it applies to: a patch that changed it
+            // names another version than the current one.
+            let want = match (doc["metadata"]["resourceVersion"].as_str(), &live_rv) {
+                (None, _) => {
+                    return Err(ApiError::invalid(
+                        c,
+                        &name,
+                        "metadata.resourceVersion: Invalid value: 0: must be specified for an update",
                     ));
                 }
-                other => {
-                    return Err(ApiError::new(
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        "UnsupportedMediaType",
-                        format!(
-                            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                        ),
-                    ));
-                }
-            }
-            // A patch that names a resourceVersion is a precondition; without one it applies to
-            // whatever is current (retried when the object moves meanwhile).
-            let names_version = match &patch {
-                Value::Array(ops) => ops.iter().any(|op| op["path"] == "/metadata/resourceVersion"),
-                other => other.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null()),
-            };
-            let pinned =
-                if names_version { doc["metadata"]["resourceVersion"].as_str().map(str::to_string) } else { None };
-            let want = match (&pinned, &live_rv) {
                 (Some(p), Some(l)) if p != l => {
                     return Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())));
                 }
                 _ => live_rv.clone(),
             };
             match self.write_over(t, &live, doc, want, ctx).await {
-                Err(e) if e.reason == "Conflict" && pinned.is_none() && !ctx.dry_run => continue,
+                Err(e) if e.reason == "Conflict" && !names_version && !ctx.dry_run => continue,
                 other => return other.map(|o| (StatusCode::OK, o)),
             }
         }
         Err(ApiError::from_store(c, &name, StoreError::Conflict(String::new())))
+    }
+
+    /// What a patch made must still be this object: a JSON object, of this kind, with the name
+    /// and namespace of the URL (as the API server checks a patched object).
+    fn check_patched(&self, t: &Target<'_>, doc: &mut Value) -> Result<(), ApiError> {
+        let c = t.collection;
+        let name = t.name.clone().unwrap_or_default();
+        if !doc.is_object() {
+            return Err(ApiError::invalid(
+                c,
+                &name,
+                format!("patch: Invalid value: the patched object is a JSON {}, not an object", json_type(doc)),
+            ));
+        }
+        let patched_name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        if patched_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        self.check_document(t, doc)
     }
 
     async fn server_side_apply(
@@ -1297,14 +1435,10 @@ impl KubeApi {
             ));
         }
         let force = query_flag(q, "force");
-        let text =
-            std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the applied configuration is not UTF-8"))?;
-        let mut config: Value = {
-            use serde::Deserialize;
-            let de = yaml_serde::Deserializer::from_str(text);
-            Value::deserialize(de).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
-        };
+        let body = body.clone();
+        let mut config: Value = limits::cpu_bound(move || decode_applied(&body)).await?;
         self.check_document(t, &mut config)?;
+        let config = Arc::new(config);
         for _ in 0..8 {
             let live = match self.get(t) {
                 Ok(l) => Some(l),
@@ -1314,11 +1448,17 @@ impl KubeApi {
             let now = crate::resources::now_seconds().to_string();
             let api_version = c.api_version();
             let applied = {
-                let mut request = apply::Request::new(&ctx.manager, &api_version, c.kind_name(), &now);
-                request.force = force;
-                request.subresource = t.status.then_some("status");
-                request.status_subresource = c.has_status();
-                apply::apply(live.as_ref(), &config, &request)
+                let (manager, kind, status, has_status) =
+                    (ctx.manager.clone(), c.kind_name().to_string(), t.status, c.has_status());
+                let (live, config) = (live.clone(), config.clone());
+                limits::cpu_bound(move || {
+                    let mut request = apply::Request::new(&manager, &api_version, &kind, &now);
+                    request.force = force;
+                    request.subresource = status.then_some("status");
+                    request.status_subresource = has_status;
+                    apply::apply(live.as_ref(), &config, &request)
+                })
+                .await
             };
             let doc = match applied {
                 Ok(doc) => doc,
@@ -1506,6 +1646,18 @@ fn record_manager(c: &Collection, doc: &mut Value, live: Option<&Value>, ctx: &W
     apply::record_update(live, doc, &request);
 }
 
+/// The name Go's JSON decoder gives a JSON type, as the API server's messages say it.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 fn patch_error(e: patch::PatchError) -> ApiError {
     let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
     let reason = match code.as_u16() {
@@ -1534,8 +1686,27 @@ fn bytes_response(body: Bytes, content_type: &'static str, etag: Option<&str>) -
     b.body(Body::Bytes(body)).expect("valid response")
 }
 
-fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not a JSON object: {e}")))
+/// A server-side apply's configuration: JSON (what kubectl sends) or YAML, whose nesting is
+/// checked by a scan before it is parsed (YAML parsing costs time quadratic in nesting).
+fn decode_applied(body: &[u8]) -> Result<Value, ApiError> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text =
+        std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the applied configuration is not UTF-8"))?;
+    limits::check_yaml_depth(text, limits::MAX_YAML_DEPTH)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    use serde::Deserialize;
+    let de = yaml_serde::Deserializer::from_str(text);
+    Value::deserialize(de).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+/// A JSON body, parsed off the async workers ([`limits::cpu_bound`]).
+async fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
+    let body = body.clone();
+    limits::cpu_bound(move || serde_json::from_slice(&body))
+        .await
+        .map_err(|e| ApiError::bad_request(format!("the body is not a JSON object: {e}")))
 }
 
 fn add_finalizer(doc: &mut Value, finalizer: &str) {
@@ -1845,5 +2016,197 @@ mod tests {
         .await;
         let (code, gone) = call(&api, "GET", &format!("{IES}/ie"), "", "").await;
         assert_eq!((code, gone["reason"].as_str()), (StatusCode::NOT_FOUND, Some("NotFound")));
+    }
+    const EVENTS: &str = "/api/v1/namespaces/ns/events";
+
+    fn event(name: &str, note: &str) -> String {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+               "involvedObject": {"name": "x", "namespace": "ns"}, "note": note})
+        .to_string()
+    }
+
+    #[tokio::test]
+    async fn no_write_stores_or_answers_an_object_over_the_limit() {
+        let api = KubeApi::with_limits(
+            SqliteStore::open_in_memory().unwrap(),
+            Arc::new(NoHooks),
+            limits::Limits { max_object_bytes: 64 << 10 },
+        );
+        let (code, _) = call(&api, "POST", EVENTS, "application/json", &event("e", &"x".repeat(1000))).await;
+        assert_eq!(code, StatusCode::CREATED);
+        // 18 copies of a value into itself: 280 MB on a 1 KB object before (with dryRun, in the
+        // answer); now refused while it runs, whatever else the request says.
+        let copies: Vec<Value> = (0..18).map(|_| json!({"op": "copy", "from": "/note", "path": "/note2"})).collect();
+        let mut doubling = vec![json!({"op": "add", "path": "/note2", "value": []})];
+        doubling.extend((0..18).map(|_| json!({"op": "copy", "from": "/note2", "path": "/note2/-"})));
+        doubling[1] = json!({"op": "copy", "from": "/note", "path": "/note2/-"});
+        for query in ["?dryRun=All", ""] {
+            let uri = format!("{EVENTS}/e{query}");
+            let (code, err) =
+                call(&api, "PATCH", &uri, "application/json-patch+json", &Value::Array(doubling.clone()).to_string())
+                    .await;
+            assert_eq!((code, err["reason"].as_str()), (StatusCode::PAYLOAD_TOO_LARGE, Some("RequestEntityTooLarge")));
+        }
+        let (code, _) = call(
+            &api,
+            "PATCH",
+            &format!("{EVENTS}/e"),
+            "application/json-patch+json",
+            &Value::Array(copies).to_string(),
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK, "copies that fit are fine");
+        // Every write path checks the object it would store, naming both sizes.
+        let big = "y".repeat(70 << 10);
+        let (code, err) = call(&api, "POST", EVENTS, "application/json", &event("f", &big)).await;
+        assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+        let message = err["message"].as_str().unwrap();
+        assert!(message.contains("over the 65536 bytes an object may have"), "{message}");
+        let merge = json!({"note": big}).to_string();
+        for (ct, body) in [
+            ("application/merge-patch+json", merge.clone()),
+            ("application/strategic-merge-patch+json", merge.clone()),
+            ("application/json-patch+json", json!([{"op": "replace", "path": "/note", "value": big}]).to_string()),
+        ] {
+            let (code, _) = call(&api, "PATCH", &format!("{EVENTS}/e"), ct, &body).await;
+            assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE, "{ct}");
+        }
+        let apply = format!("apiVersion: v1\nkind: Event\nmetadata: {{name: e}}\nnote: {big}\n");
+        let (code, _) = call(
+            &api,
+            "PATCH",
+            &format!("{EVENTS}/e?fieldManager=m&force=true"),
+            "application/apply-patch+yaml",
+            &apply,
+        )
+        .await;
+        assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+        let (_, live) = call(&api, "GET", &format!("{EVENTS}/e"), "", "").await;
+        let mut update = live.clone();
+        update["note"] = json!(big);
+        let (code, _) = call(&api, "PUT", &format!("{EVENTS}/e"), "application/json", &update.to_string()).await;
+        assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+        // The status subresource too.
+        call(&api, "POST", IES, "application/json", &infraenv(json!({}))).await;
+        let status = json!({"status": {"debugInfo": {"eventsURL": big}}}).to_string();
+        let (code, _) = call(&api, "PATCH", &format!("{IES}/ie/status"), "application/merge-patch+json", &status).await;
+        assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+        let (_, unchanged) = call(&api, "GET", &format!("{EVENTS}/e"), "", "").await;
+        assert_eq!(unchanged["metadata"]["resourceVersion"], live["metadata"]["resourceVersion"]);
+    }
+
+    #[tokio::test]
+    async fn a_patch_must_leave_the_same_object() {
+        let api = api();
+        call(&api, "POST", IES, "application/json", &infraenv(json!({}))).await;
+        let at = format!("{IES}/ie");
+        // Not an object: refused (a worker panicked on these before), nothing changed.
+        let (code, _) =
+            call(&api, "PATCH", &at, "application/json-patch+json", r#"[{"op":"replace","path":"","value":[1,2]}]"#)
+                .await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        let (code, err) = call(&api, "PATCH", &at, "application/merge-patch+json", "[1,2]").await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            err["message"],
+            "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}"
+        );
+        let (code, _) =
+            call(&api, "PATCH", &at, "application/json-patch+json", r#"[{"op":"replace","path":"","value":"x"}]"#)
+                .await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        // Another name: the API server's 400 naming both (not a 404 naming the other object).
+        let (code, err) = call(
+            &api,
+            "PATCH",
+            &at,
+            "application/json-patch+json",
+            r#"[{"op":"replace","path":"/metadata/name","value":"other"}]"#,
+        )
+        .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert_eq!(err["message"], "the name of the object (other) does not match the name on the URL (ie)");
+        // The root replaced on the status without a version: refused as an update without one
+        // (as kube-apiserver does), not a status wiped.
+        call(
+            &api,
+            "PATCH",
+            &format!("{at}/status"),
+            "application/merge-patch+json",
+            r#"{"status":{"isoDownloadURL":"http://x"}}"#,
+        )
+        .await;
+        let root = json!([{"op": "replace", "path": "", "value": {"apiVersion": "agent-install.openshift.io/v1beta1",
+            "kind": "InfraEnv", "metadata": {"name": "ie", "namespace": "ns"}, "spec": {"pullSecretRef": {"name": "ps"}}}}]);
+        let (code, err) =
+            call(&api, "PATCH", &format!("{at}/status"), "application/json-patch+json", &root.to_string()).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+        assert!(err["message"].as_str().unwrap().contains("metadata.resourceVersion"), "{err}");
+        let (_, ie) = call(&api, "GET", &at, "", "").await;
+        assert_eq!(ie["status"]["isoDownloadURL"], "http://x");
+    }
+
+    #[tokio::test]
+    async fn names_are_checked_per_kind_as_the_api_server_does() {
+        let api = api();
+        let ns = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}).to_string();
+        for bad in ["x.y", "..", "UPPER", &"a".repeat(64), "a\nb", "a\u{1b}[31m"] {
+            let (code, err) = call(&api, "POST", "/api/v1/namespaces", "application/json", &ns(bad)).await;
+            assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {err}");
+            assert_eq!(err["details"]["causes"][0]["field"], "metadata.name", "{err}");
+        }
+        let (code, _) = call(&api, "POST", "/api/v1/namespaces", "application/json", &ns("team-a")).await;
+        assert_eq!(code, StatusCode::CREATED);
+        // Leases, Secrets and custom resources: subdomains.
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": ".."}});
+        let (code, _) = call(
+            &api,
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/ns/leases",
+            "application/json",
+            &lease.to_string(),
+        )
+        .await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        let (code, _) = call(&api, "POST", SECRETS, "application/json", &secret("UP", "x")).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        let (code, err) =
+            call(&api, "POST", IES, "application/json", &infraenv(json!({"metadata": {"name": "UP_x"}}))).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(err["message"].as_str().unwrap().contains("a lowercase RFC 1123 subdomain"), "{err}");
+        // Events: only a path segment, as upstream (their names come from other objects').
+        for bad in ["..", "a%b"] {
+            let (code, _) = call(&api, "POST", EVENTS, "application/json", &event(bad, "")).await;
+            assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+        }
+        let (code, _) = call(&api, "POST", EVENTS, "application/json", &event("Pod.17a2b3", "")).await;
+        assert_eq!(code, StatusCode::CREATED);
+        // A namespace in a path is a label.
+        let (code, _) =
+            call(&api, "POST", "/api/v1/namespaces/UP/secrets", "application/json", &secret("s", "x")).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+        // generateName: the prefix, then the name made from it.
+        let generated = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"generateName": "UP-"}});
+        let (code, _) = call(&api, "POST", SECRETS, "application/json", &generated.to_string()).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[tokio::test]
+    async fn deeply_nested_yaml_is_refused_before_it_is_parsed() {
+        let api = api();
+        let uri = format!("{EVENTS}/e?fieldManager=m");
+        let nested = format!(
+            "apiVersion: v1\nkind: Event\nmetadata: {{name: e}}\nnote: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let (code, err) = call(&api, "PATCH", &uri, "application/apply-patch+yaml", &nested).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(err["message"].as_str().unwrap().contains("nests deeper than 64 levels"), "{err}");
+        // JSON sent as the apply (what kubectl sends) is read as JSON.
+        let json_config = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+            "involvedObject": {"name": "x", "namespace": "ns"}});
+        let (code, _) = call(&api, "PATCH", &uri, "application/apply-patch+yaml", &json_config.to_string()).await;
+        assert_eq!(code, StatusCode::CREATED);
     }
 }
