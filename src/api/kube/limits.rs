@@ -66,9 +66,9 @@ pub fn json_len(v: &Value) -> usize {
     json_len_within(v, usize::MAX).unwrap_or(usize::MAX)
 }
 
-/// The deepest nesting of a YAML text, or an error naming where it passes `max`, found by a
-/// single scan without parsing: flow collections (`[`, `{` outside quotes and comments) and block
-/// levels (a deeper indentation, and each compact `- ` or `? ` entry on a line) add up. It
+/// Checks a YAML text by a single scan, without parsing it: its nesting may not pass `max`, and
+/// it may use no alias. Flow collections (`[`, `{` outside quotes and comments) and block levels
+/// (a deeper indentation, and each compact `- ` or `? ` entry on a line) add up to the nesting. It
 /// over-counts rather than under-counts (brackets inside a block scalar count), which only
 /// matters for texts no served kind comes near.
 pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), String> {
@@ -97,7 +97,9 @@ pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), String> {
         }
         let (mut single, mut double, mut escaped) = (false, false, false);
         let mut previous = ' ';
-        for c in trimmed.chars() {
+        let mut chars = trimmed.chars().peekable();
+        while let Some(c) = chars.next() {
+            let next = chars.peek().copied();
             if double {
                 match c {
                     _ if escaped => escaped = false,
@@ -116,6 +118,14 @@ pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), String> {
                 match c {
                     '"' if starts_scalar => double = true,
                     '\'' if starts_scalar => single = true,
+                    // An alias repeats what its anchor holds, and aliases of aliases multiply it
+                    // (a "billion laughs" document): no applied configuration needs one.
+                    '*' if starts_scalar && next.is_some_and(|n| n.is_alphanumeric() || n == '_' || n == '-') => {
+                        return Err(format!(
+                            "the YAML document uses an alias (line {}); aliases are not accepted, send the object expanded",
+                            n + 1
+                        ));
+                    }
                     '#' if previous == ' ' => break,
                     '[' | '{' => flow += 1,
                     ']' | '}' => flow = flow.saturating_sub(1),
@@ -184,6 +194,10 @@ mod tests {
         // Brackets inside quotes and comments are text.
         let quoted = format!("a: \"{}\" # {}\nb: '{}'\n", "[".repeat(100), "{".repeat(100), "[".repeat(100));
         assert!(check_yaml_depth(&quoted, 8).is_ok());
+        // Aliases multiply what they name: refused; a `*` inside text is text.
+        let laughs = "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b]\n";
+        assert!(check_yaml_depth(laughs, 64).unwrap_err().contains("alias (line 2)"));
+        assert!(check_yaml_depth("a: 2*3\nb: \"*x\"\nc: '*y'\nd: [a*b]\n", 64).is_ok());
         // A document of many shallow entries is fine, whatever its length.
         let wide: String = (0..10_000).map(|i| format!("k{i}: [1, 2, {{a: b}}]\n")).collect();
         assert!(check_yaml_depth(&wide, 8).is_ok());

@@ -968,9 +968,7 @@ impl KubeApi {
         if live.is_none() {
             self.check_names(c, &doc)?;
         }
-        let doc = self.admit_kept_or_pruned(c, live, doc, ctx, status)?;
-        self.check_size(c, &doc)?;
-        Ok(doc)
+        self.admit_kept_or_pruned(c, live, doc, ctx, status)
     }
 
     /// A new object's name (and `generateName`, and namespace) as the API server checks them.
@@ -993,7 +991,8 @@ impl KubeApi {
     }
 
     /// Refuses an object larger than the limit (413, naming both sizes): what a patch or an apply
-    /// builds may be far larger than its request.
+    /// builds may be far larger than its request. Checked on what would be stored, managed fields
+    /// included, by every write path (create, update, each patch, apply, status), dry runs too.
     fn check_size(&self, c: &Collection, doc: &Value) -> Result<(), ApiError> {
         let max = self.limits.max_object_bytes;
         if limits::json_len_within(doc, max).is_some() {
@@ -1174,6 +1173,7 @@ impl KubeApi {
         }
         let mut doc = self.admit(c, None, doc, ctx, false)?;
         record_manager(c, &mut doc, None, ctx, false);
+        self.check_size(c, &doc)?;
         if ctx.dry_run {
             let meta = &mut doc["metadata"];
             meta["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
@@ -1287,6 +1287,7 @@ impl KubeApi {
         }
         let mut doc = self.admit(c, Some(live), doc, ctx, t.status)?;
         record_manager(c, &mut doc, Some(live), ctx, t.status);
+        self.check_size(c, &doc)?;
         if ctx.dry_run {
             return Ok(doc);
         }
@@ -1486,6 +1487,7 @@ impl KubeApi {
                 // The apply creates the object (managed fields already recorded by the apply).
                 let ns = t.namespace.clone().unwrap_or_default();
                 let mut doc = self.admit(c, None, doc, ctx, false)?;
+                self.check_size(c, &doc)?;
                 if ctx.dry_run {
                     doc["metadata"]["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
                     return Ok((StatusCode::CREATED, doc));
