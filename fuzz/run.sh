@@ -20,7 +20,7 @@ FUZZ_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$FUZZ_DIR")
 SECONDS_PER_TARGET=${1:-600}
 shift || true
-ALL_TARGETS=(iso9660 kargs_igninfo miniso initrd_cpio nmstate_keyfiles ignition_merge range_header cr_intake)
+ALL_TARGETS=(iso9660 kargs_igninfo miniso initrd_cpio nmstate_keyfiles ignition_merge range_header cr_intake kube_write)
 if [ $# -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 LOG_DIR=${FUZZ_LOG_DIR:-$FUZZ_DIR/logs}
 TOOLCHAIN=${FUZZ_TOOLCHAIN:-+nightly}

@@ -17,7 +17,7 @@ CORPUS=$FUZZ_DIR/corpus
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-TARGETS=(iso9660 kargs_igninfo miniso initrd_cpio nmstate_keyfiles ignition_merge range_header cr_intake)
+TARGETS=(iso9660 kargs_igninfo miniso initrd_cpio nmstate_keyfiles ignition_merge range_header cr_intake kube_write)
 for t in "${TARGETS[@]}"; do mkdir -p "$CORPUS/$t"; done
 
 if [ ! -d "$FIX" ]; then
@@ -211,6 +211,39 @@ cat >"$CORPUS/cr_intake/secret.json" <<'EOF'
 EOF
 cat >"$CORPUS/cr_intake/infraenv-status.json" <<'EOF'
 {"apiVersion":"agent-install.openshift.io/v1beta1","kind":"InfraEnv","metadata":{"name":"ie","namespace":"ns","annotations":{"x":"y"}},"spec":{"pullSecretRef":{"name":"pull-secret"},"cpuArchitecture":"aarch64","kernelArguments":[{"operation":"append","value":"console=ttyS0"}],"nmStateConfigLabelSelector":{"matchLabels":{"a":"b"},"matchExpressions":[{"key":"k","operator":"In","values":["v"]}]},"ignitionConfigOverride":"{\"ignition\":{\"version\":\"3.2.0\"}}","proxy":{"httpProxy":"http://p:3128","noProxy":"a,b"}},"status":{"conditions":[{"type":"ImageCreated","status":"True","reason":"InfraEnvAvailable","message":"ok","lastTransitionTime":"2026-01-01T00:00:00Z"}],"isoDownloadURL":"http://x/y.iso"}}
+EOF
+
+# ---------------------------------------------------------------- the API's write path
+# Each seed: a selector byte (bits 0-1 target: InfraEnv, Secret, Event, Namespace; bits 2-6 content
+# type: JSON, merge, JSON patch, strategic, apply YAML, protobuf; bit 7 the status), a flags byte
+# (bit 0 dryRun, bits 1-2 fieldValidation, bit 3 force, bit 4 fieldManager, bits 5-7 verb: POST,
+# PUT, DELETE, PATCH), then the body; up to four requests joined by \0--\0.
+python3 - "$CORPUS/kube_write" "$REPO/fixtures/kubectl-protobuf" <<'EOF'
+import json, os, sys
+out, pb = sys.argv[1], sys.argv[2]
+PATCH, PUT, DELETE, POST = 3 << 5, 1 << 5, 2 << 5, 0
+IE, SECRET, EVENT, NS = 0, 1, 2, 3
+JSON, MERGE, JPATCH, SMP, APPLY, PROTO = (i << 2 for i in range(6))
+def req(selector, flags, body):
+    return bytes([selector, flags]) + (body if isinstance(body, bytes) else body.encode())
+seeds = {
+    "merge-infraenv": [req(IE | MERGE, PATCH, json.dumps({"spec": {"sshAuthorizedKey": "k", "additionalNTPSources": ["a"]}}))],
+    "copy-event": [req(EVENT | JPATCH, PATCH | 1, json.dumps([{"op": "copy", "from": "/note", "path": "/note2"}, {"op": "add", "path": "/l", "value": [1]}, {"op": "copy", "from": "/l", "path": "/l/-"}]))],
+    "apply-infraenv": [req(IE | APPLY, PATCH | 16 | 8, "apiVersion: agent-install.openshift.io/v1beta1\nkind: InfraEnv\nmetadata: {name: ie}\nspec:\n  pullSecretRef: {name: s}\n  kernelArguments:\n  - {operation: append, value: quiet}\n")],
+    "apply-event-json": [req(EVENT | APPLY, PATCH | 16, json.dumps({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "finalizers": ["a/b"]}, "note": [[["x"]]]}))],
+    "smp-secret": [req(SECRET | SMP, PATCH, json.dumps({"metadata": {"finalizers": ["a/b", "c/d"], "$setElementOrder/finalizers": ["c/d", "a/b"], "labels": {"x": None}}, "stringData": {"k": "v"}}))],
+    "create-event": [req(EVENT | JSON, POST, json.dumps({"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "ev-"}, "involvedObject": {"name": "x", "namespace": "ns"}}))],
+    "status-infraenv": [req(0x80 | IE | MERGE, PATCH, json.dumps({"status": {"isoDownloadURL": "http://x", "conditions": [{"type": "ImageCreated", "status": "True", "reason": "r", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))],
+    "delete-secret": [req(SECRET | JSON, DELETE, json.dumps({"dryRun": ["All"], "preconditions": {"uid": "x"}}))],
+    "update-then-patch": [req(NS | JSON, PUT, json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "resourceVersion": "1"}})),
+                           req(NS | JPATCH, PATCH, json.dumps([{"op": "replace", "path": "/metadata/name", "value": "m"}]))],
+}
+pbfile = os.path.join(pb, "namespace.pb")
+if os.path.exists(pbfile):
+    seeds["protobuf-namespace"] = [req(NS | PROTO, POST, open(pbfile, "rb").read())]
+for name, reqs in seeds.items():
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(b"\0--\0".join(reqs))
 EOF
 
 for t in "${TARGETS[@]}"; do
