@@ -154,10 +154,19 @@ fn cpu_permits() -> &'static tokio::sync::Semaphore {
     })
 }
 
-/// Runs `work` on a blocking thread, at most [`cpu_permits`] at a time (others wait their turn
-/// without holding a thread), so that no request body, however built, keeps the async workers
-/// from answering others.
-pub async fn cpu_bound<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+/// Request bodies smaller than this are parsed and applied where the request is served: their
+/// work is bounded (microseconds to a few milliseconds, the budgets above included), less than a
+/// thread hand-off would add to every small write a controller or kubectl makes.
+pub const INLINE_BODY_BYTES: usize = 16 << 10;
+
+/// Runs `work`, for a request of `body_bytes`, on a blocking thread, at most [`cpu_permits`] at a
+/// time (others wait their turn without holding a thread), so that no request body, however built,
+/// keeps the async workers from answering others; a body under [`INLINE_BODY_BYTES`] is worked on
+/// in place.
+pub async fn cpu_bound<T: Send + 'static>(body_bytes: usize, work: impl FnOnce() -> T + Send + 'static) -> T {
+    if body_bytes < INLINE_BODY_BYTES {
+        return work();
+    }
     // The semaphore is never closed, so acquiring it fails never.
     let _permit = cpu_permits().acquire().await.expect("the CPU permits are never closed");
     match tokio::task::spawn_blocking(work).await {
@@ -206,7 +215,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cpu_bound_work_runs_off_the_async_workers() {
         let runtime_thread = std::thread::current().id();
-        let worker = cpu_bound(move || std::thread::current().id()).await;
+        let worker = cpu_bound(INLINE_BODY_BYTES, move || std::thread::current().id()).await;
         assert_ne!(worker, runtime_thread);
+        let inline = cpu_bound(100, move || std::thread::current().id()).await;
+        assert_eq!(inline, runtime_thread, "a small body is worked on in place");
     }
 }

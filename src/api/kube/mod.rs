@@ -548,7 +548,7 @@ impl KubeApi {
             && matches!(verb, Verb::Create | Verb::Update | Verb::Delete)
         {
             let body = req.body().clone();
-            let json = match limits::cpu_bound(move || protobuf::decode(&body)).await {
+            let json = match limits::cpu_bound(body.len(), move || protobuf::decode(&body)).await {
                 Ok(v) => v,
                 Err(e) => return ApiError::bad_request(format!("the protobuf body cannot be read: {e}")).response(),
             };
@@ -1338,8 +1338,9 @@ impl KubeApi {
             }
         }
         let body = req.body().clone();
+        let body_bytes = body.len();
         let patch: Arc<Value> = Arc::new(
-            limits::cpu_bound(move || serde_json::from_slice(&body))
+            limits::cpu_bound(body.len(), move || serde_json::from_slice(&body))
                 .await
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
         );
@@ -1363,7 +1364,7 @@ impl KubeApi {
             let live = self.get(t)?;
             let live_rv = live["metadata"]["resourceVersion"].as_str().map(str::to_string);
             let (patch, kind_name, base) = (patch.clone(), kind_name.clone(), live.clone());
-            let patched = limits::cpu_bound(move || {
+            let patched = limits::cpu_bound(body_bytes, move || {
                 let mut doc = base;
                 if strategic {
                     patch::strategic_merge_patch(&mut doc, &patch, &kind_name)?;
@@ -1437,7 +1438,8 @@ impl KubeApi {
         }
         let force = query_flag(q, "force");
         let body = body.clone();
-        let mut config: Value = limits::cpu_bound(move || decode_applied(&body)).await?;
+        let body_bytes = body.len();
+        let mut config: Value = limits::cpu_bound(body_bytes, move || decode_applied(&body)).await?;
         self.check_document(t, &mut config)?;
         let config = Arc::new(config);
         for _ in 0..8 {
@@ -1452,7 +1454,7 @@ impl KubeApi {
                 let (manager, kind, status, has_status) =
                     (ctx.manager.clone(), c.kind_name().to_string(), t.status, c.has_status());
                 let (live, config) = (live.clone(), config.clone());
-                limits::cpu_bound(move || {
+                limits::cpu_bound(body_bytes, move || {
                     let mut request = apply::Request::new(&manager, &api_version, &kind, &now);
                     request.force = force;
                     request.subresource = status.then_some("status");
@@ -1706,7 +1708,7 @@ fn decode_applied(body: &[u8]) -> Result<Value, ApiError> {
 /// A JSON body, parsed off the async workers ([`limits::cpu_bound`]).
 async fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
     let body = body.clone();
-    limits::cpu_bound(move || serde_json::from_slice(&body))
+    limits::cpu_bound(body.len(), move || serde_json::from_slice(&body))
         .await
         .map_err(|e| ApiError::bad_request(format!("the body is not a JSON object: {e}")))
 }

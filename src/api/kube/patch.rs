@@ -227,9 +227,9 @@ pub fn json_patch(doc: &mut Value, ops: &Value, max_bytes: usize) -> Result<(), 
 
 /// Object members and array items that the operations of one JSON patch may shift in all (each
 /// insertion or removal in the middle of an array or an object moves those after it): about a
-/// second of work, far beyond any patch a client makes, and what keeps thousands of operations on
-/// the front of a long list from costing their product.
-pub const MAX_SHIFTED_ENTRIES: usize = 16 << 20;
+/// hundredth of a second of work, far beyond any patch a client makes, and what keeps thousands of
+/// operations on the front of a long list from costing their product.
+pub const MAX_SHIFTED_ENTRIES: usize = 4 << 20;
 
 /// What is left of what one JSON patch may build and move (see [`json_patch`]).
 struct Budget {
