@@ -566,18 +566,28 @@ async fn write_response_unflushed<S: Connection>(
     match body {
         Body::Empty => {}
         Body::Stream(feed) => {
-            // Each piece is a chunk, flushed at once: a watcher waits for every event.
+            // Each piece is a chunk, flushed at once: a watcher waits for every event. The piece is
+            // written from where it is (no copy) and leaves the feed's budget once written; a feed
+            // cut for a client that does not read fails the response at once, even mid-write.
             if let Some(mut rx) = feed.take() {
                 while let Some(piece) = rx.recv().await {
+                    let piece = piece.map_err(|cut| fail(io::Error::new(io::ErrorKind::TimedOut, cut), written))?;
                     if piece.is_empty() {
                         continue;
                     }
-                    let mut chunk = Vec::with_capacity(piece.len() + 16);
-                    chunk.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                    chunk.extend_from_slice(&piece);
-                    chunk.extend_from_slice(b"\r\n");
-                    write_all_timed(stream, &chunk, config).await.map_err(|e| fail(e, written))?;
-                    flush_timed(stream, config).await.map_err(|e| fail(e, written))?;
+                    let size = format!("{:x}\r\n", piece.len());
+                    let chunk = async {
+                        write_all_timed(stream, size.as_bytes(), config).await?;
+                        write_all_timed(stream, &piece, config).await?;
+                        write_all_timed(stream, b"\r\n", config).await?;
+                        flush_timed(stream, config).await
+                    };
+                    tokio::select! {
+                        r = chunk => r.map_err(|e| fail(e, written))?,
+                        _ = rx.cut() => {
+                            return Err(fail(io::Error::new(io::ErrorKind::TimedOut, super::feed::Cut), written));
+                        }
+                    }
                     written += piece.len() as u64;
                 }
             }
@@ -809,9 +819,13 @@ async fn hand_to_hyper<S: Connection, H: Handler>(
 ) -> io::Result<()> {
     let io = hyper_util::rt::TokioIo::new(Deadlines::new(Rewind { prefix, inner: stream }, config));
     let limits = Arc::new(config.clone());
+    // The streamed body being written, if any: when its feed is cut (a client that does not read),
+    // the connection ends at once, with what hyper buffered of it, rather than at the write timeout.
+    let (streaming, mut streamed) = tokio::sync::watch::channel::<Option<super::feed::CutSignal>>(None);
+    let streaming = Arc::new(streaming);
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let (handler, limits) = (handler.clone(), limits.clone());
-        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, &limits).await) }
+        let (handler, limits, streaming) = (handler.clone(), limits.clone(), streaming.clone());
+        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, &limits, &streaming).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -819,7 +833,27 @@ async fn hand_to_hyper<S: Connection, H: Handler>(
         .header_read_timeout(config.header_timeout)
         .max_headers(MAX_HEADERS)
         .max_header_size(MAX_HEAD_BYTES);
-    builder.serve_connection(io, service).await.map_err(io::Error::other)
+    let connection = builder.serve_connection(io, service);
+    let cut = async move {
+        loop {
+            let signal = streamed.borrow_and_update().clone();
+            match signal {
+                Some(signal) => tokio::select! {
+                    _ = signal.cut() => return,
+                    changed = streamed.changed() => if changed.is_err() { std::future::pending::<()>().await },
+                },
+                None => {
+                    if streamed.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        r = connection => r.map_err(io::Error::other),
+        _ = cut => Err(io::Error::new(io::ErrorKind::TimedOut, super::feed::Cut)),
+    }
 }
 
 type HyperBody = http_body_util::combinators::BoxBody<Bytes, io::Error>;
@@ -862,6 +896,7 @@ async fn hyper_request<H: Handler>(
     handler: Arc<H>,
     req: Request<hyper::body::Incoming>,
     config: &ServerConfig,
+    streaming: &tokio::sync::watch::Sender<Option<super::feed::CutSignal>>,
 ) -> Response<HyperBody> {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
@@ -916,9 +951,13 @@ async fn hyper_request<H: Handler>(
         Body::Plan(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
         Body::Stream(feed) if method != Method::HEAD => match feed.take() {
             Some(mut rx) => {
+                // Each piece stays in its feed's budget until hyper drops it, once sent; a cut feed
+                // ends the connection (see `hand_to_hyper`).
+                streaming.send_replace(Some(rx.cut_signal()));
                 let pieces = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-                http_body_util::StreamBody::new(futures_util::StreamExt::map(pieces, |b| {
-                    Ok(hyper::body::Frame::data(b))
+                http_body_util::StreamBody::new(futures_util::StreamExt::map(pieces, |piece| match piece {
+                    Ok(piece) => Ok(hyper::body::Frame::data(piece.into_bytes())),
+                    Err(cut) => Err(io::Error::new(io::ErrorKind::TimedOut, cut)),
                 }))
                 .boxed()
             }

@@ -874,11 +874,11 @@ impl KubeApi {
             bookmark_type,
             filter: Box::new(filter),
         };
-        let rx = self.watches.watch(&c.resource(), t.namespace.as_deref(), opts);
+        let feed = self.watches.watch(&c.resource(), t.namespace.as_deref(), opts);
         Response::builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::Stream(crate::http::Feed::new(rx)))
+            .body(Body::Stream(feed))
             .expect("a response")
     }
 
