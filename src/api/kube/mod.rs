@@ -558,6 +558,15 @@ impl KubeApi {
             Ok(ctx) => ctx,
             Err(e) => return e.response(),
         };
+        // A read from a resourceVersion not recorded yet waits for it a moment, then is refused.
+        if matches!(verb, Verb::Watch | Verb::List)
+            && let Some(Ok(rv)) = q.get("resourceVersion").map(|v| v.parse::<i64>())
+            && let Err(current) = self.watches.wait_for(rv, watch::FUTURE_WAIT).await
+        {
+            let mut resp = crate::http::json(StatusCode::GATEWAY_TIMEOUT, &watch::too_large(rv, current));
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
         let result = match verb {
             Verb::Watch => return self.watch(&t, &q, req.headers()),
             Verb::List => return self.list(&t, &q, req.headers()).unwrap_or_else(|e| e.response()),

@@ -8,7 +8,8 @@
 //! watch has queued and not yet written is bounded by [`QUEUE_BUDGET`]; a client that leaves it full
 //! for [`STALL`] has its watch closed, as the API server closes watchers that do not keep up. A watch
 //! from a resourceVersion older than the window gets the API server's `410 Gone` (as an ERROR event)
-//! and must list again.
+//! and must list again; one from a version newer than any known waits up to [`FUTURE_WAIT`] for it,
+//! then gets the API server's "Too large resource version" (504).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,9 @@ pub const QUEUE_BUDGET: u64 = 16 << 20;
 /// client resumes from its last resourceVersion, or lists again). Shorter than the server's write
 /// timeout: what the watch queued is dropped at once, not when the connection gives up.
 pub const STALL: Duration = Duration::from_secs(15);
+/// How long a watch from a resourceVersion newer than any known waits for it to be recorded before
+/// it is refused, as the API server waits for its watch cache.
+pub const FUTURE_WAIT: Duration = Duration::from_secs(3);
 
 type Key = (String, String, String);
 
@@ -78,6 +82,8 @@ pub struct Watches {
     epoch: tokio::sync::watch::Sender<u64>,
     /// Events kept ([`WINDOW`]; smaller in tests).
     window: usize,
+    /// The highest resourceVersion recorded, for watches from a version not recorded yet.
+    recorded: tokio::sync::watch::Sender<i64>,
     /// Each watch's queue: at most `budget` bytes, closed after `stall` full ([`QUEUE_BUDGET`],
     /// [`STALL`]; smaller in tests).
     budget: u64,
@@ -134,11 +140,13 @@ impl Watches {
             }
         }
         history.oldest = history.resource_version;
+        let recorded = tokio::sync::watch::channel(history.resource_version).0;
         let watches = Arc::new(Watches {
             history: Mutex::new(history),
             feed: broadcast::channel(8192).0,
             epoch: tokio::sync::watch::channel(0).0,
             window,
+            recorded,
             budget,
             stall,
         });
@@ -161,6 +169,18 @@ impl Watches {
     /// The resourceVersion a list served now is stamped with.
     pub fn resource_version(&self) -> i64 {
         lock(&self.history).resource_version
+    }
+
+    /// Waits up to `wait` for the store's changes up to `rv` to be recorded; Err(the newest
+    /// recorded) if they were not, as the API server refuses a resourceVersion its watch cache has
+    /// not reached ([`too_large`]).
+    pub async fn wait_for(&self, rv: i64, wait: Duration) -> Result<(), i64> {
+        let mut recorded = self.recorded.subscribe();
+        let reached = recorded.wait_for(|&current| current >= rv);
+        match tokio::time::timeout(wait, reached).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(*self.recorded.borrow()),
+        }
     }
 
     /// Starts a watch of `resource` (in `namespace`, or all): the events `start` asks for, then new
@@ -310,6 +330,17 @@ fn envelope_head(type_: &'static str) -> Bytes {
     }
 }
 
+/// The API server's answer to a read from a resourceVersion it has not reached: 504 with reason
+/// `Timeout` (the client may retry after a second), the cause `ResourceVersionTooLarge`.
+pub fn too_large(asked: i64, current: i64) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("Timeout: Too large resource version: {asked}, current: {current}"),
+        "reason": "Timeout",
+        "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1},
+        "code": 504})
+}
+
 /// Where a watch starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {
@@ -416,8 +447,14 @@ async fn record(
                 *newest = (*newest).max(after);
             }
         }
+        let newest = history.resource_version;
         drop(history);
         let _ = watches.feed.send(event);
+        watches.recorded.send_if_modified(|rv| {
+            let moved = newest > *rv;
+            *rv = (*rv).max(newest);
+            moved
+        });
     }
 }
 
@@ -678,6 +715,34 @@ mod tests {
         names.sort();
         assert_eq!(names, (0..8).map(|i| format!("big-{i}")).collect::<Vec<_>>());
         assert_eq!(next(&mut rx).await["type"], "BOOKMARK");
+    }
+
+    #[tokio::test]
+    async fn a_watch_from_a_version_not_recorded_waits_for_it_then_is_refused() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let a = store.create_raw(RES, "ns", cm("a", "1"), false).await.unwrap();
+        let w = Watches::start(store.clone(), &[RES.to_string()]);
+        let current = rv(&a);
+        assert_eq!(w.wait_for(current, Duration::ZERO).await, Ok(()));
+        // A version the store reaches while the watch waits is served.
+        let waiting = {
+            let w = w.clone();
+            tokio::spawn(async move { w.wait_for(current + 1, Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.create_raw(RES, "ns", cm("b", "1"), false).await.unwrap();
+        assert_eq!(waiting.await.unwrap(), Ok(()));
+        // One it never reaches is refused after the wait, with the newest version known.
+        let started = std::time::Instant::now();
+        assert_eq!(w.wait_for(current + 1000, Duration::from_millis(200)).await, Err(current + 1));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        let status = too_large(current + 1000, current + 1);
+        assert_eq!((status["code"].as_i64(), status["reason"].as_str()), (Some(504), Some("Timeout")));
+        assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+        assert_eq!(
+            status["message"],
+            format!("Timeout: Too large resource version: {}, current: {}", current + 1000, current + 1)
+        );
     }
 
     /// Serves a watch of [`RES`] from now on every request, over a real server.
