@@ -139,30 +139,31 @@ pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Re
         .expect("valid response")
 }
 
-/// The application as a listener with a narrower purpose sees it: requests `allow` admits go to
-/// `inner`, others get 404 with `refusal`. The plain-HTTP listener beside HTTPS is one: it serves
-/// only what iPXE, which usually cannot do TLS, fetches.
+/// The application as a listener with a narrower purpose sees it: requests `allow` admits (from
+/// their method, URI and headers) go to `inner`, others get 404 with `refusal`, decided from the
+/// head before anything else. The plain-HTTP listener beside HTTPS is one: it serves only what
+/// iPXE, which usually cannot do TLS, fetches.
 pub struct Restricted<H> {
     pub inner: std::sync::Arc<H>,
-    pub allow: fn(&http::Uri) -> bool,
-    pub refusal: &'static str,
+    pub allow: fn(&http::Method, &http::Uri, &http::HeaderMap) -> bool,
+    pub refusal: std::borrow::Cow<'static, str>,
 }
 
 impl<H: Handler> Handler for Restricted<H> {
     async fn handle(self: std::sync::Arc<Self>, req: http::Request<Bytes>) -> http::Response<Body> {
-        if (self.allow)(req.uri()) {
+        if (self.allow)(req.method(), req.uri(), req.headers()) {
             self.inner.clone().handle(req).await
         } else {
             // Not reported to `inner` (no RouteLabel): it never saw the request.
-            text(http::StatusCode::NOT_FOUND, self.refusal)
+            text(http::StatusCode::NOT_FOUND, self.refusal.clone())
         }
     }
 
     fn admit(&self, head: &http::request::Parts) -> Admission {
-        if (self.allow)(&head.uri) {
+        if (self.allow)(&head.method, &head.uri, &head.headers) {
             self.inner.admit(head)
         } else {
-            Admission::Refuse(text(http::StatusCode::NOT_FOUND, self.refusal))
+            Admission::Refuse(text(http::StatusCode::NOT_FOUND, self.refusal.clone()))
         }
     }
 

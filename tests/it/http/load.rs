@@ -367,6 +367,9 @@ fn ten_thousand_connections_of_every_kind_at_once() {
     let latency = Arc::new(Mutex::new(ApiLatency::default()));
     let prober = {
         let (stop, latency, addr) = (stop.clone(), latency.clone(), server.addr.clone());
+        // The resource API is on its own HTTPS listener.
+        let api_addr = server.api_addr.clone().expect("an HTTPS API listener");
+        let api_ca = std::fs::read(server.data_dir.path().join("api-tls/tls.crt")).unwrap();
         let bearer = format!("Bearer {TEST_API_TOKEN}");
         std::thread::spawn(move || {
             let calls = [
@@ -380,7 +383,11 @@ fn ten_thousand_connections_of_every_kind_at_once() {
                 let (what, path, headers) = &calls[i % calls.len()];
                 i += 1;
                 let started = Instant::now();
-                let r = try_request(&addr, "GET", path, headers, b"");
+                let r = if *what == "InfraEnv" {
+                    tls_request(&api_addr, &api_ca, "GET", path, headers, b"")
+                } else {
+                    try_request(&addr, "GET", path, headers, b"")
+                };
                 let took = started.elapsed();
                 let mut l = latency.lock().unwrap();
                 l.calls += 1;
