@@ -284,7 +284,7 @@ const LINGER_TIME: Duration = Duration::from_secs(1);
 /// body, a head too large): the answer is followed by a FIN, then what arrives is read and dropped
 /// for a moment. Closing with unread bytes would make the kernel reset the connection, and a reset
 /// can destroy the answer before the client has read it.
-async fn linger_close<S: Connection>(stream: &mut S) {
+async fn linger_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
     use tokio::io::AsyncReadExt;
     if stream.shutdown().await.is_err() {
         return;
@@ -833,7 +833,10 @@ async fn hand_to_hyper<S: Connection, H: Handler>(
         .header_read_timeout(config.header_timeout)
         .max_headers(MAX_HEADERS)
         .max_header_size(MAX_HEAD_BYTES);
-    let connection = builder.serve_connection(io, service);
+    // Not shut down by hyper: a connection hyper ends (a response that closes it, as a 408 for a
+    // body that did not arrive in time) is lingered on like the fast path's, so that what the
+    // client is still sending does not make the kernel reset the connection under the answer.
+    let connection = builder.serve_connection(io, service).without_shutdown();
     let cut = async move {
         loop {
             let signal = streamed.borrow_and_update().clone();
@@ -851,7 +854,11 @@ async fn hand_to_hyper<S: Connection, H: Handler>(
         }
     };
     tokio::select! {
-        r = connection => r.map_err(io::Error::other),
+        r = connection => {
+            let mut io = r.map_err(io::Error::other)?.io.into_inner();
+            linger_close(&mut io).await;
+            Ok(())
+        }
         _ = cut => Err(io::Error::new(io::ErrorKind::TimedOut, super::feed::Cut)),
     }
 }
@@ -1344,6 +1351,46 @@ mod tests {
             let answer = read_until_closed(&mut s, Duration::from_secs(2)).await;
             assert!(answer.starts_with("HTTP/1.1 408"), "{via:?}: {answer}");
             assert!(waited < Duration::from_millis(1500), "{via:?}: the trickle went on for {waited:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_ended_with_a_408_lingers_instead_of_resetting_on_both_paths() {
+        use tokio::io::AsyncReadExt;
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            // A body the fast path reads (under 256 KiB), or a chunked one, which hyper reads.
+            s.write_all(head(via, "POST", "/", "", 100_000).as_bytes()).await.unwrap();
+            // Past the body timeout the server has answered 408 and ended its side.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            // A client that has not read the answer yet is still sending: the server drains it for
+            // a moment rather than resetting the connection under its answer.
+            let piece: &[u8] = match via {
+                Path::Fast => b"aaaa",
+                Path::Hyper => b"4\r\naaaa\r\n",
+            };
+            let mut sent = Ok(());
+            for _ in 0..5 {
+                sent = s.write_all(piece).await;
+                if sent.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 4096];
+            let end = loop {
+                match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+                    Ok(Ok(0)) => break Ok(()),
+                    Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+                    Ok(Err(e)) => break Err(e),
+                    Err(_) => panic!("{via:?}: the connection was never ended"),
+                }
+            };
+            assert!(answer.starts_with(b"HTTP/1.1 408"), "{via:?}: {}", String::from_utf8_lossy(&answer));
+            assert!(sent.is_ok(), "{via:?}: the server reset the connection while the client sent: {sent:?}");
+            assert!(end.is_ok(), "{via:?}: the connection ended with {end:?}, not a FIN");
         }
     }
 
