@@ -171,24 +171,47 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// What a [`Conn`] talks over: plain TCP, or TLS to the API's own listener.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
 /// A keep-alive HTTP/1.1 connection for API calls (responses carry Content-Length).
 struct Conn {
     addr: String,
-    stream: Option<TcpStream>,
+    stream: Option<Box<dyn Stream>>,
     buf: Vec<u8>,
     /// `Authorization` header line for the resource API, if any.
     auth: String,
+    /// TLS to the server's API listener, trusting its certificate.
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl Conn {
     fn new(addr: &str) -> Conn {
-        Conn { addr: addr.to_string(), stream: None, buf: Vec::new(), auth: String::new() }
+        Conn { addr: addr.to_string(), stream: None, buf: Vec::new(), auth: String::new(), tls: None }
     }
 
-    /// A connection that sends the server's API token (from its data directory).
-    fn with_token_of(addr: &str, data_dir: &Path) -> Result<Conn> {
+    /// A connection to the server's API (its HTTPS listener, named in DATA_DIR/kubeconfig) that
+    /// sends the server's API token (from its data directory).
+    fn to_api_of(data_dir: &Path) -> Result<Conn> {
         let token = std::fs::read_to_string(data_dir.join("api-token")).context("the server's API token")?;
-        Ok(Conn { auth: format!("Authorization: Bearer {}\r\n", token.trim()), ..Conn::new(addr) })
+        let kubeconfig = std::fs::read_to_string(data_dir.join("kubeconfig")).context("the server's kubeconfig")?;
+        let addr = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: https://"))
+            .context("no https server in the kubeconfig")?
+            .to_string();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in pem::parse_many(std::fs::read(data_dir.join("api-tls/tls.crt"))?)? {
+            roots.add(rustls::pki_types::CertificateDer::from(cert.into_contents()))?;
+        }
+        let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        Ok(Conn {
+            auth: format!("Authorization: Bearer {}\r\n", token.trim()),
+            tls: Some(tokio_rustls::TlsConnector::from(Arc::new(config))),
+            ..Conn::new(&addr)
+        })
     }
 
     async fn request(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>)> {
@@ -204,7 +227,15 @@ impl Conn {
 
     async fn try_request(&mut self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>)> {
         if self.stream.is_none() {
-            self.stream = Some(TcpStream::connect(&self.addr).await?);
+            let tcp = TcpStream::connect(&self.addr).await?;
+            self.stream = Some(match &self.tls {
+                Some(tls) => {
+                    let host = self.addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(&self.addr).to_string();
+                    let name = rustls::pki_types::ServerName::try_from(host)?;
+                    Box::new(tls.connect(name, tcp).await?)
+                }
+                None => Box::new(tcp),
+            });
             self.buf.clear();
         }
         let s = self.stream.as_mut().unwrap();
@@ -549,7 +580,7 @@ async fn main() -> Result<()> {
     let bootstream = start_bootstream(&data, &[(VERSION.to_string(), base.clone())])?;
     let addr = bootstream.addr.clone();
     wait_ready(&addr, Duration::from_millis(20), Duration::from_secs(120)).await?;
-    let mut api = Conn::with_token_of(&addr, &data)?;
+    let mut api = Conn::to_api_of(&data)?;
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
                         "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}});
     create(&mut api, &format!("/api/v1/namespaces/{NS}/secrets"), &secret).await?;

@@ -288,12 +288,21 @@ impl Deployment {
         let (api, token) = match &api_server {
             // The resource API client sends the token the server made in its data directory (the
             // simulated hosts use their own client and the agent token).
-            None => (server.url.clone(), std::fs::read_to_string(dir.path().join("api-token"))?.trim().to_string()),
+            // `serve` serves its API on an HTTPS listener of its own (see `server_command`).
+            None => (
+                format!("https://127.0.0.1:{}", api_port(port)),
+                std::fs::read_to_string(dir.path().join("api-token"))?.trim().to_string(),
+            ),
             Some(a) => (a.url.clone(), BENCH_TOKEN.to_string()),
         };
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder();
+        if api_server.is_none() {
+            let ca = std::fs::read(dir.path().join("api-tls/tls.crt"))?;
+            client = client.tls_certs_merge(reqwest::Certificate::from_pem_bundle(&ca)?);
+        }
+        let client = client
             .default_headers(headers)
             .pool_max_idle_per_host(64)
             // A server that stops answering fails the run instead of hanging it.
@@ -310,6 +319,11 @@ impl Deployment {
     }
 }
 
+/// The port of `serve`'s API listener beside the main one on `port`.
+fn api_port(port: u16) -> u16 {
+    if port < u16::MAX { port + 1 } else { port - 1 }
+}
+
 /// The command that runs the server of `backend` on `port`, its data in `dir`; the `start`th time
 /// (the controller's Lease identity says which).
 fn server_command(backend: Backend, bin: &str, dir: &std::path::Path, port: u16, start: u32) -> Command {
@@ -317,7 +331,9 @@ fn server_command(backend: Backend, bin: &str, dir: &std::path::Path, port: u16,
     let listen = format!("127.0.0.1:{port}");
     match backend {
         Backend::Embedded => {
+            // The API's HTTPS listener on a port of its own, the same at every start.
             c.args(["serve", "--listen", &listen, "--data-dir"]).arg(dir);
+            c.args(["--api-listen", &format!("127.0.0.1:{}", api_port(port))]);
         }
         Backend::Kubernetes => {
             // The Lease's namespace needs no creating: the API server takes objects in any namespace.

@@ -231,8 +231,29 @@ impl<'a> Route<'a> {
 }
 
 /// [`Route::plain_http_ok`] of a request's URI, as the plain-HTTP listener asks it.
-pub fn served_over_plain_http(uri: &http::Uri) -> bool {
+pub fn served_over_plain_http(_method: &http::Method, uri: &http::Uri, _headers: &http::HeaderMap) -> bool {
     Route::parse(uri.path()).plain_http_ok(uri)
+}
+
+/// Whether a request is one for the server's API token (the bearer token of
+/// `DATA_DIR/api-token`): the Kubernetes API, discovery and OpenAPI included, and host-log
+/// downloads that do not come with the signed URL of an Agent's logsURL (or that carry an
+/// `Authorization` header, which would be compared with the token). Decided from the head alone.
+pub fn takes_api_token(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
+    match Route::parse(uri.path()) {
+        Route::Resources => true,
+        Route::ClusterLogs { .. } if method == http::Method::GET || method == http::Method::HEAD => {
+            headers.contains_key(http::header::AUTHORIZATION) || !query_map(uri).contains_key("api_key")
+        }
+        _ => false,
+    }
+}
+
+/// What the main listener serves when the API has an HTTPS listener of its own and the main one is
+/// plain HTTP: everything but what takes the API token, which must not cross the provisioning
+/// network in clear.
+pub fn served_beside_the_api_listener(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
+    !takes_api_token(method, uri, headers)
 }
 
 #[cfg(test)]
@@ -284,8 +305,51 @@ mod tests {
     }
 
     #[test]
+    fn what_takes_the_api_token_is_not_served_beside_the_api_listener() {
+        let bearer = {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer t"));
+            h
+        };
+        let none = http::HeaderMap::new();
+        let ok =
+            |m: http::Method, p: &str, h: &http::HeaderMap| served_beside_the_api_listener(&m, &p.parse().unwrap(), h);
+        for p in [
+            "/api",
+            "/api/v1",
+            "/api/v1/secrets",
+            "/api/v1/namespaces/n/secrets/s",
+            "/apis",
+            "/apis/agent-install.openshift.io/v1beta1/infraenvs",
+            "/version",
+            "/openapi/v2",
+            "/openapi/v3/apis/agent-install.openshift.io/v1beta1",
+        ] {
+            assert!(!ok(http::Method::GET, p, &bearer), "{p}");
+            assert!(!ok(http::Method::POST, p, &none), "{p}");
+            // Everything the Kubernetes API answers is refused (what it does not answer too).
+            if crate::api::kube::KubeApi::serves(p) {
+                assert!(takes_api_token(&http::Method::GET, &p.parse().unwrap(), &none), "{p}");
+            }
+        }
+        let logs = "/api/assisted-install/v2/clusters/C/logs?logs_type=host&host_id=H";
+        assert!(!ok(http::Method::GET, logs, &bearer));
+        assert!(!ok(http::Method::GET, logs, &none));
+        // The Agent's signed logsURL takes no token; with a token besides, it is refused.
+        let signed = "/api/assisted-install/v2/clusters/C/logs?logs_type=host&host_id=H&api_key=jwt";
+        assert!(ok(http::Method::GET, signed, &none));
+        assert!(!ok(http::Method::GET, signed, &bearer));
+        // The installer's uploads, the agent API, images and health stay.
+        assert!(ok(http::Method::POST, "/api/assisted-install/v2/clusters/C/logs?infra_env_id=E", &none));
+        assert!(ok(http::Method::GET, "/api/assisted-install/v2/infra-envs/E/hosts", &none));
+        assert!(ok(http::Method::GET, "/images/E/pxe-initrd", &none));
+        assert!(ok(http::Method::GET, "/ready", &none));
+        assert!(ok(http::Method::GET, "/metrics", &none));
+    }
+
+    #[test]
     fn the_plain_http_port_serves_what_ipxe_and_the_initramfs_fetch() {
-        let ok = |p: &str| served_over_plain_http(&p.parse().unwrap());
+        let ok = |p: &str| served_over_plain_http(&http::Method::GET, &p.parse().unwrap(), &http::HeaderMap::new());
         assert!(ok("/images/E/pxe-initrd?version=4.19"));
         assert!(ok("/boot-artifacts/kernel?version=4.19"));
         assert!(ok("/boot-artifacts/4.19/x86_64/rootfs.img"));

@@ -1,6 +1,8 @@
 //! `apply`, `get`, `delete` and `patch`: a kubectl-like client of a running server's resource API
 //! (`/apis/...`, `/api/v1/...`), sending the same YAML users apply to Kubernetes. The API token
-//! goes on every request as a bearer token.
+//! goes on every request as a bearer token. Where the API is, the CA that certifies it and the
+//! token come from the kubeconfig `serve` writes (`DATA_DIR/kubeconfig`, by default the one in
+//! `./bootstream-data`), unless `--server`, `--token` or `--token-file` say otherwise.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,15 +13,169 @@ use serde_json::Value;
 
 use crate::resources::Kind;
 
-const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+/// The kubeconfig `serve` writes with its default data directory.
+pub(super) const DEFAULT_KUBECONFIG: &str = "./bootstream-data/kubeconfig";
+/// The API token `serve` makes with its default data directory.
+pub(super) const DEFAULT_TOKEN_FILE: &str = "./bootstream-data/api-token";
+/// The largest kubeconfig read: ours is a few KiB.
+const MAX_KUBECONFIG_BYTES: u64 = 1 << 20;
+
+/// Where a client command finds the API.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// The server's API, e.g. https://127.0.0.1:6443. Default: the server of --kubeconfig.
+    #[arg(long, env = "BOOTSTREAM_SERVER")]
+    pub server: Option<String>,
+    /// Kubeconfig naming the API's address, its CA and the token, as `serve` writes it in
+    /// DATA_DIR/kubeconfig (inline data only: no exec, no file paths). Default:
+    /// ./bootstream-data/kubeconfig, if there is one.
+    #[arg(long, env = "BOOTSTREAM_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// The credentials the global options give.
+pub(super) struct Credentials {
+    /// `--token`.
+    pub token: Option<String>,
+    /// `--token-file`.
+    pub token_file: Option<PathBuf>,
+    /// `--certificate-authority`.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// The API a client command talks to.
+pub(super) struct Connection {
+    pub server: String,
+    /// Carries the token and trusts the kubeconfig's CA besides --certificate-authority.
+    pub http: reqwest::Client,
+    pub token: Option<String>,
+}
+
+/// What a kubeconfig says of the API: the current context's server, CA and token.
+#[derive(Debug, PartialEq)]
+pub(super) struct KubeconfigApi {
+    pub server: String,
+    pub ca_pem: Option<Vec<u8>>,
+    pub token: Option<String>,
+}
+
+/// Reads a kubeconfig that carries everything inline. Anything that would run a program or read
+/// another file (exec, auth-provider, tokenFile, certificate-authority and client-certificate
+/// paths) is refused, as are credentials other than a bearer token and skipping TLS verification.
+pub(super) fn read_kubeconfig(path: &Path) -> anyhow::Result<KubeconfigApi> {
+    use anyhow::{Context, bail};
+    use base64::Engine;
+    use std::io::Read;
+    let what = || format!("kubeconfig {}", path.display());
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .with_context(what)?
+        .take(MAX_KUBECONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(what)?;
+    anyhow::ensure!(text.len() as u64 <= MAX_KUBECONFIG_BYTES, "{}: larger than {MAX_KUBECONFIG_BYTES} bytes", what());
+    let config = kube::config::Kubeconfig::from_yaml(&text).with_context(what)?;
+    let current = config.current_context.as_deref().filter(|c| !c.is_empty());
+    let current = current.with_context(|| format!("{}: no current-context", what()))?;
+    let context = config
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.as_ref())
+        .with_context(|| format!("{}: no context {current:?}", what()))?;
+    let cluster = config
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .with_context(|| format!("{}: no cluster {:?}", what(), context.cluster))?;
+    let server = cluster.server.clone().filter(|s| !s.is_empty());
+    let server = server.with_context(|| format!("{}: cluster {:?} has no server", what(), context.cluster))?;
+    if cluster.certificate_authority.is_some() {
+        bail!("{}: certificate-authority names a file; only certificate-authority-data is read", what());
+    }
+    if cluster.insecure_skip_tls_verify == Some(true) {
+        bail!("{}: insecure-skip-tls-verify is not honored", what());
+    }
+    if cluster.proxy_url.is_some() {
+        bail!("{}: proxy-url is not supported", what());
+    }
+    let ca_pem = match &cluster.certificate_authority_data {
+        Some(data) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .with_context(|| format!("{}: certificate-authority-data is not base64", what()))?,
+        ),
+        None => None,
+    };
+    let user = match context.user.as_deref() {
+        Some(name) => config.auth_infos.iter().find(|u| u.name == name).and_then(|u| u.auth_info.as_ref()),
+        None => None,
+    };
+    let mut token = None;
+    if let Some(user) = user {
+        let refused = [
+            (user.exec.is_some(), "exec"),
+            (user.auth_provider.is_some(), "auth-provider"),
+            (user.token_file.is_some(), "tokenFile"),
+            (user.client_certificate.is_some() || user.client_key.is_some(), "client-certificate/client-key paths"),
+            (user.client_certificate_data.is_some() || user.client_key_data.is_some(), "client certificates"),
+            (user.username.is_some() || user.password.is_some(), "username/password"),
+        ];
+        if let Some((_, what_field)) = refused.iter().find(|(present, _)| *present) {
+            bail!("{}: {what_field} is not supported; only an inline token is", what());
+        }
+        if user.token.is_some() {
+            // The parsed token is kept secret from this code: read it from the document itself.
+            let doc: Value = yaml_serde::from_str(&text).with_context(what)?;
+            let name = context.user.as_deref().unwrap_or_default();
+            token = doc["users"]
+                .as_array()
+                .and_then(|users| users.iter().find(|u| u["name"] == name))
+                .and_then(|u| u["user"]["token"].as_str())
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty());
+        }
+    }
+    Ok(KubeconfigApi { server, ca_pem, token })
+}
+
+/// The API for a client command: `--server` or the kubeconfig's server; `--token`, else
+/// `--token-file`, else the kubeconfig's token, else ./bootstream-data/api-token; the kubeconfig's
+/// CA trusted besides `--certificate-authority`.
+pub(super) fn connect(target: &ServerArgs, creds: &Credentials) -> anyhow::Result<Connection> {
+    let kubeconfig = match &target.kubeconfig {
+        Some(path) => Some(read_kubeconfig(path)?),
+        None if Path::new(DEFAULT_KUBECONFIG).exists() => Some(read_kubeconfig(Path::new(DEFAULT_KUBECONFIG))?),
+        None => None,
+    };
+    let server = match (&target.server, &kubeconfig) {
+        (Some(server), _) => server.clone(),
+        (None, Some(k)) => k.server.clone(),
+        (None, None) => anyhow::bail!(
+            "no --server and no kubeconfig ({DEFAULT_KUBECONFIG} is not there): run next to `bootstream serve`'s \
+             data directory, or name its DATA_DIR/kubeconfig with --kubeconfig"
+        ),
+    };
+    let explicit = creds.token.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    let token = match (explicit, &creds.token_file, &kubeconfig) {
+        (Some(t), _, _) => Some(t.to_string()),
+        (None, Some(file), _) => crate::auth::client_token(None, file),
+        (None, None, Some(KubeconfigApi { token: Some(t), .. })) => Some(t.clone()),
+        (None, None, _) => crate::auth::client_token(None, Path::new(DEFAULT_TOKEN_FILE)),
+    };
+    let ca_pem = kubeconfig.and_then(|k| k.ca_pem);
+    let http = http_client(token.as_deref(), creds.ca_file.as_deref(), ca_pem.as_deref())?;
+    Ok(Connection { server, http, token })
+}
 
 // The arguments of each command; what the command does is said in the doc comment of its variant
 // of `Command`, which is its help.
 
 #[derive(clap::Args, Debug)]
 pub(super) struct ApplyArgs {
-    #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    pub(super) target: ServerArgs,
     /// File(s) to apply.
     #[arg(short = 'f', long = "filename", required = true)]
     files: Vec<PathBuf>,
@@ -27,8 +183,8 @@ pub(super) struct ApplyArgs {
 
 #[derive(clap::Args, Debug)]
 pub(super) struct GetArgs {
-    #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    pub(super) target: ServerArgs,
     /// Kind: infraenv, secret (singular, plural or Kind name).
     kind: String,
     name: Option<String>,
@@ -44,8 +200,8 @@ pub(super) struct GetArgs {
 /// One object on a server: what `delete` takes, and `patch` besides its patch.
 #[derive(clap::Args, Debug)]
 pub(super) struct ObjectArgs {
-    #[arg(long, env = "BOOTSTREAM_SERVER", default_value = DEFAULT_SERVER)]
-    server: String,
+    #[command(flatten)]
+    pub(super) target: ServerArgs,
     kind: String,
     name: String,
     #[arg(short = 'n', long, default_value = "default")]
@@ -55,7 +211,7 @@ pub(super) struct ObjectArgs {
 #[derive(clap::Args, Debug)]
 pub(super) struct PatchArgs {
     #[command(flatten)]
-    object: ObjectArgs,
+    pub(super) object: ObjectArgs,
     /// Patch type: `merge` (JSON merge patch, RFC 7386) or `json` (JSON patch, RFC 6902).
     #[arg(long = "type", default_value = "merge")]
     patch_type: String,
@@ -74,8 +230,12 @@ enum Output {
 }
 
 /// The HTTP client of the client commands: `token`, if any, on every request as a bearer token, and
-/// the certificates of `ca_file` trusted besides the system's.
-pub(super) fn http_client(token: Option<&str>, ca_file: Option<&Path>) -> anyhow::Result<reqwest::Client> {
+/// the certificates of `ca_file` and `ca_pem` (a kubeconfig's) trusted besides the system's.
+pub(super) fn http_client(
+    token: Option<&str>,
+    ca_file: Option<&Path>,
+    ca_pem: Option<&[u8]>,
+) -> anyhow::Result<reqwest::Client> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(token) = token {
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
@@ -92,13 +252,20 @@ pub(super) fn http_client(token: Option<&str>, ca_file: Option<&Path>) -> anyhow
         anyhow::ensure!(!certs.is_empty(), "--certificate-authority {}: no certificate in it", path.display());
         builder = builder.tls_certs_merge(certs);
     }
+    if let Some(pem) = ca_pem {
+        use anyhow::Context;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(pem).context("the kubeconfig's certificate-authority-data")?;
+        anyhow::ensure!(!certs.is_empty(), "the kubeconfig's certificate-authority-data holds no certificate");
+        builder = builder.tls_certs_merge(certs);
+    }
     Ok(builder.build()?)
 }
 
 /// `apply`: every document of every file created or updated. A document that fails is reported and
 /// the others are still applied; the exit code says whether any failed.
-pub(super) async fn apply(client: &reqwest::Client, args: ApplyArgs) -> anyhow::Result<ExitCode> {
-    let ApplyArgs { server, files } = args;
+pub(super) async fn apply(client: &reqwest::Client, server: &str, args: ApplyArgs) -> anyhow::Result<ExitCode> {
+    let ApplyArgs { target: _, files } = args;
     let mut failed = false;
     for file in &files {
         let text = if file.as_os_str() == "-" {
@@ -116,7 +283,7 @@ pub(super) async fn apply(client: &reqwest::Client, args: ApplyArgs) -> anyhow::
         };
         for (i, doc) in docs.into_iter().enumerate() {
             let label = format!("{} (document {})", file.display(), i + 1);
-            match apply_one(client, &server, &doc).await {
+            match apply_one(client, server, &doc).await {
                 Ok(line) => println!("{line}"),
                 Err(e) => {
                     eprintln!("error: {label}: {e}");
@@ -129,13 +296,13 @@ pub(super) async fn apply(client: &reqwest::Client, args: ApplyArgs) -> anyhow::
 }
 
 /// `get`: one object, or the list of a namespace or of all, as a table, JSON or YAML.
-pub(super) async fn get(client: &reqwest::Client, args: GetArgs) -> anyhow::Result<ExitCode> {
-    let GetArgs { server, kind, name, namespace, all_namespaces, output } = args;
+pub(super) async fn get(client: &reqwest::Client, server: &str, args: GetArgs) -> anyhow::Result<ExitCode> {
+    let GetArgs { target: _, kind, name, namespace, all_namespaces, output } = args;
     let kind = parse_kind(&kind)?;
     let url = match (&name, all_namespaces) {
-        (Some(name), _) => object_url(&server, kind, &namespace, name),
+        (Some(name), _) => object_url(server, kind, &namespace, name),
         (None, true) => format!("{}{}/{}", server.trim_end_matches('/'), kind.api_prefix(), kind.plural()),
-        (None, false) => format!("{}/{}", namespace_url(&server, kind, &namespace), kind.plural()),
+        (None, false) => format!("{}/{}", namespace_url(server, kind, &namespace), kind.plural()),
     };
     let v = call(client.get(&url)).await?;
     match output {
@@ -147,17 +314,17 @@ pub(super) async fn get(client: &reqwest::Client, args: GetArgs) -> anyhow::Resu
 }
 
 /// `delete`: one object.
-pub(super) async fn delete(client: &reqwest::Client, args: ObjectArgs) -> anyhow::Result<ExitCode> {
-    let ObjectArgs { server, kind, name, namespace } = args;
+pub(super) async fn delete(client: &reqwest::Client, server: &str, args: ObjectArgs) -> anyhow::Result<ExitCode> {
+    let ObjectArgs { target: _, kind, name, namespace } = args;
     let kind = parse_kind(&kind)?;
-    call(client.delete(object_url(&server, kind, &namespace, &name))).await?;
+    call(client.delete(object_url(server, kind, &namespace, &name))).await?;
     println!("{} \"{name}\" deleted", display_kind(kind));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `patch`: a JSON merge patch of an object or of its status.
-pub(super) async fn patch(client: &reqwest::Client, args: PatchArgs) -> anyhow::Result<ExitCode> {
-    let PatchArgs { object: ObjectArgs { server, kind, name, namespace }, patch_type, patch, subresource } = args;
+pub(super) async fn patch(client: &reqwest::Client, server: &str, args: PatchArgs) -> anyhow::Result<ExitCode> {
+    let PatchArgs { object: ObjectArgs { target: _, kind, name, namespace }, patch_type, patch, subresource } = args;
     let kind = parse_kind(&kind)?;
     let content_type = match patch_type.as_str() {
         "merge" => "application/merge-patch+json",
@@ -166,8 +333,8 @@ pub(super) async fn patch(client: &reqwest::Client, args: PatchArgs) -> anyhow::
     };
     let body: Value = serde_json::from_str(&patch).map_err(|e| anyhow::anyhow!("the patch is not JSON: {e}"))?;
     let url = match subresource.as_deref() {
-        None => object_url(&server, kind, &namespace, &name),
-        Some("status") => format!("{}/status", object_url(&server, kind, &namespace, &name)),
+        None => object_url(server, kind, &namespace, &name),
+        Some("status") => format!("{}/status", object_url(server, kind, &namespace, &name)),
         Some(other) => anyhow::bail!("--subresource {other} is not supported; use --subresource status"),
     };
     call(client.patch(url).header("content-type", content_type).body(body.to_string())).await?;
@@ -276,4 +443,52 @@ async fn apply_one(client: &reqwest::Client, server: &str, doc: &Value) -> anyho
         Some(_) => "configured",
     };
     Ok(format!("{}/{name} {verb}", display_kind(kind)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn the_kubeconfig_serve_writes_names_the_api_its_ca_and_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        crate::cli::serve::write_kubeconfig(&path, "https://127.0.0.1:6443", Some(CA), "the-token").unwrap();
+        let api = read_kubeconfig(&path).unwrap();
+        assert_eq!(
+            api,
+            KubeconfigApi {
+                server: "https://127.0.0.1:6443".into(),
+                ca_pem: Some(CA.as_bytes().to_vec()),
+                token: Some("the-token".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_kubeconfig_that_would_run_a_program_or_read_another_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n";
+        for (cluster, user, why) in [
+            (
+                "{server: 'https://x'}",
+                "{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}}",
+                "exec",
+            ),
+            ("{server: 'https://x'}", "{tokenFile: /etc/shadow}", "tokenFile"),
+            ("{server: 'https://x'}", "{auth-provider: {name: oidc}}", "auth-provider"),
+            ("{server: 'https://x'}", "{client-certificate: /c.pem, client-key: /k.pem}", "client-certificate"),
+            ("{server: 'https://x'}", "{username: a, password: b}", "username/password"),
+            ("{server: 'https://x', certificate-authority: /ca.pem}", "{token: t}", "certificate-authority"),
+            ("{server: 'https://x', insecure-skip-tls-verify: true}", "{token: t}", "insecure-skip-tls-verify"),
+        ] {
+            let path = dir.path().join("kc");
+            let text = format!("{head}clusters:\n- name: k\n  cluster: {cluster}\nusers:\n- name: u\n  user: {user}\n");
+            std::fs::write(&path, text).unwrap();
+            let e = read_kubeconfig(&path).expect_err(why).to_string();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
 }

@@ -30,13 +30,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// API token for apply, get, patch and delete. Default: the contents of --token-file.
+    /// API token for apply, get, patch and delete. Default: the contents of --token-file, else the
+    /// kubeconfig's token (see --kubeconfig), else the contents of ./bootstream-data/api-token.
     #[arg(long, global = true, env = "BOOTSTREAM_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// File with the API token, as `serve` makes it in its data directory.
-    #[arg(long, global = true, env = "BOOTSTREAM_TOKEN_FILE", default_value = "./bootstream-data/api-token")]
-    token_file: PathBuf,
-    /// PEM CA bundle to trust, besides the system's, for an https --server (`serve --tls-cert`).
+    /// File with the API token, as `serve` makes it in its data directory (DATA_DIR/api-token).
+    #[arg(long, global = true, env = "BOOTSTREAM_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM CA bundle to trust, besides the system's and the kubeconfig's, for an https --server.
     #[arg(long, global = true, env = "BOOTSTREAM_CA_FILE", value_name = "PATH")]
     certificate_authority: Option<PathBuf>,
     /// How the log (standard error) is written: `text`, a line per event, or `json`, an object per
@@ -108,8 +109,12 @@ pub fn main() -> ExitCode {
         }
         other => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-            let token = crate::auth::client_token(cli.token.as_deref(), &cli.token_file);
-            rt.block_on(client_command(other, token, cli.certificate_authority.as_deref()))
+            let creds = client::Credentials {
+                token: cli.token,
+                token_file: cli.token_file,
+                ca_file: cli.certificate_authority,
+            };
+            rt.block_on(client_command(other, creds))
         }
     };
     match result {
@@ -122,15 +127,49 @@ pub fn main() -> ExitCode {
 }
 
 /// The commands that are clients of a server: on one thread, with an HTTP client that carries the
-/// API token (made first, so that a bad token or CA file fails every one of them alike).
-async fn client_command(cmd: Command, token: Option<String>, ca_file: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let http = client::http_client(token.as_deref(), ca_file)?;
+/// API token (made first, so that a bad token, CA file or kubeconfig fails every one of them alike).
+async fn client_command(cmd: Command, creds: client::Credentials) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Apply(args) => client::apply(&http, args).await,
-        Command::Get(args) => client::get(&http, args).await,
-        Command::Delete(args) => client::delete(&http, args).await,
-        Command::Patch(args) => client::patch(&http, args).await,
-        Command::Simulate(args) => simulate::run(args, token).await,
+        Command::Apply(args) => {
+            let api = client::connect(&args.target, &creds)?;
+            client::apply(&api.http, &api.server, args).await
+        }
+        Command::Get(args) => {
+            let api = client::connect(&args.target, &creds)?;
+            client::get(&api.http, &api.server, args).await
+        }
+        Command::Delete(args) => {
+            let api = client::connect(&args.target, &creds)?;
+            client::delete(&api.http, &api.server, args).await
+        }
+        Command::Patch(args) => {
+            let api = client::connect(&args.object.target, &creds)?;
+            client::patch(&api.http, &api.server, args).await
+        }
+        Command::Simulate(args) => {
+            // The InfraEnv is read from the API the kubeconfig names, if there is one; else from
+            // --server, as a server without an API listener of its own serves it.
+            let kubeconfig = args.kubeconfig.clone().or_else(|| {
+                let default = PathBuf::from(client::DEFAULT_KUBECONFIG);
+                default.exists().then_some(default)
+            });
+            let api = match kubeconfig {
+                Some(path) => {
+                    let target = client::ServerArgs { server: None, kubeconfig: Some(path) };
+                    let api = client::connect(&target, &creds)?;
+                    simulate::Api { server: api.server, http: api.http, token: api.token }
+                }
+                None => {
+                    let token = crate::auth::client_token(
+                        creds.token.as_deref(),
+                        creds.token_file.as_deref().unwrap_or(Path::new(client::DEFAULT_TOKEN_FILE)),
+                    );
+                    let http = client::http_client(token.as_deref(), creds.ca_file.as_deref(), None)?;
+                    simulate::Api { server: args.server.clone(), http, token }
+                }
+            };
+            simulate::run(args, api).await
+        }
         Command::Serve(_) | Command::Controller(_) => unreachable!("servers run on their own runtime"),
         Command::Crds { .. } => unreachable!("crds runs before any runtime starts"),
     }

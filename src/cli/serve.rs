@@ -524,6 +524,7 @@ async fn run<S: crate::store::Store>(
     app: Arc<crate::api::App<S>>,
     stop: impl Future<Output = ()> + Send + 'static,
     also_listening: Option<String>,
+    api_elsewhere: Option<String>,
 ) {
     let addr = svc.listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let scheme = if svc.tls.is_some() { "https" } else { "http" };
@@ -540,7 +541,7 @@ async fn run<S: crate::store::Store>(
         let gate = Arc::new(crate::http::Restricted {
             inner: app.clone(),
             allow: crate::api::route::served_over_plain_http,
-            refusal: crate::api::PLAIN_HTTP_REFUSAL,
+            refusal: crate::api::PLAIN_HTTP_REFUSAL.into(),
         });
         tokio::spawn(crate::http::server::serve(listener, gate, svc.http.clone(), stop.clone()))
     });
@@ -554,7 +555,19 @@ async fn run<S: crate::store::Store>(
     // The accept loop runs on a runtime worker, not on this thread (`block_on`): a connection spawned
     // from a worker runs next on that worker, where one spawned from here waits for a worker to be
     // woken. That hand-off was on every new connection's time to first byte.
-    let main = tokio::spawn(crate::http::server::serve(svc.listener, app, config, stop));
+    let main = match api_elsewhere {
+        // The API has its own HTTPS listener: this plain one refuses what takes the API token,
+        // with `api_elsewhere` saying where to go.
+        Some(refusal) => {
+            let gate = Arc::new(crate::http::Restricted {
+                inner: app,
+                allow: crate::api::route::served_beside_the_api_listener,
+                refusal: refusal.into(),
+            });
+            tokio::spawn(crate::http::server::serve(svc.listener, gate, config, stop))
+        }
+        None => tokio::spawn(crate::http::server::serve(svc.listener, app, config, stop)),
+    };
     // A panic there ends the process as it did on this thread.
     if let Err(e) = main.await
         && e.is_panic()
@@ -584,6 +597,7 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     let token = app.api_token.clone().unwrap_or_default();
     let kubeconfig = svc.data_dir.join("kubeconfig");
     let mut api_line = None;
+    let mut api_elsewhere = None;
     if args.tls_cert.is_some() {
         let ca = match &args.tls_cert {
             Some(cert) => last_certificate(cert)?,
@@ -604,22 +618,34 @@ pub(super) async fn serve(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
             "bootstream listening on {server} for the Kubernetes API (KUBECONFIG={})",
             kubeconfig.display()
         ));
+        // What takes the API token is served here only; the main (plain) listener refuses it from
+        // the head, before any token is compared.
         let gate = Arc::new(crate::http::Restricted {
             inner: app.clone(),
-            allow: |uri: &http::Uri| crate::api::kube::KubeApi::serves(uri.path()),
-            refusal: "404 page not found: this port serves only the Kubernetes API",
+            allow: crate::api::route::takes_api_token,
+            refusal: "404 page not found: this port serves only the Kubernetes API".into(),
         });
         let config = crate::http::server::ServerConfig { tls: Some(tls), ..svc.http.clone() };
         tokio::spawn(crate::http::server::serve(listener, gate, config, stop.clone()));
+        api_elsewhere = Some(format!(
+            "404 page not found: the Kubernetes API (and all that takes the API token) is not served over plain \
+             HTTP; it is at {server}: use the kubeconfig `bootstream serve` writes, DATA_DIR/kubeconfig \
+             (KUBECONFIG=DATA_DIR/kubeconfig kubectl ..., or bootstream get/apply --kubeconfig DATA_DIR/kubeconfig)"
+        ));
     }
-    run(svc, app, stop, api_line).await;
+    run(svc, app, stop, api_line, api_elsewhere).await;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Writes a kubeconfig for this server's Kubernetes API (`KUBECONFIG=DATA_DIR/kubeconfig kubectl get
 /// infraenvs -A`), readable by its owner only: it holds the API token. Rewritten at every start, so
 /// that it follows the address and the certificate.
-fn write_kubeconfig(path: &std::path::Path, server: &str, ca_pem: Option<&str>, token: &str) -> anyhow::Result<()> {
+pub(super) fn write_kubeconfig(
+    path: &std::path::Path,
+    server: &str,
+    ca_pem: Option<&str>,
+    token: &str,
+) -> anyhow::Result<()> {
     use anyhow::Context;
     use base64::Engine;
     use std::io::Write;
@@ -764,7 +790,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         api_token: None,
         downloads: crate::api::DownloadLimit::new(args.max_downloads),
     });
-    run(svc, app, shutdown_signal(), None).await;
+    run(svc, app, shutdown_signal(), None, None).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -807,7 +833,7 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
             }
         }
     };
-    run(svc, app, stop, None).await;
+    run(svc, app, stop, None, None).await;
     if let Some(why) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         anyhow::bail!("lost the leadership ({why}); stopping so that only the leader writes");
     }

@@ -18,8 +18,13 @@ use sha2::Digest;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SimulateArgs {
+    /// The server the machines boot from and report to (images and the agent API).
     #[arg(long, env = "BOOTSTREAM_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
+    /// Kubeconfig of the API the InfraEnv is read from, as `serve` writes it (DATA_DIR/kubeconfig;
+    /// inline data only). Default: ./bootstream-data/kubeconfig if there is one, else --server.
+    #[arg(long, env = "BOOTSTREAM_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
     /// The InfraEnv the hosts boot from, as NAMESPACE/NAME.
     #[arg(long)]
     pub infraenv: String,
@@ -182,11 +187,24 @@ impl Target {
         infraenv: &str,
         api_token: Option<&str>,
     ) -> anyhow::Result<Target> {
+        Target::discover_through(client, client, api, server, infraenv, api_token).await
+    }
+
+    /// [`Target::discover_at`] with a client of its own for the API (`api_client`: its CA, its
+    /// token).
+    pub async fn discover_through(
+        api_client: &reqwest::Client,
+        client: &reqwest::Client,
+        api: &str,
+        server: &str,
+        infraenv: &str,
+        api_token: Option<&str>,
+    ) -> anyhow::Result<Target> {
         let server = server.trim_end_matches('/').to_string();
         let api = api.trim_end_matches('/');
         let (ns, name) = infraenv.split_once('/').context("--infraenv must be NAMESPACE/NAME")?;
         let mut get =
-            client.get(format!("{api}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"));
+            api_client.get(format!("{api}/apis/agent-install.openshift.io/v1beta1/namespaces/{ns}/infraenvs/{name}"));
         if let Some(t) = api_token {
             get = get.bearer_auth(t);
         }
@@ -626,9 +644,19 @@ pub fn start_fleet(
         .collect()
 }
 
-pub async fn run(args: SimulateArgs, api_token: Option<String>) -> anyhow::Result<std::process::ExitCode> {
+/// The API the InfraEnv is read from.
+pub struct Api {
+    pub server: String,
+    /// Trusts the API's CA.
+    pub http: reqwest::Client,
+    pub token: Option<String>,
+}
+
+pub async fn run(args: SimulateArgs, api: Api) -> anyhow::Result<std::process::ExitCode> {
     let client = client();
-    let target = Target::discover(&client, &args.server, &args.infraenv, api_token.as_deref()).await?;
+    let target =
+        Target::discover_through(&api.http, &client, &api.server, &args.server, &args.infraenv, api.token.as_deref())
+            .await?;
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let timing = Timing {

@@ -6,6 +6,7 @@
 //!
 //! Why two paths, and what every connection is bounded by: docs/design.md §3.
 
+pub mod feed;
 pub mod query;
 pub mod range;
 pub mod respond;
@@ -13,6 +14,8 @@ pub mod server;
 pub mod tls;
 
 use bytes::Bytes;
+
+pub use feed::Feed;
 
 use crate::plan::Plan;
 
@@ -28,28 +31,9 @@ pub enum Body {
     /// Streamed by walking the plan (zero-copy for file segments on the fast path).
     Plan(Plan),
     /// Pieces produced while the response is written (a watch): sent with chunked transfer encoding
-    /// as they come, until the sender is dropped. Its length is unknown (counted as 0).
+    /// as they come, until the sender is dropped, under a budget of queued bytes (see [`feed`]).
+    /// Its length is unknown (counted as 0).
     Stream(Feed),
-}
-
-/// The receiving end of a [`Body::Stream`]; taken by whoever writes the response.
-#[derive(Clone, Default)]
-pub struct Feed(std::sync::Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Bytes>>>>);
-
-impl Feed {
-    pub fn new(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Feed {
-        Feed(std::sync::Arc::new(std::sync::Mutex::new(Some(rx))))
-    }
-    /// The receiver, once: a second writer of the same response gets an empty body.
-    pub fn take(&self) -> Option<tokio::sync::mpsc::Receiver<Bytes>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-impl std::fmt::Debug for Feed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Feed")
-    }
 }
 
 impl Body {
@@ -155,30 +139,31 @@ pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Re
         .expect("valid response")
 }
 
-/// The application as a listener with a narrower purpose sees it: requests `allow` admits go to
-/// `inner`, others get 404 with `refusal`. The plain-HTTP listener beside HTTPS is one: it serves
-/// only what iPXE, which usually cannot do TLS, fetches.
+/// The application as a listener with a narrower purpose sees it: requests `allow` admits (from
+/// their method, URI and headers) go to `inner`, others get 404 with `refusal`, decided from the
+/// head before anything else. The plain-HTTP listener beside HTTPS is one: it serves only what
+/// iPXE, which usually cannot do TLS, fetches.
 pub struct Restricted<H> {
     pub inner: std::sync::Arc<H>,
-    pub allow: fn(&http::Uri) -> bool,
-    pub refusal: &'static str,
+    pub allow: fn(&http::Method, &http::Uri, &http::HeaderMap) -> bool,
+    pub refusal: std::borrow::Cow<'static, str>,
 }
 
 impl<H: Handler> Handler for Restricted<H> {
     async fn handle(self: std::sync::Arc<Self>, req: http::Request<Bytes>) -> http::Response<Body> {
-        if (self.allow)(req.uri()) {
+        if (self.allow)(req.method(), req.uri(), req.headers()) {
             self.inner.clone().handle(req).await
         } else {
             // Not reported to `inner` (no RouteLabel): it never saw the request.
-            text(http::StatusCode::NOT_FOUND, self.refusal)
+            text(http::StatusCode::NOT_FOUND, self.refusal.clone())
         }
     }
 
     fn admit(&self, head: &http::request::Parts) -> Admission {
-        if (self.allow)(&head.uri) {
+        if (self.allow)(&head.method, &head.uri, &head.headers) {
             self.inner.admit(head)
         } else {
-            Admission::Refuse(text(http::StatusCode::NOT_FOUND, self.refusal))
+            Admission::Refuse(text(http::StatusCode::NOT_FOUND, self.refusal.clone()))
         }
     }
 

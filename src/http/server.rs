@@ -284,7 +284,7 @@ const LINGER_TIME: Duration = Duration::from_secs(1);
 /// body, a head too large): the answer is followed by a FIN, then what arrives is read and dropped
 /// for a moment. Closing with unread bytes would make the kernel reset the connection, and a reset
 /// can destroy the answer before the client has read it.
-async fn linger_close<S: Connection>(stream: &mut S) {
+async fn linger_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
     use tokio::io::AsyncReadExt;
     if stream.shutdown().await.is_err() {
         return;
@@ -566,18 +566,28 @@ async fn write_response_unflushed<S: Connection>(
     match body {
         Body::Empty => {}
         Body::Stream(feed) => {
-            // Each piece is a chunk, flushed at once: a watcher waits for every event.
+            // Each piece is a chunk, flushed at once: a watcher waits for every event. The piece is
+            // written from where it is (no copy) and leaves the feed's budget once written; a feed
+            // cut for a client that does not read fails the response at once, even mid-write.
             if let Some(mut rx) = feed.take() {
                 while let Some(piece) = rx.recv().await {
+                    let piece = piece.map_err(|cut| fail(io::Error::new(io::ErrorKind::TimedOut, cut), written))?;
                     if piece.is_empty() {
                         continue;
                     }
-                    let mut chunk = Vec::with_capacity(piece.len() + 16);
-                    chunk.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                    chunk.extend_from_slice(&piece);
-                    chunk.extend_from_slice(b"\r\n");
-                    write_all_timed(stream, &chunk, config).await.map_err(|e| fail(e, written))?;
-                    flush_timed(stream, config).await.map_err(|e| fail(e, written))?;
+                    let size = format!("{:x}\r\n", piece.len());
+                    let chunk = async {
+                        write_all_timed(stream, size.as_bytes(), config).await?;
+                        write_all_timed(stream, &piece, config).await?;
+                        write_all_timed(stream, b"\r\n", config).await?;
+                        flush_timed(stream, config).await
+                    };
+                    tokio::select! {
+                        r = chunk => r.map_err(|e| fail(e, written))?,
+                        _ = rx.cut() => {
+                            return Err(fail(io::Error::new(io::ErrorKind::TimedOut, super::feed::Cut), written));
+                        }
+                    }
                     written += piece.len() as u64;
                 }
             }
@@ -809,9 +819,13 @@ async fn hand_to_hyper<S: Connection, H: Handler>(
 ) -> io::Result<()> {
     let io = hyper_util::rt::TokioIo::new(Deadlines::new(Rewind { prefix, inner: stream }, config));
     let limits = Arc::new(config.clone());
+    // The streamed body being written, if any: when its feed is cut (a client that does not read),
+    // the connection ends at once, with what hyper buffered of it, rather than at the write timeout.
+    let (streaming, mut streamed) = tokio::sync::watch::channel::<Option<super::feed::CutSignal>>(None);
+    let streaming = Arc::new(streaming);
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let (handler, limits) = (handler.clone(), limits.clone());
-        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, &limits).await) }
+        let (handler, limits, streaming) = (handler.clone(), limits.clone(), streaming.clone());
+        async move { Ok::<_, std::convert::Infallible>(hyper_request(handler, req, &limits, &streaming).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -819,7 +833,34 @@ async fn hand_to_hyper<S: Connection, H: Handler>(
         .header_read_timeout(config.header_timeout)
         .max_headers(MAX_HEADERS)
         .max_header_size(MAX_HEAD_BYTES);
-    builder.serve_connection(io, service).await.map_err(io::Error::other)
+    // Not shut down by hyper: a connection hyper ends (a response that closes it, as a 408 for a
+    // body that did not arrive in time) is lingered on like the fast path's, so that what the
+    // client is still sending does not make the kernel reset the connection under the answer.
+    let connection = builder.serve_connection(io, service).without_shutdown();
+    let cut = async move {
+        loop {
+            let signal = streamed.borrow_and_update().clone();
+            match signal {
+                Some(signal) => tokio::select! {
+                    _ = signal.cut() => return,
+                    changed = streamed.changed() => if changed.is_err() { std::future::pending::<()>().await },
+                },
+                None => {
+                    if streamed.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        r = connection => {
+            let mut io = r.map_err(io::Error::other)?.io.into_inner();
+            linger_close(&mut io).await;
+            Ok(())
+        }
+        _ = cut => Err(io::Error::new(io::ErrorKind::TimedOut, super::feed::Cut)),
+    }
 }
 
 type HyperBody = http_body_util::combinators::BoxBody<Bytes, io::Error>;
@@ -862,6 +903,7 @@ async fn hyper_request<H: Handler>(
     handler: Arc<H>,
     req: Request<hyper::body::Incoming>,
     config: &ServerConfig,
+    streaming: &tokio::sync::watch::Sender<Option<super::feed::CutSignal>>,
 ) -> Response<HyperBody> {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
@@ -916,9 +958,13 @@ async fn hyper_request<H: Handler>(
         Body::Plan(_) => http_body_util::Empty::new().map_err(|never| match never {}).boxed(),
         Body::Stream(feed) if method != Method::HEAD => match feed.take() {
             Some(mut rx) => {
+                // Each piece stays in its feed's budget until hyper drops it, once sent; a cut feed
+                // ends the connection (see `hand_to_hyper`).
+                streaming.send_replace(Some(rx.cut_signal()));
                 let pieces = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-                http_body_util::StreamBody::new(futures_util::StreamExt::map(pieces, |b| {
-                    Ok(hyper::body::Frame::data(b))
+                http_body_util::StreamBody::new(futures_util::StreamExt::map(pieces, |piece| match piece {
+                    Ok(piece) => Ok(hyper::body::Frame::data(piece.into_bytes())),
+                    Err(cut) => Err(io::Error::new(io::ErrorKind::TimedOut, cut)),
                 }))
                 .boxed()
             }
@@ -1305,6 +1351,46 @@ mod tests {
             let answer = read_until_closed(&mut s, Duration::from_secs(2)).await;
             assert!(answer.starts_with("HTTP/1.1 408"), "{via:?}: {answer}");
             assert!(waited < Duration::from_millis(1500), "{via:?}: the trickle went on for {waited:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_ended_with_a_408_lingers_instead_of_resetting_on_both_paths() {
+        use tokio::io::AsyncReadExt;
+        let addr = guarded_server().await;
+        for via in [Path::Fast, Path::Hyper] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            // A body the fast path reads (under 256 KiB), or a chunked one, which hyper reads.
+            s.write_all(head(via, "POST", "/", "", 100_000).as_bytes()).await.unwrap();
+            // Past the body timeout the server has answered 408 and ended its side.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            // A client that has not read the answer yet is still sending: the server drains it for
+            // a moment rather than resetting the connection under its answer.
+            let piece: &[u8] = match via {
+                Path::Fast => b"aaaa",
+                Path::Hyper => b"4\r\naaaa\r\n",
+            };
+            let mut sent = Ok(());
+            for _ in 0..5 {
+                sent = s.write_all(piece).await;
+                if sent.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 4096];
+            let end = loop {
+                match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+                    Ok(Ok(0)) => break Ok(()),
+                    Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+                    Ok(Err(e)) => break Err(e),
+                    Err(_) => panic!("{via:?}: the connection was never ended"),
+                }
+            };
+            assert!(answer.starts_with(b"HTTP/1.1 408"), "{via:?}: {}", String::from_utf8_lossy(&answer));
+            assert!(sent.is_ok(), "{via:?}: the server reset the connection while the client sent: {sent:?}");
+            assert!(end.is_ok(), "{via:?}: the connection ended with {end:?}, not a FIN");
         }
     }
 

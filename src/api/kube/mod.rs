@@ -580,6 +580,15 @@ impl KubeApi {
             Ok(ctx) => ctx,
             Err(e) => return e.response(),
         };
+        // A read from a resourceVersion not recorded yet waits for it a moment, then is refused.
+        if matches!(verb, Verb::Watch | Verb::List)
+            && let Some(Ok(rv)) = q.get("resourceVersion").map(|v| v.parse::<i64>())
+            && let Err(current) = self.watches.wait_for(rv, watch::FUTURE_WAIT).await
+        {
+            let mut resp = crate::http::json(StatusCode::GATEWAY_TIMEOUT, &watch::too_large(rv, current));
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
         let result = match verb {
             Verb::Watch => return self.watch(&t, &q, req.headers()),
             Verb::List => return self.list(&t, &q, req.headers()).unwrap_or_else(|e| e.response()),
@@ -898,11 +907,11 @@ impl KubeApi {
             bookmark_type,
             filter: Box::new(filter),
         };
-        let rx = self.watches.watch(&c.resource(), t.namespace.as_deref(), opts);
+        let feed = self.watches.watch(&c.resource(), t.namespace.as_deref(), opts);
         Response::builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::Stream(crate::http::Feed::new(rx)))
+            .body(Body::Stream(feed))
             .expect("a response")
     }
 

@@ -2,9 +2,14 @@
 //! events for watches that resume from a resourceVersion, and the last state of every object (what a
 //! watch from "now" starts with, and what a DELETED event carries).
 //!
-//! Events hold the stored JSON texts themselves (shared with the store's cache), so a watch of
-//! thousands of Agents copies nothing but the event envelope. A watch from a resourceVersion older
-//! than the window gets the API server's `410 Gone` (as an ERROR event) and must list again.
+//! Events hold the stored JSON texts themselves (shared with the store's cache), and a watch sends
+//! them as they are: each event line goes out as three pieces, a static envelope head, the stored
+//! text, and a static tail, so a thousand watches of the same 1 MB object hold one copy of it. What a
+//! watch has queued and not yet written is bounded by [`QUEUE_BUDGET`]; a client that leaves it full
+//! for [`STALL`] has its watch closed, as the API server closes watchers that do not keep up. A watch
+//! from a resourceVersion older than the window gets the API server's `410 Gone` (as an ERROR event)
+//! and must list again; one from a version newer than any known waits up to [`FUTURE_WAIT`] for it,
+//! then gets the API server's "Too large resource version" (504).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -12,7 +17,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
+
+use crate::http::feed::{self, Feed, FeedSender, SendError};
 
 use crate::store::sqlite::SqliteStore;
 
@@ -22,6 +29,18 @@ const WINDOW: usize = 20_000;
 pub const MAX_WATCH: Duration = Duration::from_secs(30 * 60);
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// The most a watch holds queued and not yet written. Its pieces are shared (the stored texts), but
+/// a client that does not read keeps them alive after the store moved on: without a bound, each
+/// stalled watch could pin a copy of every object written while it stalls. 16 MiB takes a whole
+/// 1 MB object with room to spare, and a reflector's burst of small events, without waiting.
+pub const QUEUE_BUDGET: u64 = 16 << 20;
+/// How long a watch waits for its client to make room in a full queue before it is closed (the
+/// client resumes from its last resourceVersion, or lists again). Shorter than the server's write
+/// timeout: what the watch queued is dropped at once, not when the connection gives up.
+pub const STALL: Duration = Duration::from_secs(15);
+/// How long a watch from a resourceVersion newer than any known waits for it to be recorded before
+/// it is refused, as the API server waits for its watch cache.
+pub const FUTURE_WAIT: Duration = Duration::from_secs(3);
 
 type Key = (String, String, String);
 
@@ -63,6 +82,12 @@ pub struct Watches {
     epoch: tokio::sync::watch::Sender<u64>,
     /// Events kept ([`WINDOW`]; smaller in tests).
     window: usize,
+    /// The highest resourceVersion recorded, for watches from a version not recorded yet.
+    recorded: tokio::sync::watch::Sender<i64>,
+    /// Each watch's queue: at most `budget` bytes, closed after `stall` full ([`QUEUE_BUDGET`],
+    /// [`STALL`]; smaller in tests).
+    budget: u64,
+    stall: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,6 +119,16 @@ impl Watches {
     }
 
     fn start_with_window(store: SqliteStore, resources: &[String], window: usize) -> Arc<Watches> {
+        Watches::start_with(store, resources, window, QUEUE_BUDGET, STALL)
+    }
+
+    fn start_with(
+        store: SqliteStore,
+        resources: &[String],
+        window: usize,
+        budget: u64,
+        stall: Duration,
+    ) -> Arc<Watches> {
         use crate::store::Store;
         // Subscribed before the seed is read: a change in between is recorded twice, harmlessly.
         let changes = store.subscribe();
@@ -105,11 +140,15 @@ impl Watches {
             }
         }
         history.oldest = history.resource_version;
+        let recorded = tokio::sync::watch::channel(history.resource_version).0;
         let watches = Arc::new(Watches {
             history: Mutex::new(history),
             feed: broadcast::channel(8192).0,
             epoch: tokio::sync::watch::channel(0).0,
             window,
+            recorded,
+            budget,
+            stall,
         });
         tokio::spawn(record(Arc::downgrade(&watches), store, changes));
         watches
@@ -132,15 +171,27 @@ impl Watches {
         lock(&self.history).resource_version
     }
 
+    /// Waits up to `wait` for the store's changes up to `rv` to be recorded; Err(the newest
+    /// recorded) if they were not, as the API server refuses a resourceVersion its watch cache has
+    /// not reached ([`too_large`]).
+    pub async fn wait_for(&self, rv: i64, wait: Duration) -> Result<(), i64> {
+        let mut recorded = self.recorded.subscribe();
+        let reached = recorded.wait_for(|&current| current >= rv);
+        match tokio::time::timeout(wait, reached).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(*self.recorded.borrow()),
+        }
+    }
+
     /// Starts a watch of `resource` (in `namespace`, or all): the events `start` asks for, then new
     /// ones as they come, each passed through `filter` (None: not sent) and written as one line.
-    pub fn watch(
-        self: &Arc<Self>,
-        resource: &str,
-        namespace: Option<&str>,
-        opts: WatchOptions,
-    ) -> mpsc::Receiver<Bytes> {
-        let (tx, rx) = mpsc::channel::<Bytes>(256);
+    pub fn watch(self: &Arc<Self>, resource: &str, namespace: Option<&str>, opts: WatchOptions) -> Feed {
+        let (tx, feed) = feed::channel(self.budget, self.stall);
+        self.watch_into(tx, resource, namespace, opts);
+        feed
+    }
+
+    fn watch_into(self: &Arc<Self>, tx: FeedSender, resource: &str, namespace: Option<&str>, opts: WatchOptions) {
         let matches = {
             let (resource, namespace) = (resource.to_string(), namespace.map(str::to_string));
             move |res: &str, ns: &str| res == resource && namespace.as_deref().is_none_or(|want| want == ns)
@@ -180,15 +231,17 @@ impl Watches {
         let mut epoch = self.epoch.subscribe();
         let send_initial_end = opts.start == Start::Current && opts.initial_events_end;
         tokio::spawn(async move {
-            let send = |type_: &'static str, text: &Bytes| -> Option<Bytes> {
+            // An event line is the envelope's head, the object's text (the stored one itself
+            // unless the filter made another), and the envelope's tail: nothing is copied.
+            let send = |type_: &'static str, text: &Bytes| -> Option<[Bytes; 3]> {
                 let object = (opts.filter)(text)?;
-                let mut line = Vec::with_capacity(object.len() + 32);
-                line.extend_from_slice(b"{\"type\":\"");
-                line.extend_from_slice(type_.as_bytes());
-                line.extend_from_slice(b"\",\"object\":");
-                line.extend_from_slice(&object);
-                line.extend_from_slice(b"}\n");
-                Some(Bytes::from(line))
+                Some([envelope_head(type_), object, Bytes::from_static(b"}\n")])
+            };
+            let send_line = async |line: [Bytes; 3]| -> Result<(), SendError> {
+                for piece in line {
+                    tx.send(piece).await?;
+                }
+                Ok(())
             };
             let replay = match replay {
                 Ok(r) => r,
@@ -206,7 +259,7 @@ impl Watches {
             };
             for (type_, text) in &replay {
                 if let Some(line) = send(type_, text)
-                    && tx.send(line).await.is_err()
+                    && send_line(line).await.is_err()
                 {
                     return;
                 }
@@ -256,7 +309,7 @@ impl Watches {
                             continue;
                         }
                         if let Some(line) = send(event.type_, &event.text)
-                            && tx.send(line).await.is_err()
+                            && send_line(line).await.is_err()
                         {
                             return;
                         }
@@ -264,8 +317,28 @@ impl Watches {
                 }
             }
         });
-        rx
     }
+}
+
+/// `{"type":"<type>","object":`: the head of a watch event line, shared by every event of its type.
+fn envelope_head(type_: &'static str) -> Bytes {
+    match type_ {
+        "ADDED" => Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":"),
+        "MODIFIED" => Bytes::from_static(b"{\"type\":\"MODIFIED\",\"object\":"),
+        "DELETED" => Bytes::from_static(b"{\"type\":\"DELETED\",\"object\":"),
+        other => Bytes::from(format!("{{\"type\":\"{other}\",\"object\":")),
+    }
+}
+
+/// The API server's answer to a read from a resourceVersion it has not reached: 504 with reason
+/// `Timeout` (the client may retry after a second), the cause `ResourceVersionTooLarge`.
+pub fn too_large(asked: i64, current: i64) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("Timeout: Too large resource version: {asked}, current: {current}"),
+        "reason": "Timeout",
+        "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1},
+        "code": 504})
 }
 
 /// Where a watch starts.
@@ -374,8 +447,14 @@ async fn record(
                 *newest = (*newest).max(after);
             }
         }
+        let newest = history.resource_version;
         drop(history);
         let _ = watches.feed.send(event);
+        watches.recorded.send_if_modified(|rv| {
+            let moved = newest > *rv;
+            *rv = (*rv).max(newest);
+            moved
+        });
     }
 }
 
@@ -406,8 +485,34 @@ mod tests {
         }
     }
 
-    async fn next(rx: &mut mpsc::Receiver<Bytes>) -> Value {
-        let line = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("an event in time").unwrap();
+    /// A watch's body as its client reads it, a line at a time.
+    struct Lines {
+        rx: crate::http::feed::FeedReceiver,
+        buf: Vec<u8>,
+    }
+
+    impl Lines {
+        /// The next piece; None at the end of the body.
+        async fn piece(&mut self) -> Option<Bytes> {
+            let piece = tokio::time::timeout(Duration::from_secs(5), self.rx.recv()).await.expect("a piece in time")?;
+            Some(piece.expect("a feed not cut").into_bytes())
+        }
+        async fn end(&mut self) -> bool {
+            self.piece().await.is_none() && self.buf.is_empty()
+        }
+    }
+
+    fn lines(feed: Feed) -> Lines {
+        Lines { rx: feed.take().unwrap(), buf: Vec::new() }
+    }
+
+    async fn next(rx: &mut Lines) -> Value {
+        while !rx.buf.contains(&b'\n') {
+            let piece = rx.piece().await.expect("an event before the end");
+            rx.buf.extend_from_slice(&piece);
+        }
+        let at = rx.buf.iter().position(|&b| b == b'\n').unwrap();
+        let line: Vec<u8> = rx.buf.drain(..=at).collect();
         serde_json::from_slice(&line).unwrap()
     }
 
@@ -431,7 +536,7 @@ mod tests {
         let store = SqliteStore::open_in_memory().unwrap();
         store.create_raw(RES, "ns", cm("a", "1"), false).await.unwrap();
         let w = Watches::start(store.clone(), &[RES.to_string()]);
-        let mut rx = w.watch(RES, Some("ns"), opts(Start::Current));
+        let mut rx = lines(w.watch(RES, Some("ns"), opts(Start::Current)));
         let first = next(&mut rx).await;
         assert_eq!((first["type"].as_str(), first["object"]["data"]["v"].as_str()), (Some("ADDED"), Some("1")));
         let end = next(&mut rx).await;
@@ -464,23 +569,23 @@ mod tests {
         settled(&w, rv(&b)).await;
         // From a's version: what came after it (b), as the API server sends; not a itself, which a
         // list stamped with that version holds (`kubectl get -w` would print it twice).
-        let mut rx = w.watch(RES, None, opts(Start::After(rv(&a))));
+        let mut rx = lines(w.watch(RES, None, opts(Start::After(rv(&a)))));
         assert_eq!(next(&mut rx).await["object"]["metadata"]["name"], "b");
         // A deletion carries the last version recorded: from that version, it is replayed.
         store.delete_raw(RES, "ns", "b").await.unwrap();
         assert_eq!(next(&mut rx).await["type"], "DELETED");
-        let mut from_b = w.watch(RES, None, opts(Start::After(rv(&b))));
+        let mut from_b = lines(w.watch(RES, None, opts(Start::After(rv(&b)))));
         let deleted = next(&mut from_b).await;
         assert_eq!(
             (deleted["type"].as_str(), deleted["object"]["metadata"]["name"].as_str()),
             (Some("DELETED"), Some("b"))
         );
         // From before the window (the seed): 410, as the API server answers.
-        let mut rx = w.watch(RES, None, opts(Start::After(rv(&old) - 1)));
+        let mut rx = lines(w.watch(RES, None, opts(Start::After(rv(&old) - 1))));
         let gone = next(&mut rx).await;
         assert_eq!((gone["type"].as_str(), gone["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
         assert_eq!(gone["object"]["reason"], "Expired");
-        assert!(rx.recv().await.is_none(), "the watch ends after 410");
+        assert!(rx.end().await, "the watch ends after 410");
     }
 
     #[tokio::test]
@@ -490,9 +595,8 @@ mod tests {
         let mut o = opts(Start::Current);
         o.timeout = Duration::from_millis(50);
         o.initial_events_end = false;
-        let mut rx = w.watch(RES, None, o);
-        let ended = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("the watch ends");
-        assert!(ended.is_none());
+        let mut rx = lines(w.watch(RES, None, o));
+        assert!(rx.end().await, "the watch ends");
         // A dropped receiver ends the task (the feed loses its subscriber).
         let rx = w.watch(RES, None, opts(Start::Current));
         let before = w.feed.receiver_count();
@@ -521,7 +625,7 @@ mod tests {
         }
         settled(&w, rv(&last)).await;
         // Nothing of the quiet resource changed after its version: its watch resumes.
-        let mut rx = w.watch(quiet, None, opts(Start::After(rv(&s))));
+        let mut rx = lines(w.watch(quiet, None, opts(Start::After(rv(&s)))));
         let t = store
             .create_raw(
                 quiet,
@@ -536,8 +640,184 @@ mod tests {
         assert_eq!((added["type"].as_str(), added["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("t")));
         assert_eq!(rv(&added["object"]), rv(&t));
         // The busy resource's own events from then are gone: 410.
-        let mut rx = w.watch(RES, None, opts(Start::After(rv(&first))));
+        let mut rx = lines(w.watch(RES, None, opts(Start::After(rv(&first)))));
         let gone = next(&mut rx).await;
         assert_eq!((gone["type"].as_str(), gone["object"]["code"].as_i64()), (Some("ERROR"), Some(410)));
+    }
+
+    /// A ConfigMap of about `size` bytes of JSON.
+    fn big_cm(name: &str, size: usize) -> Value {
+        cm(name, &"x".repeat(size))
+    }
+
+    #[tokio::test]
+    async fn stalled_watches_share_the_stored_texts_hold_at_most_their_budget_and_are_closed() {
+        const OBJECTS: usize = 20;
+        const WATCHES: usize = 20;
+        const BUDGET: u64 = 3 << 20;
+        let stall = Duration::from_millis(300);
+        let store = SqliteStore::open_in_memory().unwrap();
+        for i in 0..OBJECTS {
+            store.create_raw(RES, "ns", big_cm(&format!("big-{i}"), 1 << 20), false).await.unwrap();
+        }
+        let w = Watches::start_with(store.clone(), &[RES.to_string()], WINDOW, BUDGET, stall);
+        let stored: Vec<usize> = lock(&w.history).last.values().map(|t| t.as_ptr() as usize).collect();
+        assert_eq!(stored.len(), OBJECTS);
+        let before = crate::http::feed::queued_total();
+        let feeds: Vec<_> = (0..WATCHES).map(|_| w.watch(RES, None, opts(Start::Current)).take().unwrap()).collect();
+        // Every watch fills its budget, and waits: nobody reads.
+        for _ in 0..500 {
+            if feeds.iter().all(|f| f.queued() + (2 << 20) > BUDGET) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut held = 0;
+        for f in &feeds {
+            let queued = f.queued();
+            assert!(queued <= BUDGET, "a watch holds {queued} bytes, past its budget of {BUDGET}");
+            assert!(queued + (2 << 20) > BUDGET, "a watch queued only {queued} bytes");
+            held += queued;
+            // The objects queued are the stored texts themselves, not copies.
+            let objects: Vec<Bytes> = f.queued_pieces().into_iter().filter(|p| p.len() > 1000).collect();
+            assert!(!objects.is_empty());
+            for o in objects {
+                assert!(stored.contains(&(o.as_ptr() as usize)), "a queued object is a copy of the stored one");
+            }
+        }
+        assert!(held <= WATCHES as u64 * BUDGET);
+        assert!(crate::http::feed::queued_total() - before <= WATCHES as u64 * BUDGET);
+        // Past the stall time, each stalled watch is closed and what it queued dropped.
+        tokio::time::sleep(stall * 2).await;
+        for mut f in feeds {
+            let next = tokio::time::timeout(Duration::from_secs(5), f.recv()).await.expect("the watch closed in time");
+            assert!(matches!(next, Some(Err(crate::http::feed::Cut))), "a stalled watch is cut");
+            assert_eq!(f.queued(), 0);
+        }
+        assert_eq!(crate::http::feed::queued_total(), before);
+    }
+
+    #[tokio::test]
+    async fn a_watch_read_in_time_gets_everything_past_its_budget() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for i in 0..8 {
+            store.create_raw(RES, "ns", big_cm(&format!("big-{i}"), 256 << 10), false).await.unwrap();
+        }
+        let w = Watches::start_with(store.clone(), &[RES.to_string()], WINDOW, 600 << 10, Duration::from_secs(5));
+        let mut rx = lines(w.watch(RES, None, opts(Start::Current)));
+        let mut names = Vec::new();
+        for _ in 0..8 {
+            let event = next(&mut rx).await;
+            assert_eq!(event["type"], "ADDED");
+            names.push(event["object"]["metadata"]["name"].as_str().unwrap().to_string());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        names.sort();
+        assert_eq!(names, (0..8).map(|i| format!("big-{i}")).collect::<Vec<_>>());
+        assert_eq!(next(&mut rx).await["type"], "BOOKMARK");
+    }
+
+    #[tokio::test]
+    async fn a_watch_from_a_version_not_recorded_waits_for_it_then_is_refused() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let a = store.create_raw(RES, "ns", cm("a", "1"), false).await.unwrap();
+        let w = Watches::start(store.clone(), &[RES.to_string()]);
+        let current = rv(&a);
+        assert_eq!(w.wait_for(current, Duration::ZERO).await, Ok(()));
+        // A version the store reaches while the watch waits is served.
+        let waiting = {
+            let w = w.clone();
+            tokio::spawn(async move { w.wait_for(current + 1, Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.create_raw(RES, "ns", cm("b", "1"), false).await.unwrap();
+        assert_eq!(waiting.await.unwrap(), Ok(()));
+        // One it never reaches is refused after the wait, with the newest version known.
+        let started = std::time::Instant::now();
+        assert_eq!(w.wait_for(current + 1000, Duration::from_millis(200)).await, Err(current + 1));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        let status = too_large(current + 1000, current + 1);
+        assert_eq!((status["code"].as_i64(), status["reason"].as_str()), (Some(504), Some("Timeout")));
+        assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+        assert_eq!(
+            status["message"],
+            format!("Timeout: Too large resource version: {}, current: {}", current + 1000, current + 1)
+        );
+    }
+
+    /// Serves a watch of [`RES`] from now on every request, over a real server.
+    struct WatchServer(Arc<Watches>);
+
+    impl crate::http::Handler for WatchServer {
+        async fn handle(self: Arc<Self>, _req: http::Request<Bytes>) -> http::Response<crate::http::Body> {
+            http::Response::new(crate::http::Body::Stream(self.0.watch(RES, None, opts(Start::Current))))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn twenty_watchers_that_never_read_hold_at_most_their_budgets_over_tcp() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const BUDGET: u64 = 2 << 20;
+        const WATCHERS: u64 = 20;
+        let stall = Duration::from_secs(1);
+        let store = SqliteStore::open_in_memory().unwrap();
+        for i in 0..12 {
+            store.create_raw(RES, "ns", big_cm(&format!("big-{i}"), 1 << 20), false).await.unwrap();
+        }
+        let w = Watches::start_with(store.clone(), &[RES.to_string()], WINDOW, BUDGET, stall);
+        let listener = crate::http::server::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let config = crate::http::server::ServerConfig::default();
+        tokio::spawn(crate::http::server::serve(listener, Arc::new(WatchServer(w)), config, async {
+            let _ = stopped.await;
+        }));
+        let mut clients = Vec::new();
+        for i in 0..WATCHERS {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(64 << 10).unwrap();
+            let mut s = socket.connect(addr).await.unwrap();
+            // Half on the fast path, half through hyper (a chunked request body sends it there).
+            let request = if i % 2 == 0 {
+                "GET /watch HTTP/1.1\r\nhost: x\r\n\r\n".to_string()
+            } else {
+                "GET /watch HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n".to_string()
+            };
+            s.write_all(request.as_bytes()).await.unwrap();
+            clients.push(s);
+        }
+        // While they stall, the server never holds more than each watcher's budget.
+        let mut most = 0;
+        let sampling = std::time::Instant::now();
+        while sampling.elapsed() < stall {
+            most = most.max(crate::http::feed::queued_total());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(most <= WATCHERS * BUDGET, "{most} bytes queued for {WATCHERS} watchers of {BUDGET} each");
+        assert!(most >= BUDGET, "the watchers never filled a budget ({most} bytes queued): the test shows nothing");
+        // Past the stall time each watcher is closed, its queue dropped and its connection ended.
+        let mut freed = false;
+        for _ in 0..1000 {
+            if crate::http::feed::queued_total() == 0 {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(freed, "{} bytes still queued after the stall time", crate::http::feed::queued_total());
+        for mut s in clients {
+            let mut sink = vec![0u8; 1 << 20];
+            let ended = tokio::time::timeout(Duration::from_secs(20), async {
+                loop {
+                    match s.read(&mut sink).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            assert!(ended.is_ok(), "a stalled watcher's connection was not closed");
+        }
+        let _ = stop.send(());
     }
 }

@@ -33,14 +33,26 @@ impl Tenant {
         for &(host, index) in hosts {
             self.boot(s, host, index);
             wait_until("the Agent", || {
-                cli(&["get", "--server", &s.url, "agent", host, "-n", &self.ns], None).status.success()
+                cli(&["get", "--kubeconfig", &s.kubeconfig, "agent", host, "-n", &self.ns], None).status.success()
             });
             let patch = format!(
                 r#"{{"spec":{{"approved":true,"clusterDeploymentName":{{"name":"{cluster}","namespace":"{}"}}}}}}"#,
                 self.ns
             );
             let out = cli(
-                &["patch", "--server", &s.url, "agent", host, "-n", &self.ns, "--type", "merge", "-p", &patch],
+                &[
+                    "patch",
+                    "--kubeconfig",
+                    &s.kubeconfig,
+                    "agent",
+                    host,
+                    "-n",
+                    &self.ns,
+                    "--type",
+                    "merge",
+                    "-p",
+                    &patch,
+                ],
                 None,
             );
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -74,7 +86,7 @@ fn upload(s: &Server, method: &str, token: Option<&str>, cluster: &str, query: &
 }
 
 fn secret_names(s: &Server, ns: &str) -> Vec<String> {
-    let out = cli(&["get", "--server", &s.url, "secrets", "-n", ns, "-o", "json"], None);
+    let out = cli(&["get", "--kubeconfig", &s.kubeconfig, "secrets", "-n", ns, "-o", "json"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut names: Vec<String> =

@@ -265,13 +265,10 @@ fn the_pull_secret_never_appears_in_logs_or_metrics() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
     let addr = line.split("http://").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
-    let url = format!("http://{addr}");
-    let token_file = data.join("api-token");
+    let kubeconfig = data.join("kubeconfig");
     let cli = |args: &[&str], stdin: &str| {
         let mut c = std::process::Command::new(BIN);
-        c.args(args)
-            .args(["--server", &url, "--token-file", token_file.to_str().unwrap()])
-            .env_remove("BOOTSTREAM_TOKEN");
+        c.args(args).args(["--kubeconfig", kubeconfig.to_str().unwrap()]).env_remove("BOOTSTREAM_TOKEN");
         let mut child = c
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -46,11 +46,13 @@ fn an_agent_of_one_infraenv_cannot_touch_another_tenants_host() {
     assert_eq!(b.register(&s, host).status, 201);
     assert_eq!(b.send_inventory(&s, host, 0).status, 204);
     wait_until("the victim's Agent", || {
-        cli(&["get", "--server", &s.url, "agent", host, "-n", "tenant-b"], None).status.success()
+        cli(&["get", "--kubeconfig", &s.kubeconfig, "agent", host, "-n", "tenant-b"], None).status.success()
     });
     let patch = r#"{"spec":{"approved":true,"clusterDeploymentName":{"name":"b-cluster","namespace":"tenant-b"}}}"#;
-    let out =
-        cli(&["patch", "--server", &s.url, "agent", host, "-n", "tenant-b", "--type", "merge", "-p", patch], None);
+    let out = cli(
+        &["patch", "--kubeconfig", &s.kubeconfig, "agent", host, "-n", "tenant-b", "--type", "merge", "-p", patch],
+        None,
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     wait_until("the victim bound to its cluster", || {
         let r = b.call(&s, "GET", &b.id, &format!("/{host}"), None);
@@ -133,7 +135,7 @@ fn an_agent_of_one_infraenv_cannot_touch_another_tenants_host() {
     assert!(listed.as_array().unwrap().iter().all(|h| h["infra_env_id"] == a.id.as_str()), "{listed}");
     assert_eq!(upload(&a.id).status, 404, "A's host is not a host of B's cluster");
     wait_until("A's own Agent", || {
-        cli(&["get", "--server", &s.url, "agent", host, "-n", "tenant-a"], None).status.success()
+        cli(&["get", "--kubeconfig", &s.kubeconfig, "agent", host, "-n", "tenant-a"], None).status.success()
     });
     let theirs = agent(&s, "tenant-a", host);
     assert!(theirs["spec"].get("clusterDeploymentName").is_none_or(Value::is_null), "{theirs}");
@@ -161,12 +163,17 @@ fn a_host_moves_between_infraenvs_of_one_namespace_only_when_unbound() {
     let host = "0c0ffee0-1111-4c5e-9a4e-000000000001";
     assert_eq!(first.register(&s, host).status, 201);
     assert_eq!(first.send_inventory(&s, host, 0).status, 204);
-    wait_until("the Agent", || cli(&["get", "--server", &s.url, "agent", host, "-n", "fleet"], None).status.success());
+    wait_until("the Agent", || {
+        cli(&["get", "--kubeconfig", &s.kubeconfig, "agent", host, "-n", "fleet"], None).status.success()
+    });
     let patch = r#"{"spec":{"approved":true,"clusterDeploymentName":{"name":"c","namespace":"fleet"}}}"#;
     assert!(
-        cli(&["patch", "--server", &s.url, "agent", host, "-n", "fleet", "--type", "merge", "-p", patch], None)
-            .status
-            .success()
+        cli(
+            &["patch", "--kubeconfig", &s.kubeconfig, "agent", host, "-n", "fleet", "--type", "merge", "-p", patch],
+            None
+        )
+        .status
+        .success()
     );
     wait_until("bound", || {
         let r = first.call(&s, "GET", &first.id, &format!("/{host}"), None);
@@ -188,8 +195,8 @@ fn a_host_moves_between_infraenvs_of_one_namespace_only_when_unbound() {
     let out = cli(
         &[
             "patch",
-            "--server",
-            &s.url,
+            "--kubeconfig",
+            &s.kubeconfig,
             "agent",
             host,
             "-n",

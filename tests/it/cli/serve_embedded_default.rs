@@ -108,18 +108,18 @@ fn infraenv_with_a_missing_cluster_deployment_reports_it() {
 fn get_and_delete_round_trip() {
     let server = Server::start(&[]);
     server.apply_ok(&format!("{}---\n{}", pull_secret_yaml("a"), infraenv_yaml("a", "one", "")));
-    let out = cli(&["get", "--server", &server.url, "infraenvs", "-n", "a"], None);
+    let out = cli(&["get", "--kubeconfig", &server.kubeconfig, "infraenvs", "-n", "a"], None);
     assert!(out.status.success());
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(table.contains("one") && table.contains("True InfraEnvAvailable"), "{table}");
-    let yaml = cli(&["get", "--server", &server.url, "infraenv", "one", "-n", "a", "-o", "yaml"], None);
+    let yaml = cli(&["get", "--kubeconfig", &server.kubeconfig, "infraenv", "one", "-n", "a", "-o", "yaml"], None);
     assert!(String::from_utf8(yaml.stdout).unwrap().contains("isoDownloadURL:"));
     let id = server.get_json("infraenv", "a", "one")["metadata"]["uid"].as_str().unwrap().to_string();
 
-    let out = cli(&["delete", "--server", &server.url, "infraenv", "one", "-n", "a"], None);
+    let out = cli(&["delete", "--kubeconfig", &server.kubeconfig, "infraenv", "one", "-n", "a"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "infraenv.agent-install.openshift.io \"one\" deleted");
-    let out = cli(&["get", "--server", &server.url, "infraenv", "one", "-n", "a"], None);
+    let out = cli(&["get", "--kubeconfig", &server.kubeconfig, "infraenv", "one", "-n", "a"], None);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("infraenvs.agent-install.openshift.io \"one\" not found"));
     // Its image is gone with it.
@@ -155,7 +155,7 @@ fn bad_documents_are_refused_with_the_field_named() {
         assert!(err.contains(expect), "expected {expect:?} in {err:?}");
     }
     // Nothing was stored.
-    let out = cli(&["get", "--server", &server.url, "infraenvs", "-A", "-o", "json"], None);
+    let out = cli(&["get", "--kubeconfig", &server.kubeconfig, "infraenvs", "-A", "-o", "json"], None);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["items"].as_array().unwrap().len(), 0);
 }

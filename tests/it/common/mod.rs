@@ -29,6 +29,18 @@ pub fn is_resource_api(path: &str) -> bool {
         || path.starts_with("/api/assisted-install/v2/clusters/")
 }
 
+/// Whether a request needs the API token, and so goes to the server's HTTPS API listener when it
+/// has one (serve without --tls-cert): the resource API, and host-log downloads without a signed
+/// `api_key`.
+pub fn takes_api_token(method: &str, path: &str) -> bool {
+    if path.starts_with("/api/assisted-install/v2/clusters/") {
+        let route = path.split('?').next().unwrap_or(path);
+        (method == "GET" || method == "HEAD") && route.ends_with("/logs") && !path.contains("api_key=")
+    } else {
+        is_resource_api(path)
+    }
+}
+
 /// Repository root (tests run with the package root as working directory).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -59,6 +71,10 @@ pub struct Server {
     child: Child,
     pub url: String,
     pub addr: String,
+    /// The HTTPS listener of the Kubernetes API (serve without --tls-cert), `host:port`.
+    pub api_addr: Option<String>,
+    /// DATA_DIR/kubeconfig: what the CLI and kubectl use to reach the API.
+    pub kubeconfig: String,
     pub data_dir: tempfile::TempDir,
     /// Where the server's standard error goes, when the test reads it ([`Server::start_logged`]);
     /// otherwise it is the test's.
@@ -158,15 +174,31 @@ impl Server {
             .spawn()
             .expect("spawning bootstream serve");
         let stdout = child.stdout.take().unwrap();
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("reading the listening line");
+        stdout.read_line(&mut line).expect("reading the listening line");
         let addr = line
             .split("http://")
             .nth(1)
             .and_then(|s| s.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
             .to_string();
-        let server = Server { child, url: format!("http://{addr}"), addr, data_dir, log };
+        // Without --tls-cert, the API has an HTTPS listener of its own, announced on a later line.
+        let mut api_addr = None;
+        if !extra.contains(&"--tls-cert") {
+            loop {
+                let mut line = String::new();
+                let n = stdout.read_line(&mut line).expect("reading the API's listening line");
+                assert!(n > 0, "serve never said where the Kubernetes API listens");
+                if line.contains("for the Kubernetes API") {
+                    api_addr =
+                        line.split("https://").nth(1).and_then(|s| s.split_whitespace().next()).map(str::to_string);
+                    break;
+                }
+            }
+        }
+        let kubeconfig = data_dir.path().join("kubeconfig").to_string_lossy().into_owned();
+        let server = Server { child, url: format!("http://{addr}"), addr, api_addr, kubeconfig, data_dir, log };
         server.wait_ready();
         server
     }
@@ -199,7 +231,7 @@ impl Server {
 
     /// `bootstream apply -f -` with `yaml` on standard input.
     pub fn apply(&self, yaml: &str) -> std::process::Output {
-        cli(&["apply", "--server", &self.url, "-f", "-"], Some(yaml))
+        cli(&["apply", "--kubeconfig", &self.kubeconfig, "-f", "-"], Some(yaml))
     }
 
     /// `apply` that must succeed.
@@ -211,7 +243,7 @@ impl Server {
 
     /// `bootstream get KIND NAME -n NS -o json`.
     pub fn get_json(&self, kind: &str, ns: &str, name: &str) -> Value {
-        let out = cli(&["get", "--server", &self.url, kind, name, "-n", ns, "-o", "json"], None);
+        let out = cli(&["get", "--kubeconfig", &self.kubeconfig, kind, name, "-n", ns, "-o", "json"], None);
         assert!(out.status.success(), "get failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
     }
@@ -240,14 +272,40 @@ impl Server {
         self.request("GET", path, &[])
     }
 
-    /// A request; on the resource API with the test token.
+    /// A request; on the resource API with the test token, through the API's HTTPS listener when
+    /// the server has one.
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
         let bearer = format!("Bearer {TEST_API_TOKEN}");
         let mut headers = headers.to_vec();
-        if is_resource_api(path) {
+        if takes_api_token(method, path) {
             headers.push(("Authorization", &bearer));
+            if self.api_addr.is_some() {
+                return self.api_request(method, path, &headers, b"");
+            }
         }
         request(&self.addr, method, path, &headers, b"")
+    }
+
+    /// A request to the API's HTTPS listener (trusting its certificate), headers as given.
+    pub fn api_request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        let addr = self.api_addr.as_deref().expect("a server with an HTTPS API listener");
+        let ca = std::fs::read(self.data_dir.path().join("api-tls/tls.crt")).unwrap();
+        tls_request(addr, &ca, method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// A raw connection to the API's HTTPS listener.
+    pub fn api_stream(&self) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+        let addr = self.api_addr.as_deref().expect("a server with an HTTPS API listener");
+        let ca = std::fs::read(self.data_dir.path().join("api-tls/tls.crt")).unwrap();
+        tls_connect(addr, &ca).unwrap()
+    }
+
+    /// The API's base URL: its HTTPS listener, or the main one (with --tls-cert).
+    pub fn api_url(&self) -> String {
+        match &self.api_addr {
+            Some(addr) => format!("https://{addr}"),
+            None => self.url.clone(),
+        }
     }
 
     /// Path and query of an absolute URL the server handed out (status URLs are built on the base URL).
@@ -317,6 +375,50 @@ pub fn try_request(
 ) -> std::io::Result<Response> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    exchange(&mut s, addr, method, path, headers, body)
+}
+
+/// A TLS connection to `addr`, trusting the certificates of `ca_pem` only.
+pub fn tls_connect(
+    addr: &str,
+    ca_pem: &[u8],
+) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in pem::parse_many(ca_pem).map_err(std::io::Error::other)? {
+        roots.add(rustls::pki_types::CertificateDer::from(cert.into_contents())).map_err(std::io::Error::other)?;
+    }
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let host = addr.rsplit_once(':').map(|(h, _)| h.trim_matches(|c| c == '[' || c == ']')).unwrap_or(addr);
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(std::io::Error::other)?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).map_err(std::io::Error::other)?;
+    let tcp = TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(120)))?;
+    Ok(rustls::StreamOwned::new(conn, tcp))
+}
+
+/// [`try_request`] over TLS, trusting the certificates of `ca_pem` only.
+pub fn tls_request(
+    addr: &str,
+    ca_pem: &[u8],
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut s = tls_connect(addr, ca_pem)?;
+    exchange(&mut s, addr, method, path, headers, body)
+}
+
+/// Writes one request and reads its response to EOF.
+fn exchange<S: Read + Write>(
+    s: &mut S,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -328,7 +430,12 @@ pub fn try_request(
     s.write_all(req.as_bytes())?;
     s.write_all(body)?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    match s.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // A TLS peer that closed without close_notify: what was read is checked below.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+        Err(e) => return Err(e),
+    }
     let mut hdrs = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut hdrs);
     let n = match resp.parse(&raw) {

@@ -178,7 +178,8 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
             doc.len()
         )
     };
-    let mut s = std::net::TcpStream::connect(&e.server.addr).unwrap();
+    // On the API's own (HTTPS) listener: the plain one does not serve the API.
+    let mut s = e.server.api_stream();
     // A body that arrives in pieces, after its head.
     let first = put("s1");
     let split = first.find("\r\n\r\n").unwrap() + 10;
@@ -193,7 +194,11 @@ fn request_bodies_are_read_whole_on_a_keep_alive_connection() {
     );
     s.write_all(rest.as_bytes()).unwrap();
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    match s.read_to_end(&mut raw) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+        Err(e) => panic!("{e}"),
+    }
     let text = String::from_utf8_lossy(&raw);
     let statuses: Vec<&str> = text.lines().filter(|l| l.starts_with("HTTP/1.1 ")).collect();
     assert_eq!(statuses.len(), 4, "{text}");

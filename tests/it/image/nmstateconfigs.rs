@@ -190,7 +190,7 @@ fn adding_changing_and_deleting_nmstateconfigs_changes_the_image() {
 
     // Deleting it gives back the first image, byte for byte (content-derived ETag).
     let digest = back["status"]["imageDigest"].clone();
-    let out = cli(&["delete", "--server", &e.server.url, "nmstateconfig", "host-a", "-n", "n"], None);
+    let out = cli(&["delete", "--kubeconfig", &e.server.kubeconfig, "nmstateconfig", "host-a", "-n", "n"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     e.server.wait_infraenv("n", "ie", "a new imageDigest", |ie| ie["status"]["imageDigest"] != digest);
     let after = e.iso();
@@ -225,14 +225,14 @@ fn invalid_and_oversize_inputs_give_a_condition_and_an_http_error() {
     // Bad nmstate YAML (an address nmstate refuses).
     e.server.apply_ok(&nmstate("n", "bad", 0x30, "300.1.1.1"));
     check("bad nmstate", "static network config");
-    cli(&["delete", "--server", &e.server.url, "nmstateconfig", "bad", "-n", "n"], None);
+    cli(&["delete", "--kubeconfig", &e.server.kubeconfig, "nmstateconfig", "bad", "-n", "n"], None);
     e.server.wait_image_created("n", "ie", "True");
 
     // The same MAC in two NMStateConfigs.
     e.server.apply_ok(&nmstate("n", "one", 0x40, "192.168.126.50"));
     e.server.apply_ok(&nmstate("n", "two", 0x40, "192.168.126.51"));
     check("duplicate MAC", "02:00:00:80:12:40");
-    cli(&["delete", "--server", &e.server.url, "nmstateconfig", "two", "-n", "n"], None);
+    cli(&["delete", "--kubeconfig", &e.server.kubeconfig, "nmstateconfig", "two", "-n", "n"], None);
     e.server.wait_image_created("n", "ie", "True");
 
     // Kernel arguments too long for the karg area (1139 bytes in this image).

@@ -319,3 +319,37 @@ fn kubectl_get_watch_sees_the_changes_made_meanwhile() {
         "nmstateconfig.agent-install.openshift.io/three\nnmstateconfig.agent-install.openshift.io/two\n"
     );
 }
+
+/// A watch (or a list) from a resourceVersion newer than any the server has recorded is answered as
+/// kube-apiserver answers it, once it waited for the version a moment: 504, reason `Timeout`, cause
+/// `ResourceVersionTooLarge` (client-go's reflector then waits and lists again). It used to wait
+/// silently for a version that might never come.
+#[test]
+fn a_watch_from_a_future_resource_version_is_too_large() {
+    let k = Kubectl::start();
+    let s = &k.server;
+    let list = s.get("/api/v1/namespaces/default/secrets");
+    assert_eq!(list.status, 200, "{}", list.text());
+    let list: serde_json::Value = serde_json::from_slice(&list.body).unwrap();
+    let current: i64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    let future = current + 1_000_000;
+    for path in [
+        format!("/api/v1/namespaces/default/secrets?watch=true&resourceVersion={future}"),
+        format!("/api/v1/namespaces/default/secrets?resourceVersion={future}"),
+    ] {
+        let started = std::time::Instant::now();
+        let r = s.get(&path);
+        let waited = started.elapsed();
+        assert_eq!(r.status, 504, "{path}: {}", r.text());
+        assert!(waited >= Duration::from_secs(2), "{path}: answered after {waited:?}, without waiting");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("Timeout")));
+        assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+        let message = status["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("Timeout: Too large resource version: {future}, current: ")), "{message}");
+    }
+    // The current version itself is served at once.
+    let r = s.get(&format!("/api/v1/namespaces/default/secrets?resourceVersion={current}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

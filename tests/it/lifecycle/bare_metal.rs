@@ -25,7 +25,7 @@ fn bmh_yaml(name: &str) -> String {
 fn wait_for(s: &Server, kind: &str, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let out = cli(&["get", "--server", &s.url, kind, name, "-n", NS, "-o", "json"], None);
+        let out = cli(&["get", "--kubeconfig", &s.kubeconfig, kind, name, "-n", NS, "-o", "json"], None);
         if out.status.success() {
             let v: Value = serde_json::from_slice(&out.stdout).unwrap();
             if done(&v) {
@@ -71,7 +71,17 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     let _fleet = KillOnDrop(
         Command::new(BIN)
             .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
-            .args(["simulate", "--server", &s.url, "--infraenv", &format!("{NS}/pool"), "--hosts", "1"])
+            .args([
+                "simulate",
+                "--server",
+                &s.url,
+                "--kubeconfig",
+                &s.kubeconfig,
+                "--infraenv",
+                &format!("{NS}/pool"),
+                "--hosts",
+                "1",
+            ])
             .args(["--time-scale", "0.02", "--seed", "bmh"])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -81,7 +91,7 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     let agent = {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let out = cli(&["get", "--server", &s.url, "agents", "-n", NS, "-o", "json"], None);
+            let out = cli(&["get", "--kubeconfig", &s.kubeconfig, "agents", "-n", NS, "-o", "json"], None);
             let list: Value = serde_json::from_slice(&out.stdout).unwrap();
             let found = list["items"].as_array().and_then(|items| {
                 items.iter().find(|a| a["metadata"]["labels"]["agent-install.openshift.io/bmh"] == "host-0").cloned()
@@ -105,7 +115,7 @@ fn a_bare_metal_host_boots_the_infraenv_iso_and_its_agent_takes_the_bmh_settings
     assert_eq!(details["hostname"], "master-0.example.com");
 
     // The table view names the state metal3 reported.
-    let out = cli(&["get", "--server", &s.url, "bmh", "-n", NS], None);
+    let out = cli(&["get", "--kubeconfig", &s.kubeconfig, "bmh", "-n", NS], None);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("host-0") && table.contains("available"), "{table}");
 }
@@ -125,8 +135,8 @@ fn bad_bare_metal_documents_and_status_writes_are_refused_with_the_field_named()
     let out = cli(
         &[
             "patch",
-            "--server",
-            &s.url,
+            "--kubeconfig",
+            &s.kubeconfig,
             "bmh",
             "host-0",
             "-n",
@@ -151,8 +161,8 @@ fn bad_bare_metal_documents_and_status_writes_are_refused_with_the_field_named()
     let out = cli(
         &[
             "patch",
-            "--server",
-            &s.url,
+            "--kubeconfig",
+            &s.kubeconfig,
             "secret",
             "pull-secret",
             "-n",
@@ -177,8 +187,8 @@ fn metal3_reports_available(s: &Server, name: &str) {
     let out = cli(
         &[
             "patch",
-            "--server",
-            &s.url,
+            "--kubeconfig",
+            &s.kubeconfig,
             "bmh",
             name,
             "-n",

@@ -72,13 +72,15 @@ impl Drop for Fleet {
 }
 
 /// `bootstream simulate`: `hosts` discovery agents booting from `infraenv`, host ids from `seed`.
-fn simulate(server: &str, infraenv: &str, hosts: usize, seed: &str) -> Fleet {
+fn simulate(s: &Server, infraenv: &str, hosts: usize, seed: &str) -> Fleet {
     let spawn = {
-        let (server, infraenv, seed) = (server.to_string(), infraenv.to_string(), seed.to_string());
+        let (server, kubeconfig) = (s.url.clone(), s.kubeconfig.clone());
+        let (infraenv, seed) = (infraenv.to_string(), seed.to_string());
         move || -> Child {
             Command::new(BIN)
                 .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
-                .args(["simulate", "--server", &server, "--infraenv", &infraenv, "--hosts", &hosts.to_string()])
+                .args(["simulate", "--server", &server, "--kubeconfig", &kubeconfig, "--infraenv", &infraenv])
+                .args(["--hosts", &hosts.to_string()])
                 .args(["--time-scale", "0.02", "--reboot-check-seconds", "1", "--seed", &seed])
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -111,7 +113,7 @@ fn free_loopback_address() -> String {
 }
 
 fn list(s: &Server, kind: &str) -> Vec<Value> {
-    let out = cli(&["get", "--server", &s.url, kind, "-A", "-o", "json"], None);
+    let out = cli(&["get", "--kubeconfig", &s.kubeconfig, kind, "-A", "-o", "json"], None);
     assert!(out.status.success(), "get {kind}: {}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["items"].as_array().cloned().unwrap_or_default()
@@ -181,7 +183,7 @@ fn wait_agents(s: &Server, what: &str, timeout: u64, done: impl Fn(&[Value]) -> 
 }
 
 fn patch(s: &Server, kind: &str, name: &str, json: &str) -> std::process::Output {
-    cli(&["patch", "--server", &s.url, kind, name, "-n", NS, "--type", "merge", "-p", json], None)
+    cli(&["patch", "--kubeconfig", &s.kubeconfig, kind, name, "-n", NS, "--type", "merge", "-p", json], None)
 }
 
 fn bind_patch(cd: &str) -> String {
@@ -335,10 +337,10 @@ fn lifecycle_with_kills(rng: &mut Rng) {
     // 1. Killed while InfraEnvs and NMStateConfigs are being created.
     let acked = Arc::new(Mutex::new(Vec::new()));
     let creator = {
-        let (url, acked) = (s.url.clone(), acked.clone());
+        let (kubeconfig, acked) = (s.kubeconfig.clone(), acked.clone());
         std::thread::spawn(move || {
             for i in 0..INFRAENVS {
-                let out = cli(&["apply", "--server", &url, "-f", "-"], Some(&infraenv_with_nmstate(i)));
+                let out = cli(&["apply", "--kubeconfig", &kubeconfig, "-f", "-"], Some(&infraenv_with_nmstate(i)));
                 if out.status.success() {
                     acked.lock().unwrap().push(i);
                 }
@@ -401,8 +403,8 @@ fn lifecycle_with_kills(rng: &mut Rng) {
             sha256_hex(&r.body)
         })
         .collect();
-    let fleet0 = simulate(&s.url, &format!("{NS}/ie-0"), POOL, "zero");
-    let fleet1 = simulate(&s.url, &format!("{NS}/ie-1"), OTHERS, "one");
+    let fleet0 = simulate(&s, &format!("{NS}/ie-0"), POOL, "zero");
+    let fleet1 = simulate(&s, &format!("{NS}/ie-1"), OTHERS, "one");
     let downloads: Vec<_> = (0..3)
         .map(|k| {
             let (addr, path) = (s.addr.clone(), iso_paths[k].clone());
@@ -456,11 +458,23 @@ fn lifecycle_with_kills(rng: &mut Rng) {
     let to_bind = expected_hosts("zero", 3);
     let bound = Arc::new(AtomicUsize::new(0));
     let binder = {
-        let (url, to_bind, bound) = (s.url.clone(), to_bind.clone(), bound.clone());
+        let (kubeconfig, to_bind, bound) = (s.kubeconfig.clone(), to_bind.clone(), bound.clone());
         std::thread::spawn(move || {
             for n in &to_bind {
                 let _ = cli(
-                    &["patch", "--server", &url, "agent", n, "-n", NS, "--type", "merge", "-p", &bind_patch("c1")],
+                    &[
+                        "patch",
+                        "--kubeconfig",
+                        &kubeconfig,
+                        "agent",
+                        n,
+                        "-n",
+                        NS,
+                        "--type",
+                        "merge",
+                        "-p",
+                        &bind_patch("c1"),
+                    ],
                     None,
                 );
                 bound.fetch_add(1, Ordering::SeqCst);
@@ -498,14 +512,14 @@ fn lifecycle_with_kills(rng: &mut Rng) {
     // with it (their fleet keeps running, as booted machines would), and the ClusterDeployment,
     // whose hosts go back to the pool.
     for (kind, n) in [("infraenv", "ie-5"), ("infraenv", "ie-1"), ("clusterdeployment", "c1")] {
-        let out = cli(&["delete", "--server", &s.url, kind, n, "-n", NS], None);
+        let out = cli(&["delete", "--kubeconfig", &s.kubeconfig, kind, n, "-n", NS], None);
         assert!(out.status.success(), "delete {kind} {n}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let delay = rng.millis(0, 150);
     std::thread::sleep(delay);
     s = restart(s, &listen, &args, &mut kills, &format!("kill 5 during deletion after {delay:?}"));
     let gone = |kind: &str, n: &str| {
-        !cli(&["get", "--server", &s.url, kind, n, "-n", NS, "-o", "json"], None).status.success()
+        !cli(&["get", "--kubeconfig", &s.kubeconfig, kind, n, "-n", NS, "-o", "json"], None).status.success()
     };
     wait_for("ie-5, ie-1 and c1 gone", 90, || {
         (gone("infraenv", "ie-5") && gone("infraenv", "ie-1") && gone("clusterdeployment", "c1")).then_some(())

@@ -12,10 +12,11 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_bootstream");
 const NS: &str = "fleet";
 
-fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> KillOnDrop {
+fn simulate(s: &Server, infraenv: &str, hosts: usize, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(BIN)
         .env("BOOTSTREAM_TOKEN", TEST_API_TOKEN)
-        .args(["simulate", "--server", server, "--infraenv", infraenv, "--hosts", &hosts.to_string()])
+        .args(["simulate", "--server", &s.url, "--kubeconfig", &s.kubeconfig, "--infraenv", infraenv])
+        .args(["--hosts", &hosts.to_string()])
         .args(["--time-scale", "0.02"])
         .args(if extra.contains(&"--reboot-check-seconds") { vec![] } else { vec!["--reboot-check-seconds", "3"] })
         .args(if extra.contains(&"--seed") { vec![] } else { vec!["--seed", infraenv] })
@@ -28,7 +29,7 @@ fn simulate(server: &str, infraenv: &str, hosts: usize, extra: &[&str]) -> KillO
 }
 
 fn agents(s: &Server) -> Vec<Value> {
-    let out = cli(&["get", "--server", &s.url, "agents", "-n", NS, "-o", "json"], None);
+    let out = cli(&["get", "--kubeconfig", &s.kubeconfig, "agents", "-n", NS, "-o", "json"], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["items"].as_array().cloned().unwrap_or_default()
@@ -63,7 +64,7 @@ fn wait_agents(s: &Server, what: &str, timeout: u64, done: impl Fn(&[Value]) -> 
 }
 
 fn patch(s: &Server, kind: &str, name: &str, json: &str) -> std::process::Output {
-    cli(&["patch", "--server", &s.url, kind, name, "-n", NS, "--type", "merge", "-p", json], None)
+    cli(&["patch", "--kubeconfig", &s.kubeconfig, kind, name, "-n", NS, "--type", "merge", "-p", json], None)
 }
 
 fn bind(s: &Server, agent: &str, cd: &str) {
@@ -94,7 +95,7 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "first", 3));
     // The simulated person reboots waiting hosts every 10 s: long enough to see all three waiting.
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 4, &["--reboot-check-seconds", "10"]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 4, &["--reboot-check-seconds", "10"]);
 
     // Registered as unbound agents.
     let list =
@@ -138,7 +139,7 @@ fn hosts_return_to_the_pool_after_their_cluster_is_deleted_and_are_bound_again()
 
     // The ClusterDeployment goes: its agents stay, unbound, waiting for a reboot; the cluster it
     // installed is left as it is (no reclaim agent started there, no node removed).
-    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "first", "-n", NS], None);
+    let out = cli(&["delete", "--kubeconfig", &s.kubeconfig, "clusterdeployment", "first", "-n", NS], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let list = wait_agents(&s, "UnbindingPendingUserAction", 30, |l| {
         l.iter().filter(|a| reason(a, "Bound") == "UnbindingPendingUserAction").count() == 3
@@ -187,7 +188,7 @@ fn unbinding_during_installation_is_refused() {
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "slow", 1));
     // Installation stages take 3 s each, so the host is caught installing.
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &["--stage-seconds", "3"]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &["--stage-seconds", "3"]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);
     bind(&s, &n, "slow");
@@ -211,7 +212,7 @@ fn agents_of_an_infraenv_made_for_the_cluster_are_deleted_with_it() {
     s.apply_ok(&cluster_yaml(NS, "owned", 2));
     s.apply_ok(&infraenv_yaml(NS, "for-owned", &format!("  clusterRef:\n    name: owned\n    namespace: {NS}\n")));
     s.wait_image_created(NS, "for-owned", "True");
-    let _fleet = simulate(&s.url, &format!("{NS}/for-owned"), 2, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/for-owned"), 2, &[]);
     let list = wait_agents(&s, "2 bound agents", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known"));
     for a in &list {
         assert_eq!(a["spec"]["clusterDeploymentName"]["name"], "owned");
@@ -220,7 +221,7 @@ fn agents_of_an_infraenv_made_for_the_cluster_are_deleted_with_it() {
         assert!(out.status.success());
     }
     wait_agents(&s, "installed", 60, |l| l.iter().all(|a| state(a) == "installed"));
-    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "owned", "-n", NS], None);
+    let out = cli(&["delete", "--kubeconfig", &s.kubeconfig, "clusterdeployment", "owned", "-n", NS], None);
     assert!(out.status.success());
     wait_agents(&s, "no agents", 30, |l| l.is_empty());
     let hosts = s.get(&format!(
@@ -235,7 +236,7 @@ fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "hold", 3));
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 2, &[]);
     let list =
         wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
     // One host bound to a cluster that cannot install (it wants 3): it holds the InfraEnv.
@@ -243,7 +244,7 @@ fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     bind(&s, &held, "hold");
     wait_agents(&s, "bound", 30, |l| l.iter().any(|a| name(a) == held && state(a) == "known"));
     let pool = infraenv_as_agents_know_it(&s, NS, "pool");
-    let out = cli(&["delete", "--server", &s.url, "infraenv", "pool", "-n", NS], None);
+    let out = cli(&["delete", "--kubeconfig", &s.kubeconfig, "infraenv", "pool", "-n", NS], None);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ie = s.get_json("infraenv", NS, "pool");
     assert!(ie["metadata"]["deletionTimestamp"].is_string());
@@ -262,7 +263,7 @@ fn an_infraenv_with_bound_hosts_stays_until_they_are_released() {
     assert!(out.status.success());
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let out = cli(&["get", "--server", &s.url, "infraenv", "pool", "-n", NS, "-o", "json"], None);
+        let out = cli(&["get", "--kubeconfig", &s.kubeconfig, "infraenv", "pool", "-n", NS, "-o", "json"], None);
         if !out.status.success() && agents(&s).is_empty() {
             break;
         }
@@ -294,7 +295,7 @@ fn metric_value(metrics: &str, name: &str) -> Option<f64> {
 fn metrics_show_the_store_writer_and_the_controllers_at_work() {
     let s = Server::start(&[]);
     setup(&s);
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 2, &[]);
     wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
 
     let r = request(&s.addr, "GET", "/metrics", &[], b"");
@@ -336,7 +337,7 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     let mut s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "churn", 5));
-    let fleet = simulate(&s.url, &format!("{NS}/pool"), 8, &[]);
+    let fleet = simulate(&s, &format!("{NS}/pool"), 8, &[]);
     // Kill the server at pseudo-random moments of the lifecycle; the agents keep retrying.
     let mut seed: u64 = std::process::id() as u64;
     let mut pause = || {
@@ -361,7 +362,7 @@ fn restarts_at_random_points_lose_or_duplicate_no_agent() {
     std::thread::sleep(pause());
     s = restart(s);
     wait_agents(&s, "5 installed", 90, |l| l.len() == 8 && l.iter().filter(|a| state(a) == "installed").count() == 5);
-    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "churn", "-n", NS], None);
+    let out = cli(&["delete", "--kubeconfig", &s.kubeconfig, "clusterdeployment", "churn", "-n", NS], None);
     assert!(out.status.success());
     std::thread::sleep(pause());
     s = restart(s);
@@ -386,7 +387,7 @@ fn an_installed_cluster_has_its_admin_secrets_referenced_and_six_conditions() {
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "sno", 1));
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     bind(&s, &name(&list[0]), "sno");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -444,7 +445,7 @@ fn an_installed_cluster_has_its_admin_secrets_referenced_and_six_conditions() {
 fn an_agents_bad_installer_args_or_ignition_overrides_are_named_in_its_condition() {
     let s = Server::start(&[]);
     setup(&s);
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);
     let synced = |what: &str, done: &dyn Fn(&Value) -> bool| {
@@ -483,7 +484,7 @@ fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "spoke", 1));
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);
     bind(&s, &n, "spoke");
@@ -519,7 +520,7 @@ fn scenario_78_ipxe_skips_installed_hosts_by_mac() {
     let s = Server::start(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "pxe", 1));
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 2, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 2, &[]);
     let list =
         wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
     let (installed, pool) = (name(&list[0]), name(&list[1]));
@@ -554,8 +555,8 @@ fn ipxe_refuses_a_mac_two_hosts_report() {
     let s = Server::start(&[]);
     setup(&s);
     // Two fleets with different seeds: different host ids, the same MAC for their first machine.
-    let _first = simulate(&s.url, &format!("{NS}/pool"), 1, &["--seed", "one"]);
-    let _second = simulate(&s.url, &format!("{NS}/pool"), 1, &["--seed", "two"]);
+    let _first = simulate(&s, &format!("{NS}/pool"), 1, &["--seed", "one"]);
+    let _second = simulate(&s, &format!("{NS}/pool"), 1, &["--seed", "two"]);
     let list =
         wait_agents(&s, "2 known-unbound", 60, |l| l.len() == 2 && l.iter().all(|a| state(a) == "known-unbound"));
     let macs: Vec<&str> =
@@ -577,7 +578,7 @@ fn a_host_registered_without_its_agent_gets_it_at_start() {
     let listen = free_loopback_address();
     let s = Server::start_in(tempfile::tempdir().unwrap(), &listen, &[]);
     setup(&s);
-    let fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let fleet = simulate(&s, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let host = name(&list[0]);
     drop(fleet);
@@ -602,7 +603,7 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
     let s = Server::start_signed(&[]);
     setup(&s);
     s.apply_ok(&cluster_yaml(NS, "logs", 1));
-    let _fleet = simulate(&s.url, &format!("{NS}/pool"), 1, &[]);
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &[]);
     let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);
     bind(&s, &n, "logs");
@@ -625,8 +626,10 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
         r.body
     };
     assert_eq!(download(&s), uploaded);
-    let without_key = request(&s.addr, "GET", unsigned, &[], b"");
+    let without_key = s.api_request("GET", unsigned, &[], b"");
     assert_eq!(without_key.status, 401, "{}", without_key.text());
+    // Without the signed key the link takes the API token: not on the plain listener.
+    assert_eq!(request(&s.addr, "GET", unsigned, &[], b"").status, 404);
     assert_eq!(s.get(unsigned).status, 200, "the API token opens the logs too");
     let other_cluster = path.replace(cluster_id, "00000000-0000-0000-0000-000000000000");
     let r = request(&s.addr, "GET", &other_cluster, &[], b"");
@@ -636,9 +639,17 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
     assert_eq!(request(&s.addr, "GET", &tampered, &[], b"").status, 401);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api_ca = std::fs::read(s.data_dir.path().join("api-tls/tls.crt")).unwrap();
+    let api_client = reqwest::Client::builder()
+        .tls_certs_merge(reqwest::Certificate::from_pem_bundle(&api_ca).unwrap())
+        .build()
+        .unwrap();
     let target = rt
-        .block_on(bootstream::cli::simulate::Target::discover(
+        .block_on(bootstream::cli::simulate::Target::discover_through(
+            &api_client,
             &bootstream::cli::simulate::client(),
+            &s.api_url(),
             &s.url,
             &format!("{NS}/pool"),
             Some(TEST_API_TOKEN),
@@ -687,7 +698,7 @@ fn installed_hosts_logs_are_linked_from_their_agent() {
     // The logs go with their cluster.
     let logs_dir = s.data_dir.path().join("logs").join(cluster_id);
     assert!(logs_dir.is_dir());
-    let out = cli(&["delete", "--server", &s.url, "clusterdeployment", "logs", "-n", NS], None);
+    let out = cli(&["delete", "--kubeconfig", &s.kubeconfig, "clusterdeployment", "logs", "-n", NS], None);
     assert!(out.status.success());
     let deadline = Instant::now() + Duration::from_secs(60);
     while logs_dir.exists() {
