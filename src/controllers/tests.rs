@@ -476,8 +476,8 @@ async fn scenario_30_reclaim_falls_back_to_a_plain_unbind<S: Store>(w: World<S>)
 }
 
 /// A FIFO that tells whether anything opened it for reading: a thread opens it for writing (which
-/// waits for a reader), notes that a reader came, and writes a token to it. Opening a FIFO for
-/// reading never blocks the reader here, whatever it is, so old code that did read it got a token.
+/// waits for a reader), notes that a reader came, writes a token and closes it, as often as readers
+/// come. A reader of the path (code that should not read it) gets a token instead of waiting.
 struct WatchedFifo {
     path: std::path::PathBuf,
     opened: Arc<std::sync::atomic::AtomicBool>,
@@ -497,13 +497,16 @@ impl WatchedFifo {
             let (path, opened, released): (_, _, Arc<std::sync::atomic::AtomicBool>) =
                 (path.clone(), opened.clone(), Arc::clone(&released));
             move || {
-                let file = std::fs::OpenOptions::new().write(true).open(&path);
-                if released.load(Ordering::SeqCst) {
-                    return;
-                }
-                opened.store(true, Ordering::SeqCst);
-                if let Ok(mut f) = file {
-                    let _ = std::io::Write::write_all(&mut f, b"stolen-token\n");
+                // Every open for reading gets a token (kube-rs reads a token file more than once).
+                loop {
+                    let file = std::fs::OpenOptions::new().write(true).open(&path);
+                    if released.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    opened.store(true, Ordering::SeqCst);
+                    if let Ok(mut f) = file {
+                        let _ = std::io::Write::write_all(&mut f, b"stolen-token\n");
+                    }
                 }
             }
         });
@@ -532,27 +535,36 @@ async fn a_spoke_kubeconfig_that_names_a_program_or_hub_files_runs_and_reads_not
     let marker = dir.path().join("MARKER");
     let spoke = SpokeCluster::start().await;
     let fifo = |name: &str| WatchedFifo::new(dir.path().join(name));
-    let (token, cert, key, ca) = (fifo("token"), fifo("client.crt"), fifo("client.key"), fifo("ca.crt"));
-    let cases = [
-        (
-            String::new(),
-            format!(
-                "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: /bin/sh\n  args: [-c, \"touch {}\"]\n",
-                marker.display()
-            ),
-        ),
-        (String::new(), format!("tokenFile: {}\n", token.path.display())),
-        (String::new(), format!("client-certificate: {}\nclient-key: {}\n", cert.path.display(), key.path.display())),
-        (format!("certificate-authority: {}\n", ca.path.display()), "token: t\n".to_string()),
+    let exec = format!(
+        "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: /bin/sh\n  args: [-c, \"touch {}\"]\n",
+        marker.display()
+    );
+    // Each case: the cluster entry's lines after its server, the user entry's lines, and the FIFOs
+    // they name.
+    let cases: Vec<(String, String, Vec<WatchedFifo>)> = vec![
+        (String::new(), exec, vec![]),
+        {
+            let token = fifo("token");
+            (String::new(), format!("tokenFile: {}\n", token.path.display()), vec![token])
+        },
+        {
+            let (cert, key) = (fifo("client.crt"), fifo("client.key"));
+            let user = format!("client-certificate: {}\nclient-key: {}\n", cert.path.display(), key.path.display());
+            (String::new(), user, vec![cert, key])
+        },
+        {
+            let ca = fifo("ca.crt");
+            (format!("certificate-authority: {}\n", ca.path.display()), "token: t\n".to_string(), vec![ca])
+        },
     ];
-    for (index, (cluster, user)) in cases.iter().enumerate() {
+    for (index, (cluster, user, fifos)) in cases.into_iter().enumerate() {
         let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: {}\n{}users:\n- name: admin\n  user:\n{}\
              contexts:\n- name: admin\n  context:\n    cluster: spoke\n    user: admin\ncurrent-context: admin\n",
             spoke.url,
-            indent(cluster),
-            indent(user)
+            indent(&cluster),
+            indent(&user)
         );
         let id = w.installed_host("c1", index).await;
         let node = w.hostname(&id).await;
@@ -568,13 +580,14 @@ async fn a_spoke_kubeconfig_that_names_a_program_or_hub_files_runs_and_reads_not
         .await;
         w.set_cluster(&id, None).await;
         assert!(!marker.exists(), "{user}: the hub ran the kubeconfig's command");
+        for fifo in fifos {
+            let path = fifo.path.clone();
+            assert!(!fifo.was_opened(), "the hub opened {}", path.display());
+        }
+        assert!(spoke.requests().is_empty(), "{cluster}{user}: the spoke was reached: {:?}", spoke.requests());
+        // No spoke client, no reclaim: a plain unbind, as for any kubeconfig no client is made from.
         assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction, "{cluster}{user}");
         assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
-    }
-    assert!(spoke.requests().is_empty(), "the spoke was reached: {:?}", spoke.requests());
-    for fifo in [token, cert, key, ca] {
-        let path = fifo.path.clone();
-        assert!(!fifo.was_opened(), "the hub opened {}", path.display());
     }
 }
 
