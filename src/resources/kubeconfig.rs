@@ -106,14 +106,24 @@ fn refused_cluster_fields(cluster: &Cluster) -> Vec<(String, &'static str)> {
     out
 }
 
-/// The DER contents of the PEM blocks whose tag ends with `tag_ends` in base64 `b64` (field
-/// `field` of `entry`); at least one.
+/// PEM blocks of certificates, as kube-rs and rustls read them.
+fn certificate(tag: &str) -> bool {
+    tag == "CERTIFICATE"
+}
+
+/// PEM blocks of private keys (PKCS#8, RSA or EC).
+fn private_key(tag: &str) -> bool {
+    tag.ends_with("PRIVATE KEY")
+}
+
+/// The DER contents of the PEM blocks whose tag `accept`s in base64 `b64` (field `field` of
+/// `entry`); at least one.
 fn pem_blocks(
     b64: &str,
     entry: &str,
     field: &'static str,
     what: &'static str,
-    tag_ends: &str,
+    accept: fn(&str) -> bool,
 ) -> Result<Vec<Vec<u8>>, KubeconfigError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
@@ -121,7 +131,7 @@ fn pem_blocks(
     let blocks: Vec<Vec<u8>> = pem::parse_many(&bytes)
         .unwrap_or_default()
         .into_iter()
-        .filter(|p| p.tag().ends_with(tag_ends))
+        .filter(|p| accept(p.tag()))
         .map(|p| p.into_contents())
         .collect();
     if blocks.is_empty() {
@@ -203,8 +213,7 @@ pub fn client_config(kubeconfig: &[u8]) -> Result<kube::Config, KubeconfigError>
     out.accept_invalid_certs = cluster.insecure_skip_tls_verify.unwrap_or(false);
     let cluster_entry = format!("cluster {cluster_name:?}");
     if let Some(ca) = &cluster.certificate_authority_data {
-        out.root_cert =
-            Some(pem_blocks(ca, &cluster_entry, "certificate-authority-data", "certificate", "CERTIFICATE")?);
+        out.root_cert = Some(pem_blocks(ca, &cluster_entry, "certificate-authority-data", "certificate", certificate)?);
     }
     if let Some(name) = &cluster.tls_server_name {
         if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
@@ -254,8 +263,8 @@ pub fn client_config(kubeconfig: &[u8]) -> Result<kube::Config, KubeconfigError>
         }
         (Some(cert), Some(key)) => {
             use secrecy::ExposeSecret;
-            pem_blocks(cert, &user_entry, "client-certificate-data", "certificate", "CERTIFICATE")?;
-            pem_blocks(key.expose_secret(), &user_entry, "client-key-data", "private key", "PRIVATE KEY")?;
+            pem_blocks(cert, &user_entry, "client-certificate-data", "certificate", certificate)?;
+            pem_blocks(key.expose_secret(), &user_entry, "client-key-data", "private key", private_key)?;
             auth.client_certificate_data = Some(cert.trim().to_string());
             auth.client_key_data = Some(key.expose_secret().trim().to_string().into());
         }
