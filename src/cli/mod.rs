@@ -99,11 +99,13 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(cmd) => {
             serve::raise_open_files_limit();
+            serve::private_umask();
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(serve::serve(cmd))
         }
         Command::Controller(cmd) => {
             serve::raise_open_files_limit();
+            serve::private_umask();
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             rt.block_on(serve::controller(cmd))
         }

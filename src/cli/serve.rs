@@ -726,10 +726,143 @@ fn ensure_api_certificate(dir: &std::path::Path, args: &ServeArgs) -> anyhow::Re
     Ok((cert_path, key_path))
 }
 
+/// Creates the data directory, or tightens the one there is. It holds every tenant's pull secret
+/// (`state.db`), the signing keys, the API token and the admin credentials clusters uploaded: it is
+/// 0700 and everything in it 0600 (directories 0700), whatever umask or earlier version made it.
+/// What was looser is tightened and said in one log line.
 fn create_data_dir(args: &ServeArgs) -> anyhow::Result<()> {
     use anyhow::Context;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating data directory {}", args.data_dir.display()))
+    use std::os::unix::fs::DirBuilderExt;
+    let root = &args.data_dir;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .with_context(|| format!("creating data directory {}", root.display()))?;
+    let walk = tighten_data_dir(root);
+    let name = |p: &Path| match p.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => p.display().to_string(),
+    };
+    if !walk.tightened.is_empty() {
+        const SHOWN: usize = 8;
+        let mut list: Vec<String> =
+            walk.tightened.iter().take(SHOWN).map(|(p, was)| format!("{} (was {was:04o})", name(p))).collect();
+        if walk.tightened.len() > SHOWN {
+            list.push(format!("and {} more", walk.tightened.len() - SHOWN));
+        }
+        tracing::warn!(
+            data_dir = %root.display(),
+            "other local users could read the data directory: tightened {} entries to 0700 (directories) and 0600 \
+             (files): {}",
+            walk.tightened.len(),
+            list.join(", ")
+        );
+    }
+    if !walk.failed.is_empty() {
+        let list: Vec<String> = walk.failed.iter().take(8).map(|(p, e)| format!("{}: {e}", name(p))).collect();
+        tracing::warn!(
+            data_dir = %root.display(),
+            "could not tighten the permissions of {} entries of the data directory (not this user's?): {}",
+            walk.failed.len(),
+            list.join(", ")
+        );
+    }
+    if walk.stopped_early {
+        tracing::warn!(
+            data_dir = %root.display(),
+            "the data directory holds more than {DATA_DIR_MAX_ENTRIES} entries; permissions were checked on the first ones only"
+        );
+    }
+    Ok(())
+}
+
+/// Most entries of the data directory whose permissions are checked at start. It holds a few dozen
+/// (the databases, keys, OS images, a directory of host logs per cluster); each check is one open
+/// and fstat, never a read of the file.
+const DATA_DIR_MAX_ENTRIES: usize = 100_000;
+
+/// What [`tighten_data_dir`] did.
+#[derive(Default)]
+struct Tightened {
+    /// Each entry whose mode was changed, with the permission bits it had.
+    tightened: Vec<(PathBuf, u32)>,
+    failed: Vec<(PathBuf, std::io::Error)>,
+    /// [`DATA_DIR_MAX_ENTRIES`] were reached.
+    stopped_early: bool,
+}
+
+/// Sets `root` and every directory under it to 0700 and every regular file to 0600. Symbolic links
+/// are neither followed nor changed (chmod would change what they point to, which may be outside
+/// the data directory); sockets and FIFOs are left alone. Each entry is opened with `O_NOFOLLOW`
+/// and changed through its descriptor, so a link put in an entry's place is refused, not followed.
+fn tighten_data_dir(root: &Path) -> Tightened {
+    let mut out = Tightened::default();
+    let mut dirs = vec![root.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = dirs.pop() {
+        match tighten(&dir, 0o700) {
+            Ok(Some(was)) => out.tightened.push((dir.clone(), was)),
+            Ok(None) => {}
+            Err(e) => {
+                out.failed.push((dir, e));
+                continue;
+            }
+        }
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.failed.push((dir, e));
+                continue;
+            }
+        };
+        for entry in entries {
+            seen += 1;
+            if seen > DATA_DIR_MAX_ENTRIES {
+                out.stopped_early = true;
+                return out;
+            }
+            let Ok(entry) = entry else { continue };
+            // The type of the entry itself: a symbolic link is a link here, not its target.
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                match tighten(&entry.path(), 0o600) {
+                    Ok(Some(was)) => out.tightened.push((entry.path(), was)),
+                    Ok(None) => {}
+                    Err(e) => out.failed.push((entry.path(), e)),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Sets the permission bits of `path` (not a symbolic link) to `mode`; the bits it had when it
+/// changed them, None when they were already `mode`.
+fn tighten(path: &Path, mode: u32) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    // Opening for reading neither changes nor reads the file (O_NONBLOCK: a FIFO put in its place
+    // does not wait for a writer).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let was = file.metadata()?.permissions().mode() & 0o7777;
+    if was == mode {
+        return Ok(None);
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    Ok(Some(was))
+}
+
+/// Makes every file and directory this process creates its user's only (umask 077): SQLite makes
+/// `state.db-wal` and `-shm` itself, and they hold what the database holds.
+pub(super) fn private_umask() {
+    // SAFETY: umask only sets this process's file mode creation mask; it cannot fail.
+    unsafe { libc::umask(0o077) };
 }
 
 /// How long the first list of every watched kind may take before starting is given up.

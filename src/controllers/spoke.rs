@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret, Servic
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
 pub const RECLAIM_NAMESPACE: &str = "assisted-installer";
@@ -34,9 +33,7 @@ pub enum SpokeError {
     #[error("secret {0} did not contain key kubeconfig")]
     NoKubeconfigKey(String),
     #[error("invalid spoke kubeconfig")]
-    KubeconfigText(#[source] std::str::Utf8Error),
-    #[error("invalid spoke kubeconfig")]
-    Kubeconfig(#[source] kube::config::KubeconfigError),
+    Kubeconfig(#[source] crate::resources::kubeconfig::KubeconfigError),
     #[error("invalid spoke kubeconfig")]
     Client(#[source] kube::Error),
     #[error("failed to find node {node}: not found")]
@@ -140,12 +137,12 @@ fn gvk(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
 }
 
 impl SpokeClient {
+    /// The client of the cluster an admin kubeconfig names. The kubeconfig comes from a tenant
+    /// (its bootstrap host uploaded it, or someone wrote the Secret): it is taken as data only,
+    /// through [`crate::resources::kubeconfig::client_config`], so that whatever it holds no
+    /// program runs and no file of the hub is read. This is the only way a spoke client is made.
     pub async fn from_kubeconfig(kubeconfig: &[u8]) -> Result<SpokeClient, SpokeError> {
-        let text = std::str::from_utf8(kubeconfig).map_err(SpokeError::KubeconfigText)?;
-        let kc = Kubeconfig::from_yaml(text).map_err(SpokeError::Kubeconfig)?;
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .map_err(SpokeError::Kubeconfig)?;
+        let mut config = crate::resources::kubeconfig::client_config(kubeconfig).map_err(SpokeError::Kubeconfig)?;
         // An unreachable spoke must fail the unbind quickly (it falls back to a plain unbind).
         config.connect_timeout = Some(Duration::from_secs(10));
         config.read_timeout = Some(Duration::from_secs(20));

@@ -475,6 +475,122 @@ async fn scenario_30_reclaim_falls_back_to_a_plain_unbind<S: Store>(w: World<S>)
     assert_eq!(cond(&w.agent(&c).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
+/// A FIFO that tells whether anything opened it for reading: a thread opens it for writing (which
+/// waits for a reader), notes that a reader came, writes a token and closes it, as often as readers
+/// come. A reader of the path (code that should not read it) gets a token instead of waiting.
+struct WatchedFifo {
+    path: std::path::PathBuf,
+    opened: Arc<std::sync::atomic::AtomicBool>,
+    released: Arc<std::sync::atomic::AtomicBool>,
+    writer: std::thread::JoinHandle<()>,
+}
+
+impl WatchedFifo {
+    fn new(path: std::path::PathBuf) -> WatchedFifo {
+        use std::os::unix::ffi::OsStrExt;
+        use std::sync::atomic::Ordering;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+        let (opened, released) = (Arc::new(std::sync::atomic::AtomicBool::new(false)), Arc::new(Default::default()));
+        let writer = std::thread::spawn({
+            let (path, opened, released): (_, _, Arc<std::sync::atomic::AtomicBool>) =
+                (path.clone(), opened.clone(), Arc::clone(&released));
+            move || {
+                // Every open for reading gets a token (kube-rs reads a token file more than once).
+                loop {
+                    let file = std::fs::OpenOptions::new().write(true).open(&path);
+                    if released.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    opened.store(true, Ordering::SeqCst);
+                    if let Ok(mut f) = file {
+                        let _ = std::io::Write::write_all(&mut f, b"stolen-token\n");
+                    }
+                }
+            }
+        });
+        WatchedFifo { path, opened, released, writer }
+    }
+
+    /// Whether anything opened the FIFO; stops its thread.
+    fn was_opened(self) -> bool {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::sync::atomic::Ordering;
+        let opened = self.opened.load(Ordering::SeqCst);
+        self.released.store(true, Ordering::SeqCst);
+        let _reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&self.path).unwrap();
+        self.writer.join().unwrap();
+        opened
+    }
+}
+
+/// Issue 41: an admin kubeconfig written into the cluster's Secret past the upload check (by an
+/// admin, or a tenant allowed to write Secrets) that names a program or files of the hub: unbinding
+/// an installed host runs nothing and reads nothing, and falls back to a plain unbind as for any
+/// kubeconfig no spoke client can be made from.
+async fn a_spoke_kubeconfig_that_names_a_program_or_hub_files_runs_and_reads_nothing<S: Store>(w: World<S>) {
+    w.cluster_deployment("c1", true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("MARKER");
+    let spoke = SpokeCluster::start().await;
+    let fifo = |name: &str| WatchedFifo::new(dir.path().join(name));
+    let exec = format!(
+        "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: /bin/sh\n  args: [-c, \"touch {}\"]\n",
+        marker.display()
+    );
+    // Each case: the cluster entry's lines after its server, the user entry's lines, and the FIFOs
+    // they name.
+    let cases: Vec<(String, String, Vec<WatchedFifo>)> = vec![
+        (String::new(), exec, vec![]),
+        {
+            let token = fifo("token");
+            (String::new(), format!("tokenFile: {}\n", token.path.display()), vec![token])
+        },
+        {
+            let (cert, key) = (fifo("client.crt"), fifo("client.key"));
+            let user = format!("client-certificate: {}\nclient-key: {}\n", cert.path.display(), key.path.display());
+            (String::new(), user, vec![cert, key])
+        },
+        {
+            let ca = fifo("ca.crt");
+            (format!("certificate-authority: {}\n", ca.path.display()), "token: t\n".to_string(), vec![ca])
+        },
+    ];
+    for (index, (cluster, user, fifos)) in cases.into_iter().enumerate() {
+        let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: {}\n{}users:\n- name: admin\n  user:\n{}\
+             contexts:\n- name: admin\n  context:\n    cluster: spoke\n    user: admin\ncurrent-context: admin\n",
+            spoke.url,
+            indent(&cluster),
+            indent(&user)
+        );
+        let id = w.installed_host("c1", index).await;
+        let node = w.hostname(&id).await;
+        spoke.put(
+            &format!("/api/v1/nodes/{node}"),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+        );
+        w.apply(
+            Kind::Secret,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-admin-kubeconfig", "namespace": NS},
+                   "stringData": {"kubeconfig": kubeconfig}}),
+        )
+        .await;
+        w.set_cluster(&id, None).await;
+        assert!(!marker.exists(), "{user}: the hub ran the kubeconfig's command");
+        for fifo in fifos {
+            let path = fifo.path.clone();
+            assert!(!fifo.was_opened(), "the hub opened {}", path.display());
+        }
+        assert!(spoke.requests().is_empty(), "{cluster}{user}: the spoke was reached: {:?}", spoke.requests());
+        // No spoke client, no reclaim: a plain unbind, as for any kubeconfig no client is made from.
+        assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction, "{cluster}{user}");
+        assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+    }
+}
+
 /// A host unbound without reclaim, its spoke holding its node: the setting of scenarios 32–35.
 async fn unbound_waiting_for_reboot<S: Store>(w: &World<S>) -> (String, String, SpokeCluster) {
     w.cluster_deployment("c1", true).await;
@@ -1346,6 +1462,7 @@ on_both_stores! {
     scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not,
     scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke,
     scenario_30_reclaim_falls_back_to_a_plain_unbind,
+    a_spoke_kubeconfig_that_names_a_program_or_hub_files_runs_and_reads_nothing,
     scenario_32_no_spoke_cleanup_while_the_host_is_unbinding,
     scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spoke,
     scenario_34_a_failed_spoke_cleanup_is_reported_and_retried,

@@ -113,8 +113,9 @@ impl CredentialFile {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// Checks an upload of this file and gives its text: a kubeconfig must be one kube-rs reads,
-    /// naming at least one cluster with a server and one user; a password must be printable ASCII
+    /// Checks an upload of this file and gives its text: a kubeconfig must be one a spoke client
+    /// can be built from, of inline data only (`resources::kubeconfig::client_config`: no
+    /// `exec`, no file paths, no proxy, no impersonation); a password must be printable ASCII
     /// without spaces. Both are bounded: they end up in Secrets and in every spoke client built.
     pub fn check(self, bytes: &[u8]) -> Result<String, ApiError> {
         let max = match self {
@@ -134,18 +135,9 @@ impl CredentialFile {
         let text = std::str::from_utf8(bytes).map_err(|_| ApiError::new(400, format!("{name} is not UTF-8 text")))?;
         match self {
             CredentialFile::Kubeconfig => {
-                let config = kube::config::Kubeconfig::from_yaml(text)
-                    .map_err(|e| ApiError::new(400, format!("kubeconfig does not parse: {}", chain(&e))))?;
-                let has_server = config
-                    .clusters
-                    .iter()
-                    .any(|c| c.cluster.as_ref().and_then(|c| c.server.as_deref()).is_some_and(|s| !s.is_empty()));
-                if !has_server {
-                    return Err(ApiError::new(400, "kubeconfig names no cluster with a server"));
-                }
-                if config.auth_infos.is_empty() {
-                    return Err(ApiError::new(400, "kubeconfig names no user"));
-                }
+                // The same check every spoke client is built through: inline data only.
+                crate::resources::kubeconfig::client_config(text.as_bytes())
+                    .map_err(|e| ApiError::new(400, chain(&e).to_string()))?;
                 Ok(text.to_string())
             }
             CredentialFile::KubeadminPassword => {

@@ -16,6 +16,7 @@ pub mod admission;
 pub mod agent;
 pub mod crds;
 pub mod hive;
+pub mod kubeconfig;
 pub mod metal3;
 pub mod printing;
 pub mod references;

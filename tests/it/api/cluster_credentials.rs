@@ -198,3 +198,89 @@ fn only_the_bootstrap_host_of_an_installing_cluster_reports_its_credentials() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(secret_value(&s.get_json("secret", "tenant-b", "b-cluster-admin-kubeconfig"), "kubeconfig"), kubeconfig);
 }
+
+/// Issue 41: credentials from tenants are data, never code or paths. An admin kubeconfig that
+/// names a program to run, a file of the hub to read, a proxy to connect through or a user to
+/// impersonate is refused at upload with a 400 naming the field and its entry; the installer's
+/// kubeconfig (certificate and CA data) and a token are taken.
+#[test]
+fn admin_kubeconfigs_that_name_programs_paths_proxies_or_other_users_are_refused() {
+    let s = Server::start(&[]);
+    s.apply_ok(IMAGE_SET);
+    let t = tenant(&s, "tenant-a", "pool");
+    let host = "0a000000-0000-4000-8000-00000000000a";
+    let cluster = t.installing_cluster(&s, "a-cluster", &[(host, 0)]);
+    let q = format!("file_name=kubeconfig&infra_env_id={}&host_id={host}", t.id);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    // `cluster` and `user` are the lines of the one cluster entry (after its server) and the one
+    // user entry.
+    let kubeconfig = |cluster: &str, user: &str| {
+        let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: https://api.spoke.example:6443\n{}\
+             users:\n- name: admin\n  user:\n{}contexts:\n- name: admin\n  context:\n    cluster: spoke\n    user: admin\n\
+             current-context: admin\n",
+            indent(cluster),
+            indent(user)
+        )
+    };
+    let exec =
+        "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: /bin/sh\n  args: [-c, \"id > /tmp/pwned\"]";
+    let refused = [
+        ("", exec, "user \"admin\": exec"),
+        (
+            "",
+            "auth-provider:\n  name: gcp\n  config:\n    cmd-path: /bin/id\n    cmd-args: -u",
+            "user \"admin\": auth-provider",
+        ),
+        ("", "tokenFile: /etc/shadow", "user \"admin\": tokenFile"),
+        ("", "client-certificate: /etc/pki/hub.crt\nclient-key-data: eA==", "user \"admin\": client-certificate"),
+        ("", "client-certificate-data: eA==\nclient-key: /etc/pki/hub.key", "user \"admin\": client-key"),
+        ("", "token: abc\nas: system:admin", "user \"admin\": as"),
+        ("", "token: abc\nas-groups: [system:masters]", "user \"admin\": as-groups"),
+        ("", "token: abc\nas-user-extra:\n  scopes: [all]", "user \"admin\": as-user-extra"),
+        (
+            "certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+            "token: abc",
+            "cluster \"spoke\": certificate-authority",
+        ),
+        ("proxy-url: http://169.254.169.254", "token: abc", "cluster \"spoke\": proxy-url"),
+    ];
+    for (cluster_lines, user_lines, named) in refused {
+        let body = kubeconfig(cluster_lines, user_lines);
+        let r = upload(&s, "PUT", Some(&t.token), &cluster, &q, body.as_bytes());
+        assert_eq!(r.status, 400, "{named}: {}", r.text());
+        let reason = serde_json::from_slice::<Value>(&r.body).unwrap()["reason"].as_str().unwrap().to_string();
+        assert!(reason.starts_with(&format!("kubeconfig {named} is refused")), "{named}: {reason}");
+        assert!(reason.contains("credentials from tenants are data, never code or paths"), "{reason}");
+    }
+    // An entry no context uses is checked too.
+    let unused = kubeconfig("", "token: abc")
+        .replace("users:\n", &format!("users:\n- name: spare\n  user:\n    {}\n", "tokenFile: /etc/shadow"));
+    let r = upload(&s, "PUT", Some(&t.token), &cluster, &q, unused.as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("user \\\"spare\\\": tokenFile is refused"), "{}", r.text());
+    // Nothing refused was kept.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(secret_names(&s, &t.ns), ["pull-secret"]);
+
+    // The installer's admin kubeconfig: client certificate and key, and the CA, all inline.
+    let ca = rcgen::generate_simple_self_signed(vec!["kube-apiserver-lb-signer".to_string()]).unwrap();
+    let admin = rcgen::generate_simple_self_signed(vec!["system:admin".to_string()]).unwrap();
+    let installer = kubeconfig(
+        &format!("certificate-authority-data: {}", b64(&ca.cert.pem())),
+        &format!(
+            "client-certificate-data: {}\nclient-key-data: {}",
+            b64(&admin.cert.pem()),
+            b64(&admin.signing_key.serialize_pem())
+        ),
+    );
+    let r = upload(&s, "PUT", Some(&t.token), &cluster, &q, installer.as_bytes());
+    assert_eq!(r.status, 201, "{}", r.text());
+    // A token, and basic authentication: data too.
+    let r = upload(&s, "PUT", Some(&t.token), &cluster, &q, kubeconfig("", "token: sha256~abcdef").as_bytes());
+    assert_eq!(r.status, 201, "{}", r.text());
+    let basic = kubeconfig("insecure-skip-tls-verify: true", "username: kubeadmin\npassword: a-b-c-d");
+    let r = upload(&s, "PUT", Some(&t.token), &cluster, &q, basic.as_bytes());
+    assert_eq!(r.status, 201, "{}", r.text());
+}

@@ -115,7 +115,13 @@ impl Server {
         )
     }
 
-    /// Everything the server has logged so far (only for [`Server::start_logged`] servers).
+    /// [`Server::start_signed`] on an existing data directory, its log read by [`Server::log`].
+    pub fn start_logged_in(data_dir: tempfile::TempDir, extra: &[&str]) -> Server {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        Self::spawn_with_log(data_dir, "127.0.0.1:0", extra, Some(log))
+    }
+
+    /// Everything the server has logged so far (only for servers started with a log).
     pub fn log(&self) -> String {
         let log = self.log.as_ref().expect("a server started with Server::start_logged");
         String::from_utf8_lossy(&std::fs::read(log.path()).unwrap()).into_owned()
