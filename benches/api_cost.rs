@@ -230,7 +230,7 @@ async fn measure(family: &Family, n: usize) -> f64 {
         let mut rx = feed.take().expect("the watch's feed");
         readers.push(tokio::spawn(async move {
             let mut seen = 0usize;
-            while let Some(piece) = rx.recv().await {
+            while let Some(Ok(piece)) = rx.recv().await {
                 seen += piece.len();
             }
             seen
