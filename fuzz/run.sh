@@ -12,7 +12,9 @@
 #
 # Builds with -O (optimized) and -a (debug assertions and overflow checks on: an arithmetic
 # overflow on hostile input is a finding too). Needs a nightly toolchain and cargo-fuzz.
-# Seeds come from fuzz/seed.sh, run first if a target's corpus directory is missing.
+# Seeds come from fuzz/seed.sh, run first if a target's corpus directory is missing, and from
+# fuzz/kept/<target>/ where a target has one: the minimized corpus of an earlier run, committed
+# (libFuzzer reads it and writes new inputs to corpus/ only).
 # FUZZ_NO_BUILD=1 skips the build (runs the binaries already in fuzz/target, or in $FUZZ_BIN_DIR).
 set -uo pipefail
 
@@ -60,7 +62,7 @@ for t in "${TARGETS[@]}"; do
     mkdir -p "$FUZZ_DIR/artifacts/$t"
     FUZZ_MINISO_FULL_ISO=${FUZZ_MINISO_FULL_ISO:-$FUZZ_DIR/corpus/miniso-full.iso} \
         "$BIN_DIR/$t" -artifact_prefix="$FUZZ_DIR/artifacts/$t/" "${LIBFUZZER_FLAGS[@]}" "$FUZZ_DIR/corpus/$t" \
-        >"$log" 2>&1
+        $([ -d "$FUZZ_DIR/kept/$t" ] && echo "$FUZZ_DIR/kept/$t") >"$log" 2>&1
     rc=$?
     elapsed=$(($(date +%s) - start))
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
