@@ -51,93 +51,45 @@ pub(super) struct Connection {
     pub token: Option<String>,
 }
 
-/// What a kubeconfig says of the API: the current context's server, CA and token.
+/// What a kubeconfig says of the API: the current context's server, CA certificates (DER) and token.
 #[derive(Debug, PartialEq)]
 pub(super) struct KubeconfigApi {
     pub server: String,
-    pub ca_pem: Option<Vec<u8>>,
+    pub ca_der: Option<Vec<Vec<u8>>>,
     pub token: Option<String>,
 }
 
-/// Reads a kubeconfig that carries everything inline. Anything that would run a program or read
-/// another file (exec, auth-provider, tokenFile, certificate-authority and client-certificate
-/// paths) is refused, as are credentials other than a bearer token and skipping TLS verification.
+/// Reads a kubeconfig that carries everything inline, by the rules kubeconfigs from tenants are
+/// read by (`resources::kubeconfig`: anything that would run a program or read another file is
+/// refused), and takes only what bootstream's API uses: a bearer token over verified TLS. Client
+/// certificates, username and password, and skipping TLS verification are refused.
 pub(super) fn read_kubeconfig(path: &Path) -> anyhow::Result<KubeconfigApi> {
     use anyhow::{Context, bail};
-    use base64::Engine;
     use std::io::Read;
     let what = || format!("kubeconfig {}", path.display());
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)
         .with_context(what)?
         .take(MAX_KUBECONFIG_BYTES + 1)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .with_context(what)?;
-    anyhow::ensure!(text.len() as u64 <= MAX_KUBECONFIG_BYTES, "{}: larger than {MAX_KUBECONFIG_BYTES} bytes", what());
-    let config = kube::config::Kubeconfig::from_yaml(&text).with_context(what)?;
-    let current = config.current_context.as_deref().filter(|c| !c.is_empty());
-    let current = current.with_context(|| format!("{}: no current-context", what()))?;
-    let context = config
-        .contexts
-        .iter()
-        .find(|c| c.name == current)
-        .and_then(|c| c.context.as_ref())
-        .with_context(|| format!("{}: no context {current:?}", what()))?;
-    let cluster = config
-        .clusters
-        .iter()
-        .find(|c| c.name == context.cluster)
-        .and_then(|c| c.cluster.as_ref())
-        .with_context(|| format!("{}: no cluster {:?}", what(), context.cluster))?;
-    let server = cluster.server.clone().filter(|s| !s.is_empty());
-    let server = server.with_context(|| format!("{}: cluster {:?} has no server", what(), context.cluster))?;
-    if cluster.certificate_authority.is_some() {
-        bail!("{}: certificate-authority names a file; only certificate-authority-data is read", what());
-    }
-    if cluster.insecure_skip_tls_verify == Some(true) {
+    anyhow::ensure!(bytes.len() as u64 <= MAX_KUBECONFIG_BYTES, "{}: larger than {MAX_KUBECONFIG_BYTES} bytes", what());
+    let config = crate::resources::kubeconfig::client_config(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {}", what(), crate::errors::chain(&e)))?;
+    if config.accept_invalid_certs {
         bail!("{}: insecure-skip-tls-verify is not honored", what());
     }
-    if cluster.proxy_url.is_some() {
-        bail!("{}: proxy-url is not supported", what());
+    let auth = &config.auth_info;
+    if auth.client_certificate_data.is_some() {
+        bail!("{}: client certificates are not supported; only an inline token is", what());
     }
-    let ca_pem = match &cluster.certificate_authority_data {
-        Some(data) => Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .with_context(|| format!("{}: certificate-authority-data is not base64", what()))?,
-        ),
-        None => None,
-    };
-    let user = match context.user.as_deref() {
-        Some(name) => config.auth_infos.iter().find(|u| u.name == name).and_then(|u| u.auth_info.as_ref()),
-        None => None,
-    };
-    let mut token = None;
-    if let Some(user) = user {
-        let refused = [
-            (user.exec.is_some(), "exec"),
-            (user.auth_provider.is_some(), "auth-provider"),
-            (user.token_file.is_some(), "tokenFile"),
-            (user.client_certificate.is_some() || user.client_key.is_some(), "client-certificate/client-key paths"),
-            (user.client_certificate_data.is_some() || user.client_key_data.is_some(), "client certificates"),
-            (user.username.is_some() || user.password.is_some(), "username/password"),
-        ];
-        if let Some((_, what_field)) = refused.iter().find(|(present, _)| *present) {
-            bail!("{}: {what_field} is not supported; only an inline token is", what());
-        }
-        if user.token.is_some() {
-            // The parsed token is kept secret from this code: read it from the document itself.
-            let doc: Value = yaml_serde::from_str(&text).with_context(what)?;
-            let name = context.user.as_deref().unwrap_or_default();
-            token = doc["users"]
-                .as_array()
-                .and_then(|users| users.iter().find(|u| u["name"] == name))
-                .and_then(|u| u["user"]["token"].as_str())
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty());
-        }
+    if auth.username.is_some() {
+        bail!("{}: username/password is not supported; only an inline token is", what());
     }
-    Ok(KubeconfigApi { server, ca_pem, token })
+    use secrecy::ExposeSecret;
+    let token = auth.token.as_ref().map(|t| t.expose_secret().trim().to_string()).filter(|t| !t.is_empty());
+    let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
+    Ok(KubeconfigApi { server, ca_der: config.root_cert.clone(), token })
 }
 
 /// The API for a client command: `--server` or the kubeconfig's server; `--token`, else
@@ -164,8 +116,8 @@ pub(super) fn connect(target: &ServerArgs, creds: &Credentials) -> anyhow::Resul
         (None, None, Some(KubeconfigApi { token: Some(t), .. })) => Some(t.clone()),
         (None, None, _) => crate::auth::client_token(None, Path::new(DEFAULT_TOKEN_FILE)),
     };
-    let ca_pem = kubeconfig.and_then(|k| k.ca_pem);
-    let http = http_client(token.as_deref(), creds.ca_file.as_deref(), ca_pem.as_deref())?;
+    let ca_der = kubeconfig.and_then(|k| k.ca_der).unwrap_or_default();
+    let http = http_client(token.as_deref(), creds.ca_file.as_deref(), &ca_der)?;
     Ok(Connection { server, http, token })
 }
 
@@ -230,11 +182,11 @@ enum Output {
 }
 
 /// The HTTP client of the client commands: `token`, if any, on every request as a bearer token, and
-/// the certificates of `ca_file` and `ca_pem` (a kubeconfig's) trusted besides the system's.
+/// the certificates of `ca_file` and `ca_der` (a kubeconfig's) trusted besides the system's.
 pub(super) fn http_client(
     token: Option<&str>,
     ca_file: Option<&Path>,
-    ca_pem: Option<&[u8]>,
+    ca_der: &[Vec<u8>],
 ) -> anyhow::Result<reqwest::Client> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(token) = token {
@@ -252,11 +204,13 @@ pub(super) fn http_client(
         anyhow::ensure!(!certs.is_empty(), "--certificate-authority {}: no certificate in it", path.display());
         builder = builder.tls_certs_merge(certs);
     }
-    if let Some(pem) = ca_pem {
+    if !ca_der.is_empty() {
         use anyhow::Context;
-        let certs =
-            reqwest::Certificate::from_pem_bundle(pem).context("the kubeconfig's certificate-authority-data")?;
-        anyhow::ensure!(!certs.is_empty(), "the kubeconfig's certificate-authority-data holds no certificate");
+        let certs = ca_der
+            .iter()
+            .map(|der| reqwest::Certificate::from_der(der))
+            .collect::<Result<Vec<_>, _>>()
+            .context("the kubeconfig's certificate-authority-data")?;
         builder = builder.tls_certs_merge(certs);
     }
     Ok(builder.build()?)
@@ -449,19 +403,18 @@ async fn apply_one(client: &reqwest::Client, server: &str, doc: &Value) -> anyho
 mod tests {
     use super::*;
 
-    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-
     #[test]
     fn the_kubeconfig_serve_writes_names_the_api_its_ca_and_the_token() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
-        crate::cli::serve::write_kubeconfig(&path, "https://127.0.0.1:6443", Some(CA), "the-token").unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap().cert;
+        crate::cli::serve::write_kubeconfig(&path, "https://127.0.0.1:6443", Some(&ca.pem()), "the-token").unwrap();
         let api = read_kubeconfig(&path).unwrap();
         assert_eq!(
             api,
             KubeconfigApi {
                 server: "https://127.0.0.1:6443".into(),
-                ca_pem: Some(CA.as_bytes().to_vec()),
+                ca_der: Some(vec![ca.der().to_vec()]),
                 token: Some("the-token".into())
             }
         );

@@ -166,7 +166,7 @@ async fn client_command(cmd: Command, creds: client::Credentials) -> anyhow::Res
                         creds.token.as_deref(),
                         creds.token_file.as_deref().unwrap_or(Path::new(client::DEFAULT_TOKEN_FILE)),
                     );
-                    let http = client::http_client(token.as_deref(), creds.ca_file.as_deref(), None)?;
+                    let http = client::http_client(token.as_deref(), creds.ca_file.as_deref(), &[])?;
                     simulate::Api { server: args.server.clone(), http, token }
                 }
             };

@@ -977,7 +977,22 @@ impl KubeApi {
         if live.is_none() {
             self.check_names(c, &doc)?;
         }
-        self.admit_kept_or_pruned(c, live, doc, ctx, status)
+        if self.keep_unknown_fields.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut ctx = WriteContext {
+                manager: String::new(),
+                dry_run: ctx.dry_run,
+                validation: FieldValidation::Ignore,
+                warnings: Vec::new(),
+            };
+            let live = live.map(|l| {
+                let mut l = l.clone();
+                unknown_fields(c, &mut l);
+                l
+            });
+            self.admit_pruned(c, live.as_ref(), doc.clone(), &mut ctx, status)?;
+            return Ok(doc);
+        }
+        self.admit_pruned(c, live, doc, ctx, status)
     }
 
     /// A new object's name (and `generateName`, and namespace) as the API server checks them.
@@ -1020,32 +1035,6 @@ impl KubeApi {
                 ),
             )
         })
-    }
-
-    fn admit_kept_or_pruned(
-        &self,
-        c: &Collection,
-        live: Option<&Value>,
-        doc: Value,
-        ctx: &mut WriteContext,
-        status: bool,
-    ) -> Result<Value, ApiError> {
-        if self.keep_unknown_fields.load(std::sync::atomic::Ordering::Relaxed) {
-            let mut ctx = WriteContext {
-                manager: String::new(),
-                dry_run: ctx.dry_run,
-                validation: FieldValidation::Ignore,
-                warnings: Vec::new(),
-            };
-            let live = live.map(|l| {
-                let mut l = l.clone();
-                unknown_fields(c, &mut l);
-                l
-            });
-            self.admit_pruned(c, live.as_ref(), doc.clone(), &mut ctx, status)?;
-            return Ok(doc);
-        }
-        self.admit_pruned(c, live, doc, ctx, status)
     }
 
     fn admit_pruned(
@@ -1358,7 +1347,7 @@ impl KubeApi {
         if !patch.is_object() && patch_type == "application/merge-patch+json" {
             return Err(ApiError::bad_request(format!(
                 "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-                json_type(&patch)
+                patch::go_type_name(&patch)
             )));
         }
         // A patch that names a resourceVersion is a precondition; without one it applies to
@@ -1419,7 +1408,10 @@ impl KubeApi {
             return Err(ApiError::invalid(
                 c,
                 &name,
-                format!("patch: Invalid value: the patched object is a JSON {}, not an object", json_type(doc)),
+                format!(
+                    "patch: Invalid value: the patched object is a JSON {}, not an object",
+                    patch::go_type_name(doc)
+                ),
             ));
         }
         let patched_name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
@@ -1657,18 +1649,6 @@ fn record_manager(c: &Collection, doc: &mut Value, live: Option<&Value>, ctx: &W
     request.subresource = status.then_some("status");
     request.status_subresource = c.has_status();
     apply::record_update(live, doc, &request);
-}
-
-/// The name Go's JSON decoder gives a JSON type, as the API server's messages say it.
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 fn patch_error(e: patch::PatchError) -> ApiError {

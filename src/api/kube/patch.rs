@@ -87,7 +87,7 @@ thread_local! {
 }
 
 /// The name Go's JSON decoder gives a JSON type in its messages.
-fn go_type_name(v: &Value) -> &'static str {
+pub(super) fn go_type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",
