@@ -281,18 +281,7 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 
-    /// A kubeconfig whose one user has `user` (YAML lines at the user's indent) and whose one
-    /// cluster has `cluster` besides its server.
-    fn kubeconfig(cluster: &str, user: &str) -> String {
-        let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: https://api.spoke.example:6443\n{}\
-             users:\n- name: admin\n  user:\n{}contexts:\n- name: admin\n  context:\n    cluster: spoke\n    user: admin\n\
-             current-context: admin\n",
-            indent(cluster),
-            indent(user)
-        )
-    }
+    use crate::testkit::tenant_kubeconfig as kubeconfig;
 
     /// A CA certificate, and a client certificate and key, in PEM, as the installer writes them.
     fn installer_material() -> (String, String, String) {

@@ -8,6 +8,20 @@
 pub mod hub;
 pub mod spoke;
 
+/// A kubeconfig whose one cluster (`spoke`, at https://api.spoke.example:6443) has the YAML lines
+/// `cluster` besides its server and whose one user (`admin`) has the lines `user`: what the tests of
+/// kubeconfigs from tenants vary.
+pub fn tenant_kubeconfig(cluster: &str, user: &str) -> String {
+    let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: https://api.spoke.example:6443\n{}\
+         users:\n- name: admin\n  user:\n{}contexts:\n- name: admin\n  context:\n    cluster: spoke\n    user: admin\n\
+         current-context: admin\n",
+        indent(cluster),
+        indent(user)
+    )
+}
+
 use std::sync::Arc;
 
 /// The product's HTTP server with `handler` on a free loopback port (needs a tokio runtime): the

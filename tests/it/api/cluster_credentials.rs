@@ -214,16 +214,7 @@ fn admin_kubeconfigs_that_name_programs_paths_proxies_or_other_users_are_refused
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     // `cluster` and `user` are the lines of the one cluster entry (after its server) and the one
     // user entry.
-    let kubeconfig = |cluster: &str, user: &str| {
-        let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: https://api.spoke.example:6443\n{}\
-             users:\n- name: admin\n  user:\n{}contexts:\n- name: admin\n  context:\n    cluster: spoke\n    user: admin\n\
-             current-context: admin\n",
-            indent(cluster),
-            indent(user)
-        )
-    };
+    let kubeconfig = bootstream::testkit::tenant_kubeconfig;
     let exec =
         "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: /bin/sh\n  args: [-c, \"id > /tmp/pwned\"]";
     let refused = [
