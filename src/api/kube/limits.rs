@@ -146,11 +146,11 @@ pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), String> {
 
 /// Threads CPU-bound request work (parsing bodies, applying patches) may use at once: all cores
 /// but one, so that the async workers always have one.
-fn cpu_permits() -> &'static tokio::sync::Semaphore {
-    static PERMITS: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+fn cpu_permits() -> &'static std::sync::Arc<tokio::sync::Semaphore> {
+    static PERMITS: OnceLock<std::sync::Arc<tokio::sync::Semaphore>> = OnceLock::new();
     PERMITS.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        tokio::sync::Semaphore::new(cores.saturating_sub(1).max(1))
+        std::sync::Arc::new(tokio::sync::Semaphore::new(cores.saturating_sub(1).max(1)))
     })
 }
 
@@ -167,9 +167,15 @@ pub async fn cpu_bound<T: Send + 'static>(body_bytes: usize, work: impl FnOnce()
     if body_bytes < INLINE_BODY_BYTES {
         return work();
     }
-    // The semaphore is never closed, so acquiring it fails never.
-    let _permit = cpu_permits().acquire().await.expect("the CPU permits are never closed");
-    match tokio::task::spawn_blocking(work).await {
+    // The semaphore is never closed, so acquiring it fails never. The permit goes with the work,
+    // not with this future: a client that leaves drops the future, but the work runs on, and must
+    // keep its place until it ends (else leaving and asking again would run any number at once).
+    let permit = cpu_permits().clone().acquire_owned().await.expect("the CPU permits are never closed");
+    let running = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work()
+    });
+    match running.await {
         Ok(v) => v,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
@@ -219,5 +225,26 @@ mod tests {
         assert_ne!(worker, runtime_thread);
         let inline = cpu_bound(100, move || std::thread::current().id()).await;
         assert_eq!(inline, runtime_thread, "a small body is worked on in place");
+        // A caller that goes away (its client left) does not give the work's place back before the
+        // work ends.
+        let permits = cpu_permits().available_permits();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let caller = tokio::spawn(cpu_bound(INLINE_BODY_BYTES, move || {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        }));
+        tokio::task::spawn_blocking(move || started_rx.recv().unwrap()).await.unwrap();
+        caller.abort();
+        let _ = caller.await;
+        assert_eq!(cpu_permits().available_permits(), permits - 1, "the running work keeps its place");
+        release_tx.send(()).unwrap();
+        for _ in 0..500 {
+            if cpu_permits().available_permits() == permits {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert_eq!(cpu_permits().available_permits(), permits);
     }
 }
