@@ -6,6 +6,7 @@
 //! `testkit` feature), never into the release binary.
 
 pub mod hub;
+pub mod realhub;
 pub mod spoke;
 
 /// A kubeconfig whose one cluster (`spoke`, at https://api.spoke.example:6443) has the YAML lines
