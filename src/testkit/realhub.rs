@@ -93,14 +93,14 @@ impl RealHub {
         let dir = shared_dir(&script);
         std::fs::create_dir_all(&dir).expect("the real hub's folder");
         let lock = File::create(dir.join("lock")).expect("the real hub's lock file");
-        lock.lock().expect("locking the real hub's folder");
+        flock(&lock, libc::LOCK_EX, "locking the real hub's folder");
         let users = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("users"))
             .expect("the real hub's users file");
         // Shared before the start lock is let go: a reaper can only stop a hub nobody holds.
-        users.lock_shared().expect("joining the real hub");
+        flock(&users, libc::LOCK_SH, "joining the real hub");
         if !(dir.join("ready").is_file() && ready(&dir)) {
             start(&script, &dir);
         }
@@ -181,6 +181,19 @@ impl RealHub {
             .unwrap();
         let _: Value = client.request(req).await.unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         name
+    }
+}
+
+/// flock(2) on `file` (what the reaper's `flock` command takes too); released when the file closes.
+fn flock(file: &File, op: libc::c_int, what: &str) {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: the descriptor is open for as long as `file` is borrowed.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return;
+        }
+        let e = std::io::Error::last_os_error();
+        assert!(e.kind() == std::io::ErrorKind::Interrupted, "{what}: {e}");
     }
 }
 
