@@ -38,8 +38,31 @@ pub struct RealHub {
     pub ca_pem: String,
     /// hub.sh's folder (logs: apiserver.log, etcd.log).
     pub dir: PathBuf,
-    /// Held shared while this process lives: the reaper waits for every holder to be gone.
-    _users: File,
+    keep: Keep,
+}
+
+/// What keeps the hub running while this value lives.
+enum Keep {
+    /// The run's shared hub: held shared while this process lives; the reaper waits for every holder
+    /// to be gone.
+    Shared(#[allow(dead_code)] File),
+    /// A hub of this value's own ([`RealHub::private`]), stopped and removed on drop.
+    Own(PathBuf),
+}
+
+impl Drop for RealHub {
+    fn drop(&mut self) {
+        if let Keep::Own(script) = &self.keep {
+            let _ = Command::new("bash")
+                .arg(script)
+                .arg("stop")
+                .arg(&self.dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 /// The compatibility corpus's hub script, or a failure saying where it was looked for.
@@ -104,12 +127,43 @@ impl RealHub {
         if !(dir.join("ready").is_file() && ready(&dir)) {
             start(&script, &dir);
         }
-        let hub = RealHub::read(&dir, users);
+        let hub = RealHub::read(&dir, Keep::Shared(users));
         drop(lock);
         hub
     }
 
-    fn read(dir: &Path, users: File) -> RealHub {
+    /// A hub of the caller's own, stopped on drop: for a test that changes what is cluster-wide
+    /// (admission webhooks, the manifests themselves) and must not reach other tests. With
+    /// `manifests`, bootstream's CRDs and RBAC are applied as on the shared hub; without, it is bare.
+    pub async fn private(manifests: bool) -> RealHub {
+        let hub = tokio::task::spawn_blocking(RealHub::start_private).await.expect("starting a private hub");
+        if manifests {
+            install_manifests(&hub.url, &hub.admin_token, &hub.ca_pem).await;
+        }
+        hub
+    }
+
+    fn start_private() -> RealHub {
+        let script = hub_script();
+        let dir =
+            std::env::temp_dir().join(format!("bootstream-ownhub-{}-{:016x}", std::process::id(), fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).expect("a private hub's folder");
+        let hub_sh = |cmd: &str| {
+            Command::new("setsid").arg("-w").arg("bash").arg(&script).arg(cmd).arg(&dir).stdin(Stdio::null()).output()
+        };
+        let out = hub_sh("start").expect("running hub.sh (bash and setsid are needed)");
+        assert!(
+            out.status.success(),
+            "hub.sh start {} failed ({}):\n{}{}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        RealHub::read(&dir, Keep::Own(script.clone()))
+    }
+
+    fn read(dir: &Path, keep: Keep) -> RealHub {
         let env = std::fs::read_to_string(dir.join("env")).expect("hub.sh's env file");
         let url = env
             .lines()
@@ -122,7 +176,7 @@ impl RealHub {
             admin_token: std::fs::read_to_string(dir.join("admin-token")).expect("admin-token").trim().to_string(),
             ca_pem: std::fs::read_to_string(dir.join("ca.crt")).expect("ca.crt"),
             dir: dir.to_path_buf(),
-            _users: users,
+            keep,
         }
     }
 
@@ -391,6 +445,21 @@ mod tests {
 
     /// The harness itself: the hub answers as the cluster admin, the controller's ServiceAccount
     /// gets a token that RBAC knows, and it may do what `deploy/rbac.yaml` grants and no more.
+    #[tokio::test]
+    async fn a_private_hub_is_bare_without_manifests_and_gone_after_drop() {
+        let hub = RealHub::private(false).await;
+        let dir = hub.dir.clone();
+        let crds: kube::Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = kube::Api::all(hub.admin().await);
+        assert!(crds.list(&Default::default()).await.unwrap().items.is_empty());
+        let pid: i32 = std::fs::read_to_string(dir.join("apiserver.pid")).unwrap().trim().parse().unwrap();
+        drop(hub);
+        // SAFETY: signal 0 only probes.
+        assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "the private hub's kube-apiserver outlived it");
+        assert!(!dir.exists());
+    }
+
     #[tokio::test]
     async fn the_real_hub_serves_bootstreams_kinds_to_the_service_accounts_of_deploy_rbac() {
         let hub = RealHub::shared().await;
