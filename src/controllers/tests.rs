@@ -21,12 +21,22 @@ use crate::store::Store;
 use crate::store::kube::KubeStore;
 use crate::store::sqlite::SqliteStore;
 use crate::testkit::hub::ApiServer;
+use crate::testkit::realhub::RealHub;
 use crate::testkit::spoke::SpokeCluster;
 
 mod interleavings;
 mod metal3;
 
-const NS: &str = "pool";
+thread_local! {
+    /// The namespace of the scenario running on this thread: "pool", or on the real hub, which tests
+    /// share, one of the scenario's own.
+    static SCENARIO_NS: std::cell::Cell<&'static str> = const { std::cell::Cell::new("pool") };
+}
+
+/// The namespace the scenario works in.
+fn ns() -> &'static str {
+    SCENARIO_NS.with(|n| n.get())
+}
 
 /// The hub as a scenario sees it: the controllers' store (SQLite, or a cluster through the Kubernetes
 /// API), the store users apply their YAML to (the same SQLite store, or the one behind that API), and
@@ -35,7 +45,7 @@ struct World<S: Store> {
     store: S,
     /// What other actors (metal3, users) write through: on Kubernetes, with their own permissions.
     admin: S,
-    api: SqliteStore,
+    api: Behind,
     backend: Arc<Backend>,
     clock: Arc<ManualClock>,
     hub: Hub<S>,
@@ -43,6 +53,71 @@ struct World<S: Store> {
     _cluster: Option<Arc<ApiServer>>,
     /// On Kubernetes: waits until the controllers' cache has what the API server has.
     settle: Option<Settle>,
+}
+
+/// What holds the resources behind the controllers' back: the store behind the API server (the
+/// embedded store itself, or the test API server's), or a real API server.
+#[derive(Clone)]
+enum Behind {
+    Sqlite(SqliteStore),
+    /// kube-apiserver, written as its cluster admin; `observer` watches every kind in the scenario's
+    /// namespace, as admin: what the API server announces.
+    Hub {
+        admin: kube::Client,
+        observer: KubeStore,
+    },
+}
+
+impl Behind {
+    /// Creates or updates the object of a user's document, as `kubectl apply` would.
+    async fn apply_document(&self, kind: Kind, doc: Value) -> Value {
+        match self {
+            Behind::Sqlite(s) => s.apply_document(kind, doc).await.expect("apply").0,
+            Behind::Hub { admin, .. } => {
+                let api: kube::Api<kube::core::DynamicObject> = kube::Api::namespaced_with(
+                    admin.clone(),
+                    doc["metadata"]["namespace"].as_str().unwrap_or(ns()),
+                    &api_resource(kind),
+                );
+                let api = if kind.namespaced() { api } else { kube::Api::all_with(admin.clone(), &api_resource(kind)) };
+                let name = doc["metadata"]["name"].as_str().expect("a name").to_string();
+                let params = kube::api::PatchParams::apply("scenario-user").force();
+                let applied = api
+                    .patch(&name, &params, &kube::api::Patch::Apply(&doc))
+                    .await
+                    .unwrap_or_else(|e| panic!("applying {} {name}: {e}", kind.name()));
+                serde_json::to_value(applied).unwrap()
+            }
+        }
+    }
+
+    /// Replaces the object (not its status), past any admission but the API server's own.
+    async fn update<K: crate::store::Object>(&self, obj: &K) {
+        match self {
+            Behind::Sqlite(s) => drop(s.update(obj).await.unwrap()),
+            Behind::Hub { observer, .. } => drop(observer.update(obj).await.unwrap()),
+        }
+    }
+
+    /// Every change the API server makes.
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::store::ChangeEvent> {
+        match self {
+            Behind::Sqlite(s) => s.subscribe(),
+            Behind::Hub { observer, .. } => observer.subscribe(),
+        }
+    }
+}
+
+fn api_resource(kind: Kind) -> kube::core::ApiResource {
+    let api_version = kind.api_version();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    kube::core::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.name().into(),
+        plural: kind.plural().into(),
+    }
 }
 
 type Settle = Arc<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
@@ -59,13 +134,15 @@ fn kube_settle(store: &KubeStore, api: &SqliteStore) -> Settle {
 
 /// The embedded deployment: one SQLite store for everything.
 async fn embedded() -> World<SqliteStore> {
+    SCENARIO_NS.with(|n| n.set("pool"));
     let store = SqliteStore::open_in_memory().unwrap();
-    world(store.clone(), store.clone(), store.clone(), store, None, None).await
+    world(store.clone(), store.clone(), Behind::Sqlite(store.clone()), store, None, None).await
 }
 
 /// The Kubernetes deployment: the controllers reach the resources through kube-rs and an API server;
 /// host records stay in a SQLite store of their own.
 async fn on_kubernetes() -> World<KubeStore> {
+    SCENARIO_NS.with(|n| n.set("pool"));
     let _ = rustls::crypto::ring::default_provider().install_default();
     let api = SqliteStore::open_in_memory().unwrap();
     let server = ApiServer::start(api.clone()).await;
@@ -78,13 +155,51 @@ async fn on_kubernetes() -> World<KubeStore> {
     let store = KubeStore::start(server.client_as("controller").await, &Kind::ALL).await;
     let admin = KubeStore::start(server.client_as("admin").await, &[]).await;
     let settle = kube_settle(&store, &api);
-    world(store, admin, api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server)), Some(settle)).await
+    world(
+        store,
+        admin,
+        Behind::Sqlite(api),
+        SqliteStore::open_in_memory().unwrap(),
+        Some(Arc::new(server)),
+        Some(settle),
+    )
+    .await
+}
+
+/// The Kubernetes deployment on a real kube-apiserver and etcd ([`RealHub`], shared by the tests of
+/// a run), in a namespace of the scenario's own (`label` names it). The controllers use a token of
+/// the ServiceAccount `deploy/rbac.yaml` binds, so they have exactly the permissions it grants; users
+/// and metal3 write as the cluster admin.
+async fn on_real_hub(label: &str) -> World<KubeStore> {
+    let (store, admin, api, settle) = real_hub_stores(label).await;
+    world(store, admin, api, SqliteStore::open_in_memory().unwrap(), None, Some(settle)).await
+}
+
+/// The stores of a scenario on the real hub: the controllers', the admin's, what is behind them, and
+/// the wait for the controllers' cache to catch up.
+async fn real_hub_stores(label: &str) -> (KubeStore, KubeStore, Behind, Settle) {
+    let hub = RealHub::shared().await;
+    let namespace: &'static str = Box::leak(hub.namespace(label).await.into_boxed_str());
+    SCENARIO_NS.with(|n| n.set(namespace));
+    let token = hub.service_account_token("bootstream-controller").await;
+    let store = KubeStore::start_in(hub.client_as(&token).await, &Kind::ALL, Some(namespace)).await;
+    let admin_client = hub.admin().await;
+    let admin = KubeStore::start_in(admin_client.clone(), &[], Some(namespace)).await;
+    let observer = KubeStore::start_in(admin_client.clone(), &Kind::ALL, Some(namespace)).await;
+    let settle: Settle = {
+        let (store, admin_client) = (store.clone(), admin_client.clone());
+        Arc::new(move || {
+            let (store, admin_client) = (store.clone(), admin_client.clone());
+            Box::pin(async move { store.caught_up_with_cluster(&admin_client, namespace).await })
+        })
+    };
+    (store, admin, Behind::Hub { admin: admin_client, observer }, settle)
 }
 
 async fn world<S: Store>(
     store: S,
     admin: S,
-    api: SqliteStore,
+    api: Behind,
     records: SqliteStore,
     cluster: Option<Arc<ApiServer>>,
     settle: Option<Settle>,
@@ -108,7 +223,7 @@ async fn world<S: Store>(
     let w = World { store, admin, api, backend, clock, hub, _cluster: cluster, settle };
     w.apply(
         Kind::Secret,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ps", "namespace": ns()},
                                   "stringData": {".dockerconfigjson": "{\"auths\":{}}"}}),
     )
     .await;
@@ -116,8 +231,11 @@ async fn world<S: Store>(
     w
 }
 
-/// Each scenario named runs twice: against the embedded store (`embedded::NAME`) and against a
-/// Kubernetes API server through kube-rs (`kubernetes::NAME`), with the same assertions.
+/// Each scenario named runs three times, with the same assertions: against the embedded store
+/// (`embedded::NAME`), against bootstream's own Kubernetes API server through kube-rs
+/// (`kubernetes::NAME`), and against a real kube-apiserver and etcd (`real_hub::NAME`, the run's
+/// shared [`RealHub`], a namespace of the scenario's own). On both Kubernetes servers the controllers
+/// have only what `deploy/rbac.yaml` grants them: a refused request fails the scenario.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod embedded {
@@ -135,6 +253,17 @@ macro_rules! on_both_stores {
                 assert_eq!(usage.requests_of("list"), lists, "LISTs after the initial sync: {:?}", usage.requests());
             } )*
         }
+        /// On a real kube-apiserver and etcd, the controllers with deploy/rbac.yaml's ServiceAccount.
+        mod real_hub {
+            $( #[tokio::test] async fn $name() {
+                let w = super::on_real_hub(stringify!($name)).await;
+                let usage = w.store.usage();
+                let lists = usage.requests_of("list");
+                super::$name(w).await;
+                assert_eq!(usage.refused(), (Vec::<String>::new(), 0), "requests deploy/rbac.yaml does not allow");
+                assert_eq!(usage.requests_of("list"), lists, "LISTs after the initial sync: {:?}", usage.requests());
+            } )*
+        }
     };
 }
 use on_both_stores;
@@ -144,7 +273,7 @@ impl<S: Store> World<S> {
     async fn apply(&self, kind: Kind, doc: Value) -> Value {
         let (checked_kind, doc) = crate::resources::validate_document(&doc).expect("a valid document");
         assert_eq!(checked_kind, kind);
-        let applied = self.api.apply_document(kind, doc).await.expect("apply").0;
+        let applied = self.api.apply_document(kind, doc).await;
         self.settle().await;
         applied
     }
@@ -160,13 +289,13 @@ impl<S: Store> World<S> {
     async fn infraenv(&self, name: &str, cluster_ref: Option<&str>) -> String {
         let mut spec = json!({"pullSecretRef": {"name": "ps"}});
         if let Some(cd) = cluster_ref {
-            spec["clusterRef"] = json!({"name": cd, "namespace": NS});
+            spec["clusterRef"] = json!({"name": cd, "namespace": ns()});
         }
         let doc = self
             .apply(
                 Kind::InfraEnv,
                 json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
-                       "metadata": {"name": name, "namespace": NS}, "spec": spec}),
+                       "metadata": {"name": name, "namespace": ns()}, "spec": spec}),
             )
             .await;
         doc["metadata"]["uid"].as_str().unwrap().to_string()
@@ -177,7 +306,7 @@ impl<S: Store> World<S> {
         self.apply(
             Kind::ClusterDeployment,
             json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
-                   "metadata": {"name": name, "namespace": NS},
+                   "metadata": {"name": name, "namespace": ns()},
                    "spec": {"baseDomain": "example.com", "clusterName": name, "platform": {"agentBareMetal": {}},
                             "clusterInstallRef": {"group": "extensions.hive.openshift.io", "kind": "AgentClusterInstall",
                                                   "name": name, "version": "v1beta1"}}}),
@@ -186,7 +315,7 @@ impl<S: Store> World<S> {
         self.apply(
             Kind::AgentClusterInstall,
             json!({"apiVersion": "extensions.hive.openshift.io/v1beta1", "kind": "AgentClusterInstall",
-                   "metadata": {"name": name, "namespace": NS},
+                   "metadata": {"name": name, "namespace": ns()},
                    "spec": {"clusterDeploymentRef": {"name": name}, "networking": {},
                             "provisionRequirements": {"controlPlaneAgents": 3}}}),
         )
@@ -196,16 +325,16 @@ impl<S: Store> World<S> {
 
     async fn reconcile_cluster(&self, name: &str) -> String {
         for _ in 0..5 {
-            cluster::reconcile(&self.hub.clusters, NS, name).await.unwrap();
+            cluster::reconcile(&self.hub.clusters, ns(), name).await.unwrap();
         }
-        self.backend.cluster_by_kube_key(NS, name).await.map(|c| c.id).unwrap_or_default()
+        self.backend.cluster_by_kube_key(ns(), name).await.map(|c| c.id).unwrap_or_default()
     }
 
     /// A host of InfraEnv `ie` that registered and sent its inventory, with its Agent reconciled.
     async fn pool_host(&self, ie: &str, index: usize) -> String {
         let ie_uid = self.ie_uid(ie).await;
         let id = uuid::Uuid::new_v4().to_string();
-        self.backend.register_host(&ie_uid, NS, &id, "v1", None).await.unwrap();
+        self.backend.register_host(&ie_uid, ns(), &id, "v1", None).await.unwrap();
         self.backend
             .update_inventory(&self.key(&id).await, crate::hosts::simulated::inventory(index).to_string())
             .await
@@ -213,7 +342,7 @@ impl<S: Store> World<S> {
         self.apply(
             Kind::Agent,
             json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
-                   "metadata": {"name": id, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: ie}},
+                   "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: ie}},
                    "spec": {"approved": true}}),
         )
         .await;
@@ -223,21 +352,21 @@ impl<S: Store> World<S> {
 
     /// The key of the record of the Agent `id` of the test namespace.
     async fn key(&self, id: &str) -> crate::hosts::HostKey {
-        self.backend.host_of_agent(NS, id).await.expect("the host exists").key()
+        self.backend.host_of_agent(ns(), id).await.expect("the host exists").key()
     }
 
     async fn ie_uid(&self, name: &str) -> String {
-        self.store.get::<InfraEnv>(NS, name).await.unwrap().expect("the InfraEnv exists").metadata.uid.unwrap()
+        self.store.get::<InfraEnv>(ns(), name).await.unwrap().expect("the InfraEnv exists").metadata.uid.unwrap()
     }
 
     /// The host's agent starts again (after an `exit` step or a reboot into discovery) and registers.
     async fn register_again(&self, id: &str) {
-        self.backend.register_host(&self.ie_uid("pool").await, NS, id, "v1", None).await.unwrap();
+        self.backend.register_host(&self.ie_uid("pool").await, ns(), id, "v1", None).await.unwrap();
     }
 
     async fn reconcile(&self, name: &str) -> Action {
         loop {
-            match agent::reconcile(&self.hub.agents, NS, name).await.unwrap() {
+            match agent::reconcile(&self.hub.agents, ns(), name).await.unwrap() {
                 Action::RequeueAfter(d) if d.is_zero() => continue,
                 other => return other,
             }
@@ -245,18 +374,18 @@ impl<S: Store> World<S> {
     }
 
     async fn agent(&self, name: &str) -> Agent {
-        self.store.get::<Agent>(NS, name).await.unwrap().expect("the Agent exists")
+        self.store.get::<Agent>(ns(), name).await.unwrap().expect("the Agent exists")
     }
 
     async fn status(&self, id: &str) -> HostStatus {
-        self.backend.host_of_agent(NS, id).await.expect("the host exists").status
+        self.backend.host_of_agent(ns(), id).await.expect("the host exists").status
     }
 
     /// Points the Agent at `cd` (None: unbinds) and reconciles it.
     async fn set_cluster(&self, name: &str, cd: Option<&str>) -> Action {
         let mut a = self.agent(name).await;
         a.spec.cluster_deployment_name =
-            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": NS})).unwrap());
+            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": ns()})).unwrap());
         self.store.update(&a).await.unwrap();
         self.reconcile(name).await
     }
@@ -266,8 +395,8 @@ impl<S: Store> World<S> {
     async fn set_cluster_past_admission(&self, name: &str, cd: Option<&str>) -> Action {
         let mut a = self.agent(name).await;
         a.spec.cluster_deployment_name =
-            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": NS})).unwrap());
-        self.api.update(&a).await.unwrap();
+            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": ns()})).unwrap());
+        self.api.update(&a).await;
         self.settle().await;
         self.reconcile(name).await
     }
@@ -299,7 +428,7 @@ impl<S: Store> World<S> {
     }
 
     async fn hostname(&self, id: &str) -> String {
-        self.backend.host_of_agent(NS, id).await.unwrap().hostname()
+        self.backend.host_of_agent(ns(), id).await.unwrap().hostname()
     }
 
     /// A spoke cluster holding the host's node, reachable through the CD's admin kubeconfig secret.
@@ -318,7 +447,7 @@ impl<S: Store> World<S> {
         }
         self.apply(
             Kind::Secret,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{cd}-admin-kubeconfig"), "namespace": NS},
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{cd}-admin-kubeconfig"), "namespace": ns()},
                    "stringData": {"kubeconfig": spoke.kubeconfig()}}),
         )
         .await;
@@ -354,7 +483,7 @@ async fn scenario_25_agent_bind<S: Store>(w: World<S>) {
     let id = w.pool_host("pool", 0).await;
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
     w.set_cluster(&id, Some("c1")).await;
-    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
     assert_eq!((host.status, host.cluster_id.as_deref()), (HostStatus::Binding, Some(cid.as_str())));
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
@@ -366,11 +495,14 @@ async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers<S: Sto
     assert_eq!(action, Action::RequeueAfter(Duration::from_secs(10)));
     let agent = w.agent(&id).await;
     assert_eq!(cond(&agent, SPEC_SYNCED), ("False", REASON_BACKEND_ERROR.into()));
-    assert!(cond_message(&agent, SPEC_SYNCED).contains("failed to find cluster for clusterDeployment pool/c1"));
+    assert!(
+        cond_message(&agent, SPEC_SYNCED)
+            .contains(&format!("failed to find cluster for clusterDeployment {}/c1", ns()))
+    );
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
     let cid = w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
-    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().cluster_id, Some(cid));
+    assert_eq!(w.backend.host_of_agent(ns(), &id).await.unwrap().cluster_id, Some(cid));
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
@@ -381,7 +513,7 @@ async fn scenario_27_moving_an_agent_unbinds_it_first<S: Store>(w: World<S>) {
     w.set_cluster(&id, Some("a")).await;
     w.set_host(&id, HostStatus::Known, "").await;
     w.set_cluster(&id, Some("b")).await;
-    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
     assert_eq!((host.status, host.cluster_id), (HostStatus::Unbinding, None));
 }
 
@@ -430,7 +562,7 @@ async fn scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke<S
     assert!(spoke.get(&ds).is_some(), "no reclaim DaemonSet; spoke has {:?}", spoke.paths());
 
     // The reclaim agent downloads the boot artifacts, then reboots the node into discovery.
-    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
     let urls = crate::hosts::instructions::BootArtifactUrls {
         kernel_url: "http://hub.example/kernel".into(),
         initrd_url: "http://hub.example/initrd".into(),
@@ -574,7 +706,7 @@ async fn a_spoke_kubeconfig_that_names_a_program_or_hub_files_runs_and_reads_not
         );
         w.apply(
             Kind::Secret,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-admin-kubeconfig", "namespace": NS},
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-admin-kubeconfig", "namespace": ns()},
                    "stringData": {"kubeconfig": kubeconfig}}),
         )
         .await;
@@ -653,13 +785,13 @@ async fn scenario_36_deleting_an_agent_of_a_deleted_cluster_skips_the_spoke<S: S
     let id = w.installed_host("c1", 0).await;
     let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
     // The ClusterDeployment is being deleted (the finalizer holds it).
-    w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.admin.delete::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap();
     w.settle().await;
-    w.store.delete::<Agent>(NS, &id).await.unwrap();
+    w.store.delete::<Agent>(ns(), &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.requests().is_empty(), "{:?}", spoke.requests());
-    assert!(w.backend.host_of_agent(NS, &id).await.is_none(), "the host is deregistered");
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none(), "the finalizer is removed");
+    assert!(w.backend.host_of_agent(ns(), &id).await.is_none(), "the host is deregistered");
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_none(), "the finalizer is removed");
 }
 
 async fn scenario_37_deleting_an_installed_agent_removes_its_node<S: Store>(w: World<S>) {
@@ -667,10 +799,10 @@ async fn scenario_37_deleting_an_installed_agent_removes_its_node<S: Store>(w: W
     let id = w.installed_host("c1", 0).await;
     let node = w.hostname(&id).await;
     let spoke = w.spoke_for("c1", &node).await;
-    w.store.delete::<Agent>(NS, &id).await.unwrap();
+    w.store.delete::<Agent>(ns(), &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_none());
 }
 
 async fn scenario_40_an_agent_without_its_host_gets_it_back<S: Store>(w: World<S>) {
@@ -681,20 +813,20 @@ async fn scenario_40_an_agent_without_its_host_gets_it_back<S: Store>(w: World<S
     w.store.update(&a).await.unwrap();
     w.backend.deregister_host(&w.key(&id).await).await.unwrap();
     assert_eq!(w.reconcile(&id).await, Action::RequeueAfter(Duration::from_secs(60)));
-    let host = w.backend.host_of_agent(NS, &id).await.expect("recreated");
+    let host = w.backend.host_of_agent(ns(), &id).await.expect("recreated");
     assert_eq!((host.status, host.cluster_id), (HostStatus::KnownUnbound, None));
 }
 
 async fn scenario_55_deleting_the_install_unbinds_late_bound_agents<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
-    w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+    w.store.delete::<crate::resources::AgentClusterInstall>(ns(), "c1").await.unwrap();
     w.reconcile_cluster("c1").await;
     let agent = w.agent(&id).await;
     assert_eq!(agent.spec.cluster_deployment_name, None);
     w.reconcile(&id).await;
     assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
-    assert!(w.store.get::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap().is_none());
+    assert!(w.store.get::<crate::resources::AgentClusterInstall>(ns(), "c1").await.unwrap().is_none());
 }
 
 async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(w: World<S>) {
@@ -702,33 +834,33 @@ async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(
     w.infraenv("c1-hosts", Some("c1")).await;
     let ie_uid = w.ie_uid("c1-hosts").await;
     let id = uuid::Uuid::new_v4().to_string();
-    w.backend.register_host(&ie_uid, NS, &id, "v1", Some(cid)).await.unwrap();
+    w.backend.register_host(&ie_uid, ns(), &id, "v1", Some(cid)).await.unwrap();
     w.apply(
         Kind::Agent,
         json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
-               "metadata": {"name": id, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: "c1-hosts"}},
-               "spec": {"approved": true, "clusterDeploymentName": {"name": "c1", "namespace": NS}}}),
+               "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "c1-hosts"}},
+               "spec": {"approved": true, "clusterDeploymentName": {"name": "c1", "namespace": ns()}}}),
     )
     .await;
     w.reconcile(&id).await;
-    w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+    w.admin.delete::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap();
     w.settle().await;
     w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
-    assert!(w.backend.host_of_agent(NS, &id).await.is_none());
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_none());
+    assert!(w.backend.host_of_agent(ns(), &id).await.is_none());
 }
 
 async fn scenario_57_preserve_on_delete_deletes_late_bound_agents<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
-    let mut cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    let mut cd = w.store.get::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap().unwrap();
     cd.spec.preserve_on_delete = true;
     w.store.update(&cd).await.unwrap();
     let id = w.installed_host("c1", 0).await;
-    w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+    w.store.delete::<crate::resources::AgentClusterInstall>(ns(), "c1").await.unwrap();
     w.reconcile_cluster("c1").await;
     w.reconcile(&id).await;
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_none());
 }
 
 async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor<S: Store>(w: World<S>) {
@@ -748,7 +880,7 @@ async fn pool_hosts_disconnect_after_three_minutes_through_the_backend_monitor<S
 async fn infraenv_labels_named_for_propagation_become_node_labels<S: Store>(w: World<S>) {
     let propagate = |keys: &str| {
         json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
-               "metadata": {"name": "pool", "namespace": NS, "labels": {"zone": "a", "rack": "r1", "other": "x"},
+               "metadata": {"name": "pool", "namespace": ns(), "labels": {"zone": "a", "rack": "r1", "other": "x"},
                             "annotations": {"infraenv.agent-install.openshift.io/propagate-node-labels": keys}},
                "spec": {"pullSecretRef": {"name": "ps"}}})
     };
@@ -761,7 +893,7 @@ async fn infraenv_labels_named_for_propagation_become_node_labels<S: Store>(w: W
         a.metadata.annotations.as_ref().unwrap()["agent.agent-install.openshift.io/inherited-node-labels"],
         "rack,zone"
     );
-    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().node_labels, r#"{"rack":"r1","zone":"a"}"#);
+    assert_eq!(w.backend.host_of_agent(ns(), &id).await.unwrap().node_labels, r#"{"rack":"r1","zone":"a"}"#);
     // A label set by hand stays; one the InfraEnv stops propagating goes.
     let mut a = w.agent(&id).await;
     a.spec.node_labels.as_mut().unwrap().insert("mine".into(), "yes".into());
@@ -770,7 +902,7 @@ async fn infraenv_labels_named_for_propagation_become_node_labels<S: Store>(w: W
     w.reconcile(&id).await;
     let a = w.agent(&id).await;
     assert_eq!(labels(&a), [("mine".to_string(), "yes".to_string()), ("zone".into(), "a".into())].into());
-    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().node_labels, r#"{"mine":"yes","zone":"a"}"#);
+    assert_eq!(w.backend.host_of_agent(ns(), &id).await.unwrap().node_labels, r#"{"mine":"yes","zone":"a"}"#);
 }
 
 async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(w: World<S>) {
@@ -782,7 +914,7 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(
         async move {
             let mut a = w.agent(&id).await;
             a.spec.ignition_endpoint_token_reference =
-                name.map(|n| serde_json::from_value(json!({"namespace": NS, "name": n})).unwrap());
+                name.map(|n| serde_json::from_value(json!({"namespace": ns(), "name": n})).unwrap());
             a.spec.ignition_endpoint_http_headers = Some([("X-Origin".to_string(), "hub".to_string())].into());
             w.store.update(&a).await.unwrap();
             w.reconcile(&id).await;
@@ -790,18 +922,18 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(
     };
     w.apply(
         Kind::Secret,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": ns()},
                                   "stringData": {"ignition-token": "s3cret"}}),
     )
     .await;
     w.apply(
         Kind::Secret,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "empty", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "empty", "namespace": ns()},
                                   "stringData": {"other": "x"}}),
     )
     .await;
     set_ref(Some("tok")).await;
-    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
     assert_eq!(host.ignition_endpoint_token, "s3cret");
     assert_eq!(host.ignition_endpoint_http_headers, r#"[{"key":"X-Origin","value":"hub"}]"#);
     set_ref(Some("empty")).await;
@@ -809,7 +941,7 @@ async fn the_ignition_endpoint_token_comes_from_the_referenced_secret<S: Store>(
     assert_eq!(cond(&a, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()));
     assert!(cond_message(&a, SPEC_SYNCED).ends_with("secret empty did not contain key value"));
     set_ref(None).await;
-    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().ignition_endpoint_token, "");
+    assert_eq!(w.backend.host_of_agent(ns(), &id).await.unwrap().ignition_endpoint_token, "");
 }
 
 /// A host of cluster c1 mid-installation (Configuring), its node in a reachable spoke: the setting of
@@ -832,23 +964,23 @@ async fn scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_clean
             .unwrap(),
     ]);
     w.store.update_status(&a).await.unwrap();
-    w.store.delete::<Agent>(NS, &id).await.unwrap();
+    w.store.delete::<Agent>(ns(), &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none(), "{:?}", spoke.requests());
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_none());
 }
 
 async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering<S: Store>(w: World<S>) {
     w.cluster_deployment("c1", true).await;
     let id = w.installed_host("c1", 0).await;
     w.set_host(&id, HostStatus::InstallingInProgress, "Writing image to disk").await;
-    let mut cluster = w.backend.cluster_by_kube_key(NS, "c1").await.unwrap();
+    let mut cluster = w.backend.cluster_by_kube_key(ns(), "c1").await.unwrap();
     cluster.status = "installing".into();
     w.backend.put_cluster(cluster).await.unwrap();
-    w.store.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+    w.store.delete::<crate::resources::AgentClusterInstall>(ns(), "c1").await.unwrap();
     w.reconcile_cluster("c1").await;
     assert_eq!(w.status(&id).await, HostStatus::Cancelled, "cancelled before the cluster went");
-    assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_none(), "deregistered");
+    assert!(w.backend.cluster_by_kube_key(ns(), "c1").await.is_none(), "deregistered");
     // The agent is returned to the pool, and waits for a reboot.
     assert_eq!(w.agent(&id).await.spec.cluster_deployment_name, None);
     w.reconcile(&id).await;
@@ -858,12 +990,12 @@ async fn scenario_54_deleting_the_install_cancels_a_running_installation_before_
 /// One reconcile of the ClusterDeployment `name` (the cluster's state moves at most one step).
 async fn reconcile_cluster_once<S: Store>(w: &World<S>, name: &str) -> Action {
     // Boxed: on Kubernetes this future is too large for a test thread's stack inside a long scenario.
-    Box::pin(cluster::reconcile(&w.hub.clusters, NS, name)).await.unwrap()
+    Box::pin(cluster::reconcile(&w.hub.clusters, ns(), name)).await.unwrap()
 }
 
 fn aci_of<S: Store>(w: &World<S>, name: &str) -> impl Future<Output = crate::resources::AgentClusterInstall> {
     let (store, name) = (w.store.clone(), name.to_string());
-    async move { store.get::<crate::resources::AgentClusterInstall>(NS, &name).await.unwrap().expect("the ACI") }
+    async move { store.get::<crate::resources::AgentClusterInstall>(ns(), &name).await.unwrap().expect("the ACI") }
 }
 
 /// The AgentClusterInstall's conditions as (type, status, reason, message), in their order.
@@ -979,12 +1111,12 @@ async fn an_installation_reports_six_conditions_and_ends_with_the_admin_secrets<
         aci_cond(&w, "c1", COMPLETED).await,
         c3("False", "InstallationInProgress", "The installation is in progress: Finalizing cluster installation")
     );
-    assert!(w.store.get::<k8s_openapi::api::core::v1::Secret>(NS, "c1-admin-kubeconfig").await.unwrap().is_none());
-    let cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    assert!(w.store.get::<k8s_openapi::api::core::v1::Secret>(ns(), "c1-admin-kubeconfig").await.unwrap().is_none());
+    let cd = w.store.get::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap().unwrap();
     assert!(!cd.spec.installed);
 
     // The installer reports them: the cluster is installed, its Secrets made and referenced.
-    let cluster = w.backend.cluster_by_kube_key(NS, "c1").await.unwrap();
+    let cluster = w.backend.cluster_by_kube_key(ns(), "c1").await.unwrap();
     let kubeconfig = crate::cli::simulate::simulated_kubeconfig(&cluster.id);
     let password = crate::cli::simulate::simulated_password(&cluster.id);
     w.backend.put_credential(&cluster.id, crate::pool::CredentialFile::Kubeconfig, kubeconfig.clone()).await.unwrap();
@@ -1010,7 +1142,7 @@ async fn an_installation_reports_six_conditions_and_ends_with_the_admin_secrets<
         c3("False", "InstallationNotFailed", "The installation has not failed")
     );
 
-    let cd = w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    let cd = w.store.get::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap().unwrap();
     assert!(cd.spec.installed);
     let meta = cd.spec.cluster_metadata.clone().expect("clusterMetadata on the ClusterDeployment");
     assert_eq!((meta.cluster_id.as_str(), meta.infra_id.as_str()), (cluster.id.as_str(), cluster.id.as_str()));
@@ -1020,7 +1152,7 @@ async fn an_installation_reports_six_conditions_and_ends_with_the_admin_secrets<
 
     let secret = |name: &'static str| {
         let store = w.store.clone();
-        async move { store.get::<k8s_openapi::api::core::v1::Secret>(NS, name).await.unwrap().expect(name) }
+        async move { store.get::<k8s_openapi::api::core::v1::Secret>(ns(), name).await.unwrap().expect(name) }
     };
     let data = |s: &k8s_openapi::api::core::v1::Secret, key: &str| {
         String::from_utf8(s.data.as_ref().unwrap()[key].0.clone()).unwrap()
@@ -1081,7 +1213,7 @@ async fn a_failed_or_cancelled_installation_says_it_stopped_and_why<S: Store>(w:
         aci_cond(&w, "c1", REQUIREMENTS_MET).await,
         c3("True", "ClusterInstallationStopped", "The cluster installation stopped")
     );
-    let mut cluster = w.backend.cluster_by_kube_key(NS, "c1").await.unwrap();
+    let mut cluster = w.backend.cluster_by_kube_key(ns(), "c1").await.unwrap();
     cluster.status = "cancelled".into();
     cluster.status_info = "Canceled cluster installation".into();
     w.backend.put_cluster(cluster).await.unwrap();
@@ -1108,7 +1240,7 @@ async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<
     let mut aci = aci_of(&w, "c1").await;
     aci.spec.image_set_ref = Some(crate::resources::LocalObjectReference { name: "openshift-v4.20.0".into() });
     // The reference is immutable once set (admission refuses the change): written into the store.
-    w.api.update(&aci).await.unwrap();
+    w.api.update(&aci).await;
     w.settle().await;
     // The finalizers first, then the sync.
     let mut action = Action::Done;
@@ -1131,7 +1263,7 @@ async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<
             "{type_}"
         );
     }
-    assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_none(), "no cluster record without its release");
+    assert!(w.backend.cluster_by_kube_key(ns(), "c1").await.is_none(), "no cluster record without its release");
     w.apply(
         Kind::ClusterImageSet,
         json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterImageSet", "metadata": {"name": "openshift-v4.20.0"},
@@ -1140,7 +1272,7 @@ async fn an_install_without_its_cluster_image_set_is_not_synced_until_it_exists<
     .await;
     reconcile_cluster_once(&w, "c1").await;
     assert_eq!(aci_cond(&w, "c1", SPEC_SYNCED).await, c3("True", "SyncOK", "SyncOK"));
-    assert_eq!(w.backend.cluster_by_kube_key(NS, "c1").await.unwrap().openshift_version, "4.20.0");
+    assert_eq!(w.backend.cluster_by_kube_key(ns(), "c1").await.unwrap().openshift_version, "4.20.0");
 }
 
 /// Item 5 of issue 32: the Agent's ignition token (from its secret), Ignition overrides and
@@ -1151,7 +1283,7 @@ async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: S
     let id = bound_known_host(&w, "c1", 0).await;
     w.apply(
         Kind::Secret,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tok", "namespace": ns()},
                "stringData": {"ignition-token": "s3cret"}}),
     )
     .await;
@@ -1163,7 +1295,7 @@ async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: S
             a.spec.installer_args = args.map(str::to_string);
             a.spec.ignition_config_overrides = ign.map(str::to_string);
             a.spec.ignition_endpoint_token_reference =
-                Some(serde_json::from_value(json!({"namespace": NS, "name": "tok"})).unwrap());
+                Some(serde_json::from_value(json!({"namespace": ns(), "name": "tok"})).unwrap());
             a.spec.ignition_endpoint_http_headers = Some([("X-Origin".to_string(), "hub".to_string())].into());
             w.store.update(&a).await.unwrap();
             w.reconcile(&id).await;
@@ -1190,7 +1322,7 @@ async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: S
         let m = cond_message(&a, SPEC_SYNCED);
         assert!(m.starts_with("The Spec could not be synced due to an input error: "), "{m}");
         assert!(m.contains(message), "{m} lacks {message}");
-        let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+        let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
         assert_eq!(host.installer_args, r#"["--append-karg","ip=eth0:dhcp","--save-partlabel","data*"]"#);
         assert_eq!(host.ignition_config_overrides, overrides, "the host keeps what it had");
     }
@@ -1204,7 +1336,7 @@ async fn ignition_token_overrides_and_installer_args_reach_the_install_step<S: S
     w.settle().await;
     reconcile_cluster_once(&w, "c1").await;
     assert_eq!(w.status(&id).await, HostStatus::Installing);
-    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
     let steps = crate::hosts::instructions::next_steps(&host, None, Some("4.20.0"));
     let install = steps.instructions.iter().find(|s| s.step_type == "install").expect("an install step");
     let args: Value = serde_json::from_str(&install.args[0]).unwrap();
@@ -1231,7 +1363,7 @@ async fn an_installing_host_is_held_whoever_writes_its_agent<S: Store>(w: World<
     w.set_host(&id, HostStatus::InstallingInProgress, "Writing image to disk").await;
     for target in [Some("b"), None] {
         w.set_cluster_past_admission(&id, target).await;
-        let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+        let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
         assert_eq!((host.status, host.cluster_id.as_deref()), (HostStatus::InstallingInProgress, Some(a.as_str())));
         let agent = w.agent(&id).await;
         assert_eq!(cond(&agent, SPEC_SYNCED), ("False", REASON_INPUT_ERROR.into()), "{target:?}");
@@ -1252,20 +1384,20 @@ async fn an_infraenv_edited_past_admission_moves_no_installing_host<S: Store>(w:
     let id = w.pool_host("pool", 0).await;
     w.set_cluster(&id, Some("a")).await;
     w.set_host(&id, HostStatus::InstallingInProgress, "Rebooting").await;
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
-    ie.spec.cluster_ref = Some(serde_json::from_value(json!({"name": "b", "namespace": NS})).unwrap());
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
+    ie.spec.cluster_ref = Some(serde_json::from_value(json!({"name": "b", "namespace": ns()})).unwrap());
     ie.spec.cpu_architecture = Some("arm64".into());
     if w._cluster.is_some() {
         let refused = w.admin.update(&ie).await.unwrap_err();
         w.settle().await;
         assert!(refused.to_string().contains("immutable after InfraEnv creation"), "{refused}");
     }
-    w.api.update(&ie).await.unwrap();
+    w.api.update(&ie).await;
     w.settle().await;
     w.reconcile(&id).await;
     w.register_again(&id).await;
     w.reconcile(&id).await;
-    let host = w.backend.host_of_agent(NS, &id).await.unwrap();
+    let host = w.backend.host_of_agent(ns(), &id).await.unwrap();
     assert_eq!((host.status, host.cluster_id.as_deref()), (HostStatus::InstallingPendingUserAction, Some(a.as_str())));
     let agent = w.agent(&id).await;
     assert_eq!(agent.spec.cluster_deployment_name.as_ref().map(|r| r.name.as_str()), Some("a"));
@@ -1295,10 +1427,10 @@ async fn installed_cluster_with_spoke<S: Store>(w: &World<S>) -> (Vec<String>, V
 async fn deleting_a_cluster_never_reclaims_in_any_order<S: Store>(w: &World<S>, only_the_install: bool) {
     let (ids, nodes, spoke) = installed_cluster_with_spoke(w).await;
     if only_the_install {
-        w.admin.delete::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap();
+        w.admin.delete::<crate::resources::AgentClusterInstall>(ns(), "c1").await.unwrap();
         w.settle().await;
     } else {
-        w.admin.delete::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap();
+        w.admin.delete::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap();
         w.settle().await;
     }
     // What the cluster controller's unbindAgents does first, then the agent controller at once.
@@ -1306,10 +1438,10 @@ async fn deleting_a_cluster_never_reclaims_in_any_order<S: Store>(w: &World<S>, 
     first.spec.cluster_deployment_name = None;
     w.admin.update(&first).await.unwrap();
     w.settle().await;
-    assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_some(), "the cluster record is still there");
+    assert!(w.backend.cluster_by_kube_key(ns(), "c1").await.is_some(), "the cluster record is still there");
     w.reconcile(&ids[0]).await;
     w.reconcile_cluster("c1").await;
-    assert!(w.backend.cluster_by_kube_key(NS, "c1").await.is_none(), "deregistered");
+    assert!(w.backend.cluster_by_kube_key(ns(), "c1").await.is_none(), "deregistered");
     for id in &ids {
         w.reconcile(id).await;
     }
@@ -1336,12 +1468,12 @@ async fn deleting_a_cluster_never_reclaims_in_any_order<S: Store>(w: &World<S>, 
 
 async fn deleting_a_cluster_deployment_never_reclaims_in_any_order<S: Store>(w: World<S>) {
     deleting_a_cluster_never_reclaims_in_any_order(&w, false).await;
-    assert!(w.store.get::<crate::resources::ClusterDeployment>(NS, "c1").await.unwrap().is_none());
+    assert!(w.store.get::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap().is_none());
 }
 
 async fn deleting_only_the_install_never_reclaims_in_any_order<S: Store>(w: World<S>) {
     deleting_a_cluster_never_reclaims_in_any_order(&w, true).await;
-    assert!(w.store.get::<crate::resources::AgentClusterInstall>(NS, "c1").await.unwrap().is_none());
+    assert!(w.store.get::<crate::resources::AgentClusterInstall>(ns(), "c1").await.unwrap().is_none());
 }
 
 /// The reclaim design: a node a machine API provider manages (its Machine named in an annotation) is
@@ -1387,22 +1519,22 @@ async fn deleting_an_infraenv_takes_its_free_and_installed_hosts_at_once<S: Stor
     w.set_cluster(&held, Some("c1")).await;
     w.set_host(&held, HostStatus::Known, "").await;
 
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     if super::runtime::add_finalizer(&mut ie.metadata, super::infraenv::INFRAENV_FINALIZER) {
         w.store.update(&ie).await.unwrap();
     }
-    w.admin.delete::<InfraEnv>(NS, "pool").await.unwrap();
+    w.admin.delete::<InfraEnv>(ns(), "pool").await.unwrap();
     w.settle().await;
-    let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().expect("held by its finalizer");
+    let ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().expect("held by its finalizer");
     let action = super::infraenv::cleanup(&w.store, &w.backend, ie).await.unwrap();
     assert_eq!(action, Action::RequeueAfter(Duration::from_secs(60)));
     for id in [&free, &installed, &reclaiming] {
         w.reconcile(id).await;
-        assert!(w.store.get::<Agent>(NS, id).await.unwrap().is_none(), "{id} went with the InfraEnv");
-        assert!(w.backend.host_of_agent(NS, id).await.is_none(), "{id} is deregistered");
+        assert!(w.store.get::<Agent>(ns(), id).await.unwrap().is_none(), "{id} went with the InfraEnv");
+        assert!(w.backend.host_of_agent(ns(), id).await.is_none(), "{id} is deregistered");
     }
-    assert!(w.backend.host_of_agent(NS, &held).await.is_some());
-    let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    assert!(w.backend.host_of_agent(ns(), &held).await.is_some());
+    let ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     let blocked = ie.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "DeletionBlocked").unwrap();
     assert_eq!(
         blocked.message,
@@ -1411,10 +1543,10 @@ async fn deleting_an_infraenv_takes_its_free_and_installed_hosts_at_once<S: Stor
 
     // Released, the last host goes too, and so may the InfraEnv.
     w.set_cluster(&held, None).await;
-    let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     assert_eq!(super::infraenv::cleanup(&w.store, &w.backend, ie).await.unwrap(), Action::Done);
     w.reconcile(&held).await;
-    assert!(w.backend.host_of_agent(NS, &held).await.is_none());
+    assert!(w.backend.host_of_agent(ns(), &held).await.is_none());
 }
 
 /// The agent controller's own writes do not queue the Agent again; anyone else's do.

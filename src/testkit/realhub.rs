@@ -124,8 +124,12 @@ impl RealHub {
             .expect("the real hub's users file");
         // Shared before the start lock is let go: a reaper can only stop a hub nobody holds.
         flock(&users, libc::LOCK_SH, "joining the real hub");
-        if !(dir.join("ready").is_file() && ready(&dir)) {
+        let applied = std::fs::read_to_string(dir.join("ready")).ok();
+        if applied.is_none() || !ready(&dir) {
             start(&script, &dir);
+        } else if applied.as_deref() != Some(&manifests_digest()) {
+            // The manifests changed while the hub ran (an edit between two runs within the idle time).
+            install_on(&dir);
         }
         let hub = RealHub::read(&dir, Keep::Shared(users));
         drop(lock);
@@ -316,13 +320,28 @@ done"#
         .stderr(log)
         .status()
         .expect("starting the real hub's reaper");
+    install_on(dir);
+}
+
+/// Applies bootstream's manifests to the hub of `dir` and marks it ready with their digest.
+fn install_on(dir: &Path) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let url = std::fs::read_to_string(dir.join("env")).expect("hub.sh's env file");
     let url = url.lines().find_map(|l| l.strip_prefix("export BOOTSTREAM_HUB_URL=")).expect("the hub's URL");
     let token = std::fs::read_to_string(dir.join("admin-token")).expect("admin-token");
     let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("ca.crt");
     rt.block_on(install_manifests(url, token.trim(), &ca));
-    std::fs::write(dir.join("ready"), b"").expect("marking the real hub ready");
+    std::fs::write(dir.join("ready"), manifests_digest()).expect("marking the real hub ready");
+}
+
+/// A digest of the manifests the hub gets, to tell whether a running hub has the current ones.
+fn manifests_digest() -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for doc in manifests(&["crds", "rbac.yaml"]) {
+        h.update(doc.to_string().as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The YAML documents of `deploy/crds` and `deploy/rbac.yaml` in the order a user applies them.

@@ -121,6 +121,7 @@ impl<S: Store> Store for Gated<S> {
 /// The Kubernetes deployment (as `on_kubernetes`), its controllers' store gated.
 async fn kubernetes_world() -> World<Gated<KubeStore>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    SCENARIO_NS.with(|n| n.set("pool"));
     let api = SqliteStore::open_in_memory().unwrap();
     let server = ApiServer::start(api.clone()).await;
     let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml")).unwrap();
@@ -131,14 +132,28 @@ async fn kubernetes_world() -> World<Gated<KubeStore>> {
     let store = KubeStore::start(server.client_as("controller").await, &Kind::ALL).await;
     let admin = KubeStore::start(server.client_as("admin").await, &[]).await;
     let settle = super::kube_settle(&store, &api);
-    world(Gated(store), Gated(admin), api, SqliteStore::open_in_memory().unwrap(), Some(Arc::new(server)), Some(settle))
-        .await
+    world(
+        Gated(store),
+        Gated(admin),
+        Behind::Sqlite(api),
+        SqliteStore::open_in_memory().unwrap(),
+        Some(Arc::new(server)),
+        Some(settle),
+    )
+    .await
+}
+
+/// The Kubernetes deployment on the real hub (as `on_real_hub`), its controllers' store gated.
+async fn real_hub_world(label: &str) -> World<Gated<KubeStore>> {
+    let (store, admin, api, settle) = super::real_hub_stores(label).await;
+    world(Gated(store), Gated(admin), api, SqliteStore::open_in_memory().unwrap(), None, Some(settle)).await
 }
 
 /// The embedded deployment, its controllers' store gated.
 async fn embedded_world() -> World<Gated<SqliteStore>> {
+    SCENARIO_NS.with(|n| n.set("pool"));
     let store = SqliteStore::open_in_memory().unwrap();
-    world(Gated(store.clone()), Gated(store.clone()), store.clone(), store, None, None).await
+    world(Gated(store.clone()), Gated(store.clone()), Behind::Sqlite(store.clone()), store, None, None).await
 }
 
 /// The Agent name (host id) of simulated host `index`: fixed, so that runs compare.
@@ -259,7 +274,7 @@ impl<S: Store> Sim<S> {
         let monitor_every = Duration::from_secs(60);
         let store_events = w.store.subscribe();
         let host_events = w.backend.subscribe();
-        let written = w._cluster.is_some().then(|| w.api.subscribe());
+        let written = w.settle.is_some().then(|| w.api.subscribe());
         let mut sim = Sim {
             w,
             hub,
@@ -409,7 +424,7 @@ impl<S: Store> Sim<S> {
     async fn polls(&self) -> Vec<(usize, Poll)> {
         let mut out = Vec::new();
         for (i, h) in self.hosts.iter().enumerate() {
-            let Some(host) = self.w.backend.host_of_agent(NS, &host_id(h.index)).await else { continue };
+            let Some(host) = self.w.backend.host_of_agent(ns(), &host_id(h.index)).await else { continue };
             if host.infra_env_id != self.ie_uid_of(&h.infraenv).await.unwrap_or_default() {
                 continue;
             }
@@ -431,14 +446,14 @@ impl<S: Store> Sim<S> {
     }
 
     async fn ie_uid_of(&self, name: &str) -> Option<String> {
-        self.w.store.get::<InfraEnv>(NS, name).await.ok().flatten().and_then(|ie| ie.metadata.uid)
+        self.w.store.get::<InfraEnv>(ns(), name).await.ok().flatten().and_then(|ie| ie.metadata.uid)
     }
 
     async fn do_poll(&mut self, i: usize, poll: Poll) {
         let h = self.hosts[i].clone();
         let id = host_id(h.index);
         let b = self.w.backend.clone();
-        let Some(ie) = self.w.store.get::<InfraEnv>(NS, &h.infraenv).await.unwrap() else { return };
+        let Some(ie) = self.w.store.get::<InfraEnv>(ns(), &h.infraenv).await.unwrap() else { return };
         let ie_uid = ie.metadata.uid.clone().unwrap_or_default();
         let key = crate::hosts::HostKey::new(&ie_uid, &id);
         let result = match poll.clone() {
@@ -448,7 +463,7 @@ impl<S: Store> Sim<S> {
                     Some(r) => b.cluster_by_kube_key(&r.namespace, &r.name).await.map(|c| c.id),
                     None => None,
                 };
-                b.register_host(&ie_uid, NS, &id, "v1", bound).await.map(|_| ())
+                b.register_host(&ie_uid, ns(), &id, "v1", bound).await.map(|_| ())
             }
             Poll::Inventory => b.update_inventory(&key, crate::hosts::simulated::inventory(h.index).to_string()).await,
             Poll::Progress(stage) => b.update_progress(&key, stage, "").await.map(|_| ()),
@@ -626,14 +641,14 @@ impl<S: Store> World<S> {
     /// A host of InfraEnv `ie` with a fixed id, registered with its inventory, and its Agent
     /// (approved unless `approved` is false) reconciled.
     async fn sim_host(&self, ie: &str, index: usize, approved: bool) -> String {
-        let ie_doc = self.store.get::<InfraEnv>(NS, ie).await.unwrap().unwrap();
+        let ie_doc = self.store.get::<InfraEnv>(ns(), ie).await.unwrap().unwrap();
         let ie_uid = ie_doc.metadata.uid.clone().unwrap();
         let bound = match &ie_doc.spec.cluster_ref {
             Some(r) => self.backend.cluster_by_kube_key(&r.namespace, &r.name).await.map(|c| c.id),
             None => None,
         };
         let id = host_id(index);
-        self.backend.register_host(&ie_uid, NS, &id, "v1", bound).await.unwrap();
+        self.backend.register_host(&ie_uid, ns(), &id, "v1", bound).await.unwrap();
         let key = crate::hosts::HostKey::new(&ie_uid, &id);
         self.backend.update_inventory(&key, crate::hosts::simulated::inventory(index).to_string()).await.unwrap();
         // The agent API names the cluster of the InfraEnv's clusterRef in the Agents it creates.
@@ -644,7 +659,7 @@ impl<S: Store> World<S> {
         self.apply(
             Kind::Agent,
             json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
-                   "metadata": {"name": id, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: ie}},
+                   "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: ie}},
                    "spec": spec}),
         )
         .await;
@@ -672,10 +687,10 @@ impl<S: Store> World<S> {
         for i in hosts {
             self.sim_installed_host(cd, i).await;
         }
-        let mut cluster = self.backend.cluster_by_kube_key(NS, cd).await.unwrap();
+        let mut cluster = self.backend.cluster_by_kube_key(ns(), cd).await.unwrap();
         cluster.status = "installed".into();
         self.backend.put_cluster(cluster.clone()).await.unwrap();
-        let mut d = self.store.get::<ClusterDeployment>(NS, cd).await.unwrap().unwrap();
+        let mut d = self.store.get::<ClusterDeployment>(ns(), cd).await.unwrap().unwrap();
         d.spec.installed = true;
         d.spec.cluster_metadata = Some(crate::resources::hive::ClusterMetadata {
             cluster_id: cluster.id.clone(),
@@ -703,7 +718,7 @@ impl<S: Store> World<S> {
     async fn user_sets_cluster(&self, index: usize, cd: Option<&str>) {
         let mut a = self.agent(&host_id(index)).await;
         a.spec.cluster_deployment_name =
-            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": NS})).unwrap());
+            cd.map(|cd| serde_json::from_value(json!({"name": cd, "namespace": ns()})).unwrap());
         self.admin.update(&a).await.unwrap();
         self.settle().await;
     }
@@ -781,7 +796,7 @@ async fn snapshot<S: Store>(sim: &Sim<S>, spokes: &[(&str, &SpokeCluster)]) -> B
             format!("clusterdeployment {name}"),
             format!("installed={} deleting={}", cd.spec.installed, cd.metadata.deletion_timestamp.is_some()),
         );
-        if let Some(c) = w.backend.cluster_by_kube_key(NS, &name).await {
+        if let Some(c) = w.backend.cluster_by_kube_key(ns(), &name).await {
             out.insert(format!("cluster record {name}"), format!("{} {}", c.kind, c.status));
         }
     }
@@ -847,7 +862,7 @@ async fn check_invariants<S: Store>(sim: &Sim<S>, deleting: &[&str]) {
     }
     for a in w.store.list::<Agent>(None).await.unwrap() {
         let name = a.metadata.name.clone().unwrap_or_default();
-        if let Some(h) = w.backend.host_of_agent(NS, &name).await {
+        if let Some(h) = w.backend.host_of_agent(ns(), &name).await {
             let want = crate::controllers::agent_conditions::bound(&h);
             assert_eq!(
                 cond(&a, BOUND),
@@ -976,14 +991,14 @@ impl<S: Store> Drop for Sim<S> {
 async fn statuses<S: Store>(sim: &Sim<S>) -> Vec<HostStatus> {
     let mut out = Vec::new();
     for h in &sim.hosts {
-        out.push(sim.w.backend.host_of_agent(NS, &host_id(h.index)).await.expect("the host exists").status);
+        out.push(sim.w.backend.host_of_agent(ns(), &host_id(h.index)).await.expect("the host exists").status);
     }
     out
 }
 
 async fn agent_gone<S: Store>(sim: &Sim<S>, index: usize) -> bool {
-    sim.w.store.get::<Agent>(NS, &host_id(index)).await.unwrap().is_none()
-        && sim.w.backend.host_of_agent(NS, &host_id(index)).await.is_none()
+    sim.w.store.get::<Agent>(ns(), &host_id(index)).await.unwrap().is_none()
+        && sim.w.backend.host_of_agent(ns(), &host_id(index)).await.is_none()
 }
 
 async fn bound_reason<S: Store>(sim: &Sim<S>, index: usize) -> (&'static str, String) {
@@ -1008,7 +1023,7 @@ async fn bind_and_install<S: Store>(w: World<S>, seed: u64, restart: bool) -> BT
     }
     sim.settle(HORIZON).await;
     assert_eq!(statuses(&sim).await, [HostStatus::Installed; 3]);
-    let cd = sim.w.store.get::<ClusterDeployment>(NS, "c1").await.unwrap().unwrap();
+    let cd = sim.w.store.get::<ClusterDeployment>(ns(), "c1").await.unwrap().unwrap();
     assert!(cd.spec.installed, "the ClusterDeployment is installed");
     check_invariants(&sim, &[]).await;
     snapshot(&sim, &[]).await
@@ -1071,7 +1086,7 @@ async fn delete_installed_cluster<S: Store>(
             w.apply(
                 Kind::BareMetalHost,
                 json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-                       "metadata": {"name": name, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: "pool"}},
+                       "metadata": {"name": name, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "pool"}},
                        "spec": {"online": true}}),
             )
             .await;
@@ -1088,11 +1103,11 @@ async fn delete_installed_cluster<S: Store>(
     sim.settle(HORIZON).await;
     match what {
         Deleted::ClusterDeployment => {
-            sim.w.admin.delete::<ClusterDeployment>(NS, "c1").await.unwrap();
+            sim.w.admin.delete::<ClusterDeployment>(ns(), "c1").await.unwrap();
             sim.w.settle().await;
         }
         Deleted::InstallOnly => {
-            sim.w.admin.delete::<AgentClusterInstall>(NS, "c1").await.unwrap();
+            sim.w.admin.delete::<AgentClusterInstall>(ns(), "c1").await.unwrap();
             sim.w.settle().await;
         }
     }
@@ -1113,8 +1128,8 @@ async fn delete_installed_cluster<S: Store>(
         assert_eq!(sim.w.agent(&host_id(i)).await.spec.cluster_deployment_name, None);
     }
     assert!(agent_gone(&sim, 3).await, "the Agent of the cluster's own InfraEnv is deleted with it");
-    assert!(sim.w.store.get::<AgentClusterInstall>(NS, "c1").await.unwrap().is_none());
-    let cd_left = sim.w.store.get::<ClusterDeployment>(NS, "c1").await.unwrap().is_some();
+    assert!(sim.w.store.get::<AgentClusterInstall>(ns(), "c1").await.unwrap().is_none());
+    let cd_left = sim.w.store.get::<ClusterDeployment>(ns(), "c1").await.unwrap().is_some();
     assert_eq!(cd_left, what == Deleted::InstallOnly);
     check_invariants(&sim, &[]).await;
     snapshot(&sim, &[("c1", &spoke)]).await
@@ -1137,14 +1152,14 @@ async fn delete_cluster_before_install<S: Store>(w: World<S>, seed: u64) -> BTre
     let mut sim = Sim::new(w, seed, false, pool_hosts(0..2, "pool")).await;
     sim.settle(HORIZON).await;
     assert_eq!(statuses(&sim).await, [HostStatus::Known; 2], "bound, waiting for a third host");
-    sim.w.admin.delete::<ClusterDeployment>(NS, "c2").await.unwrap();
+    sim.w.admin.delete::<ClusterDeployment>(ns(), "c2").await.unwrap();
     sim.w.settle().await;
     sim.settle(HORIZON).await;
     assert_eq!(statuses(&sim).await, [HostStatus::KnownUnbound; 2]);
     for i in 0..2 {
         assert_eq!(bound_reason(&sim, i).await, ("False", "Unbound".into()));
     }
-    assert!(sim.w.store.get::<ClusterDeployment>(NS, "c2").await.unwrap().is_none());
+    assert!(sim.w.store.get::<ClusterDeployment>(ns(), "c2").await.unwrap().is_none());
     check_invariants(&sim, &[]).await;
     snapshot(&sim, &[]).await
 }
@@ -1161,7 +1176,7 @@ async fn delete_infraenv_with_mixed_hosts<S: Store>(w: World<S>, seed: u64) -> B
         let id = w.sim_host("rack", i, true).await;
         w.set_cluster(&id, Some(cd)).await;
         let ie_uid = w.ie_uid("rack").await;
-        w.backend.register_host(&ie_uid, NS, &id, "v1", None).await.unwrap();
+        w.backend.register_host(&ie_uid, ns(), &id, "v1", None).await.unwrap();
         w.backend.update_inventory(&w.key(&id).await, crate::hosts::simulated::inventory(i).to_string()).await.unwrap();
         w.reconcile(&id).await;
     }
@@ -1169,13 +1184,13 @@ async fn delete_infraenv_with_mixed_hosts<S: Store>(w: World<S>, seed: u64) -> B
     w.reconcile(&host_id(1)).await;
     let mut sim = Sim::new(w, seed, true, pool_hosts(0..3, "rack")).await;
     sim.settle(HORIZON).await;
-    sim.w.admin.delete::<InfraEnv>(NS, "rack").await.unwrap();
+    sim.w.admin.delete::<InfraEnv>(ns(), "rack").await.unwrap();
     sim.w.settle().await;
     sim.settle(HORIZON).await;
     assert!(agent_gone(&sim, 0).await, "the unbound host goes at once");
     assert!(agent_gone(&sim, 1).await, "the installed host goes at once");
     assert_eq!(sim.w.status(&host_id(2)).await, HostStatus::Known, "the bound host stays");
-    let ie = sim.w.store.get::<InfraEnv>(NS, "rack").await.unwrap().expect("held by the bound host");
+    let ie = sim.w.store.get::<InfraEnv>(ns(), "rack").await.unwrap().expect("held by the bound host");
     let blocked = ie
         .status
         .as_ref()
@@ -1188,7 +1203,7 @@ async fn delete_infraenv_with_mixed_hosts<S: Store>(w: World<S>, seed: u64) -> B
     sim.w.user_sets_cluster(2, None).await;
     sim.settle(HORIZON).await;
     assert!(agent_gone(&sim, 2).await);
-    assert!(sim.w.store.get::<InfraEnv>(NS, "rack").await.unwrap().is_none(), "the InfraEnv went with its last host");
+    assert!(sim.w.store.get::<InfraEnv>(ns(), "rack").await.unwrap().is_none(), "the InfraEnv went with its last host");
     check_invariants(&sim, &[]).await;
     let mut out = snapshot(&sim, &[]).await;
     out.extend(held.into_iter().map(|(k, v)| (format!("held: {k}"), v)));
@@ -1319,5 +1334,50 @@ mod kubernetes {
             "kubernetes::delete_infraenv_with_mixed_hosts",
             super::delete_infraenv_with_mixed_hosts,
         );
+    }
+}
+
+/// A subset of the scenarios on a real kube-apiserver and etcd (the run's shared hub, a namespace per
+/// seed), the controllers with deploy/rbac.yaml's ServiceAccount token, under fewer seeds still: each
+/// seed's changes travel through etcd and real watches, whose timing is the real server's own.
+mod real_hub {
+    use super::*;
+
+    const SEEDS: u64 = 4;
+
+    /// Runs `scenario` on the real hub under the seeds; a request RBAC refused fails it.
+    fn under_seeds_on_real_hub<F, Fut>(test: &str, scenario: F)
+    where
+        F: Fn(World<Gated<KubeStore>>, u64) -> Fut + Copy,
+        Fut: std::future::Future<Output = BTreeMap<String, String>>,
+    {
+        under_seeds(test, SEEDS, |seed| async move {
+            let w = real_hub_world(test).await;
+            let usage = w.store.0.usage();
+            let out = scenario(w, seed).await;
+            assert_eq!(usage.refused(), (Vec::<String>::new(), 0), "requests deploy/rbac.yaml does not allow");
+            out
+        });
+    }
+
+    #[test]
+    fn bind_and_install_with_a_restart() {
+        under_seeds_on_real_hub("real_hub::bind_and_install_with_a_restart", |w, seed| {
+            super::bind_and_install(w, seed, true)
+        });
+    }
+    #[test]
+    fn unbind_one_reclaims() {
+        under_seeds_on_real_hub("real_hub::unbind_one_reclaims", |w, seed| super::unbind_one(w, seed, true));
+    }
+    #[test]
+    fn delete_cluster_deployment() {
+        under_seeds_on_real_hub("real_hub::delete_cluster_deployment", |w, seed| {
+            super::delete_installed_cluster(w, seed, Deleted::ClusterDeployment, false, false)
+        });
+    }
+    #[test]
+    fn delete_infraenv_with_mixed_hosts() {
+        under_seeds_on_real_hub("real_hub::delete_infraenv_with_mixed_hosts", super::delete_infraenv_with_mixed_hosts);
     }
 }

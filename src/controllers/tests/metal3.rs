@@ -45,7 +45,7 @@ impl<S: Store> World<S> {
         self.apply(
             Kind::BareMetalHost,
             json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-                   "metadata": {"name": name, "namespace": NS, "labels": {INFRAENV_NAME_LABEL: "pool"},
+                   "metadata": {"name": name, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "pool"},
                                 "annotations": annotations},
                    "spec": {"online": false, "bootMACAddress": mac(index),
                             "bmc": {"address": "redfish-virtualmedia://10.0.0.1/redfish/v1/Systems/1",
@@ -56,7 +56,7 @@ impl<S: Store> World<S> {
     }
 
     async fn get_bmh(&self, name: &str) -> BareMetalHost {
-        self.store.get::<BareMetalHost>(NS, name).await.unwrap().expect("the BMH exists")
+        self.store.get::<BareMetalHost>(ns(), name).await.unwrap().expect("the BMH exists")
     }
 
     /// metal3 reports the host in `state` (and `operational`, "OK" unless given).
@@ -71,7 +71,7 @@ impl<S: Store> World<S> {
 
     /// The InfraEnv's image exists since `age` ago (what the InfraEnv controller reports).
     async fn image_created(&self, ie: &str, age: SignedDuration) {
-        let mut infraenv = self.store.get::<InfraEnv>(NS, ie).await.unwrap().unwrap();
+        let mut infraenv = self.store.get::<InfraEnv>(ns(), ie).await.unwrap().unwrap();
         let created = self.clock.now().checked_sub(age).unwrap();
         let status = infraenv.status.get_or_insert_default();
         status.iso_download_url = ISO_URL.to_string();
@@ -100,7 +100,7 @@ impl<S: Store> World<S> {
         // Each reconcile stops after its first change; a few rounds reach the fixed point.
         let mut last = Action::Done;
         for _ in 0..6 {
-            last = bmac::reconcile(ctx, NS, name).await.unwrap();
+            last = bmac::reconcile(ctx, ns(), name).await.unwrap();
         }
         last
     }
@@ -185,11 +185,11 @@ async fn scenario_61_the_cluster_reference_annotation_binds_and_unbinds<S: Store
     let ctx = bmac_ctx(&w, false);
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     let id = w.pool_host("pool", 0).await;
-    w.bmh("bmh-0", 0, json!({CLUSTER_REFERENCE_ANNOTATION: format!("{NS}/c1")})).await;
+    w.bmh("bmh-0", 0, json!({CLUSTER_REFERENCE_ANNOTATION: format!("{}/c1", ns())})).await;
     w.metal3_reports("bmh-0", "available", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     let cd = w.agent(&id).await.spec.cluster_deployment_name.expect("bound by the annotation");
-    assert_eq!((cd.namespace.as_str(), cd.name.as_str()), (NS, "c1"));
+    assert_eq!((cd.namespace.as_str(), cd.name.as_str()), (ns(), "c1"));
     let mut b = w.get_bmh("bmh-0").await;
     b.annotations_mut().insert(CLUSTER_REFERENCE_ANNOTATION.into(), String::new());
     w.store.update(&b).await.unwrap();
@@ -199,7 +199,7 @@ async fn scenario_61_the_cluster_reference_annotation_binds_and_unbinds<S: Store
     // An InfraEnv bound to a cluster owns the reference: the annotation is refused.
     w.infraenv("pool", Some("c2")).await;
     let mut b = w.get_bmh("bmh-0").await;
-    b.annotations_mut().insert(CLUSTER_REFERENCE_ANNOTATION.into(), format!("{NS}/c1"));
+    b.annotations_mut().insert(CLUSTER_REFERENCE_ANNOTATION.into(), format!("{}/c1", ns()));
     w.store.update(&b).await.unwrap();
     w.run_bmac(&ctx, "bmh-0").await;
     assert_eq!(w.agent(&id).await.spec.cluster_deployment_name, None);
@@ -295,7 +295,7 @@ async fn scenario_64_a_bmh_is_detached_once_its_agent_is_past_writing_the_image<
     }
     assert_eq!(annotation(&w.get_bmh("bmh-0").await, DETACHED_ANNOTATION).as_deref(), Some(BMAC_ANNOTATION_VALUE));
     // A detached host ignores a new image.
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     ie.status.as_mut().unwrap().iso_download_url = "http://hub.example:8090/new.iso".into();
     w.store.update_status(&ie).await.unwrap();
     w.run_bmac(&ctx, "bmh-0").await;
@@ -368,7 +368,7 @@ async fn scenario_65_a_bmh_that_is_not_detached_is_left_alone<S: Store>(w: World
 
 /// A PPI for bmh-0 in the pool InfraEnv, owned by the BMH.
 async fn ppi<S: Store>(w: &World<S>, formats: &[&str], arch: &str) -> PreprovisioningImage {
-    let bmh = w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    let bmh = w.store.get::<BareMetalHost>(ns(), "bmh-0").await.unwrap();
     let owners = bmh
         .map(|b| {
             json!([{"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "name": "bmh-0",
@@ -378,7 +378,7 @@ async fn ppi<S: Store>(w: &World<S>, formats: &[&str], arch: &str) -> Preprovisi
     w.apply(
         Kind::PreprovisioningImage,
         json!({"apiVersion": "metal3.io/v1alpha1", "kind": "PreprovisioningImage",
-               "metadata": {"name": "bmh-0", "namespace": NS, "labels": {INFRAENV_NAME_LABEL: "pool"},
+               "metadata": {"name": "bmh-0", "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "pool"},
                             "ownerReferences": owners},
                "spec": {"acceptFormats": formats, "architecture": arch}}),
     )
@@ -395,14 +395,14 @@ async fn ironic_image_made<S: Store>(w: &World<S>) {
 }
 
 async fn get_ppi<S: Store>(w: &World<S>) -> PreprovisioningImage {
-    w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().expect("the PPI exists")
+    w.store.get::<PreprovisioningImage>(ns(), "bmh-0").await.unwrap().expect("the PPI exists")
 }
 
 async fn run_ppi<S: Store>(w: &World<S>) -> Action {
     let ctx = ppi_ctx(w);
     let mut last = Action::Done;
     for _ in 0..3 {
-        last = ppi::reconcile(&ctx, NS, "bmh-0").await.unwrap();
+        last = ppi::reconcile(&ctx, ns(), "bmh-0").await.unwrap();
     }
     last
 }
@@ -479,17 +479,17 @@ async fn scenario_68_converged_deleting_a_bmh_with_remove_agent_waits_for_metal3
     w.bmh("bmh-0", 0, json!({REMOVE_AGENT_ON_DELETE_ANNOTATION: "true", DETACHED_ANNOTATION: "x"})).await;
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
-    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(ns(), "bmh-0").await.unwrap();
     w.settle().await;
     assert!(matches!(w.run_bmac(&ctx, "bmh-0").await, Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
     assert_eq!(annotation(&b, DETACHED_ANNOTATION), None);
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_some(), "the Agent stays until metal3 deletes");
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_some(), "the Agent stays until metal3 deletes");
     w.metal3_reports("bmh-0", "deleting", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
-    assert!(w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap().is_none(), "the finalizer went");
-    let agent = w.store.get::<Agent>(NS, &id).await.unwrap();
+    assert!(w.store.get::<BareMetalHost>(ns(), "bmh-0").await.unwrap().is_none(), "the finalizer went");
+    let agent = w.store.get::<Agent>(ns(), &id).await.unwrap();
     assert!(agent.is_none_or(|a| a.metadata.deletion_timestamp.is_some()), "the Agent is being deleted");
 }
 
@@ -518,7 +518,7 @@ async fn installed_remove_agent_bmh<S: Store>(w: &World<S>, extra: Value) -> (St
     pod("app", "web-2", "other-node", Some("ReplicaSet"));
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
-    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(ns(), "bmh-0").await.unwrap();
     w.settle().await;
     (id, node, spoke)
 }
@@ -527,7 +527,7 @@ async fn scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first<S: S
     let ctx = bmac_ctx(&w, true);
     let (id, node, spoke) = installed_remove_agent_bmh(&w, json!({})).await;
     // First attempt: cordoned, the workload pod evicted; its going is checked on the next attempt.
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, ns(), "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_IN_PROGRESS));
     assert!(annotation(&b, DRAIN_STARTED_AT_ANNOTATION).is_some());
@@ -538,14 +538,14 @@ async fn scenario_68_deleting_a_bmh_with_remove_agent_drains_its_node_first<S: S
     assert!(b.spec.automated_cleaning_mode.as_deref() != Some("metadata"), "deprovisioning waits for the drain");
 
     // Drained: deprovisioning goes on as without a cluster.
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, ns(), "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_SUCCEEDED));
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
     w.metal3_reports("bmh-0", "deleting", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
-    assert!(w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap().is_none(), "the finalizer went");
-    let agent = w.store.get::<Agent>(NS, &id).await.unwrap();
+    assert!(w.store.get::<BareMetalHost>(ns(), "bmh-0").await.unwrap().is_none(), "the finalizer went");
+    let agent = w.store.get::<Agent>(ns(), &id).await.unwrap();
     assert!(agent.is_none_or(|a| a.metadata.deletion_timestamp.is_some()), "the Agent is being deleted");
 }
 
@@ -553,14 +553,14 @@ async fn scenario_68_a_drain_that_keeps_failing_is_given_up_after_its_timeout<S:
     let ctx = bmac_ctx(&w, true);
     let (_id, _node, spoke) = installed_remove_agent_bmh(&w, json!({DRAIN_TIMEOUT_ANNOTATION: "5m"})).await;
     spoke.fail("POST", "/api/v1/namespaces/app/pods/web-1/eviction", 500);
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, ns(), "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     let status = annotation(&w.get_bmh("bmh-0").await, DRAIN_STATUS_ANNOTATION).unwrap();
     assert!(status.starts_with("failed to drain node: failed to evict pod app/web-1"), "{status}");
     w.clock.advance(SignedDuration::from_mins(4));
-    assert!(matches!(bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
+    assert!(matches!(bmac::reconcile(&ctx, ns(), "bmh-0").await.unwrap(), Action::RequeueAfter(_)));
     assert!(w.get_bmh("bmh-0").await.spec.automated_cleaning_mode.as_deref() != Some("metadata"));
     w.clock.advance(SignedDuration::from_mins(2));
-    bmac::reconcile(&ctx, NS, "bmh-0").await.unwrap();
+    bmac::reconcile(&ctx, ns(), "bmh-0").await.unwrap();
     let b = w.get_bmh("bmh-0").await;
     assert_eq!(annotation(&b, DRAIN_STATUS_ANNOTATION).as_deref(), Some(DRAIN_TIMED_OUT));
     assert_eq!(b.spec.automated_cleaning_mode.as_deref(), Some("metadata"));
@@ -576,16 +576,19 @@ async fn the_fencing_credentials_secret_is_written_from_the_bmc<S: Store>(w: Wor
     // Without the BMC's credentials there is nothing to write: the reconcile fails and says why.
     let mut failed = None;
     for _ in 0..6 {
-        if let Err(e) = bmac::reconcile(&ctx, NS, "bmh-0").await {
+        if let Err(e) = bmac::reconcile(&ctx, ns(), "bmh-0").await {
             failed = Some(e);
             break;
         }
     }
     let err = failed.expect("the reconcile fails");
-    assert!(err.to_string().contains("the BMC credentials secret pool/bmh-0-bmc does not exist"), "{err}");
+    assert!(
+        err.to_string().contains(&format!("the BMC credentials secret {}/bmh-0-bmc does not exist", ns())),
+        "{err}"
+    );
 
     let bmc_secret = |password: &str| {
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bmh-0-bmc", "namespace": NS},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bmh-0-bmc", "namespace": ns()},
                "stringData": {"username": "admin", "password": password}})
     };
     w.apply(Kind::Secret, bmc_secret("s3cret")).await;
@@ -593,7 +596,7 @@ async fn the_fencing_credentials_secret_is_written_from_the_bmc<S: Store>(w: Wor
     let name = format!("{id}-fencing-credentials");
     assert_eq!(w.agent(&id).await.spec.fencing_credentials_secret_ref.as_deref(), Some(name.as_str()));
     let read = |s: &Secret, key: &str| String::from_utf8(s.data.as_ref().unwrap()[key].0.clone()).unwrap();
-    let secret = w.store.get::<Secret>(NS, &name).await.unwrap().expect("the fencing secret");
+    let secret = w.store.get::<Secret>(ns(), &name).await.unwrap().expect("the fencing secret");
     assert_eq!(read(&secret, "address"), "redfish-virtualmedia://10.0.0.1/redfish/v1/Systems/1");
     assert_eq!((read(&secret, "username"), read(&secret, "password")), ("admin".into(), "s3cret".into()));
     assert_eq!(read(&secret, "certificateVerification"), "Enabled");
@@ -601,7 +604,7 @@ async fn the_fencing_credentials_secret_is_written_from_the_bmc<S: Store>(w: Wor
     // A new BMC password reaches the fencing secret.
     w.apply(Kind::Secret, bmc_secret("n3w")).await;
     w.run_bmac(&ctx, "bmh-0").await;
-    let secret = w.store.get::<Secret>(NS, &name).await.unwrap().unwrap();
+    let secret = w.store.get::<Secret>(ns(), &name).await.unwrap().unwrap();
     assert_eq!(read(&secret, "password"), "n3w");
 }
 
@@ -611,18 +614,18 @@ async fn deleting_a_bmh_without_remove_agent_keeps_the_agent<S: Store>(w: World<
     let id = w.pool_host("pool", 0).await;
     w.bmh("bmh-0", 0, json!({})).await;
     w.run_bmac(&ctx, "bmh-0").await;
-    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(ns(), "bmh-0").await.unwrap();
     w.settle().await;
     w.run_bmac(&ctx, "bmh-0").await;
-    assert!(w.store.get::<BareMetalHost>(NS, "bmh-0").await.unwrap().is_none());
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_some_and(|a| a.metadata.deletion_timestamp.is_none()));
+    assert!(w.store.get::<BareMetalHost>(ns(), "bmh-0").await.unwrap().is_none());
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_some_and(|a| a.metadata.deletion_timestamp.is_none()));
 }
 
 async fn scenario_69_a_ppi_turns_the_ironic_agent_on_for_its_infraenv<S: Store>(w: World<S>) {
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
     ironic_image_made(&w).await;
-    let ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     assert!(crate::content::ironic::enabled(&ie));
     let p = get_ppi(&w).await;
     assert!(p.metadata.finalizers.unwrap().contains(&PPI_FINALIZER.to_string()));
@@ -661,7 +664,7 @@ async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned<S: St
     );
     assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None, "the first image reboots nothing");
 
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     ie.status.as_mut().unwrap().iso_download_url = "http://hub.example:8090/new.iso".into();
     w.store.update_status(&ie).await.unwrap();
     run_ppi(&w).await;
@@ -673,7 +676,7 @@ async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned<S: St
     b.annotations_mut().remove(REBOOT_ANNOTATION);
     w.store.update(&b).await.unwrap();
     w.metal3_reports("bmh-0", "provisioned", "OK").await;
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     ie.status.as_mut().unwrap().iso_download_url = "http://hub.example:8090/newer.iso".into();
     w.store.update_status(&ie).await.unwrap();
     run_ppi(&w).await;
@@ -685,7 +688,7 @@ async fn scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned<S: St
 /// URL would deprovision it); a PPI takes it without rebooting anything.
 async fn a_refreshed_url_token_is_not_a_new_image<S: Store>(w: World<S>) {
     let set_iso_url = async |url: &str| {
-        let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+        let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
         ie.status.as_mut().unwrap().iso_download_url = url.into();
         w.store.update_status(&ie).await.unwrap();
     };
@@ -728,12 +731,12 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     let dir = tempfile::tempdir().unwrap();
     let signer = Arc::new(crate::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap());
     let ctx = BmacContext { url_signer: Some(signer.clone()), ..bmac_ctx(&w, false) };
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     let id = ie.metadata.uid.clone().unwrap();
     let status_url = |token: &str| format!("http://hub.example:8090/byapikey/{token}/4.16/x86_64/full.iso");
     let first = status_url(&signer.sign(&id, SystemTime::now()));
     w.image_created("pool", SignedDuration::from_mins(5)).await;
-    ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     ie.status.as_mut().unwrap().iso_download_url = first.clone();
     w.store.update_status(&ie).await.unwrap();
 
@@ -749,7 +752,7 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     // A refreshed status token changes nothing, provisioned or not.
     for state in ["available", "provisioned"] {
         w.metal3_reports("bmh-0", state, "OK").await;
-        let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+        let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
         ie.status.as_mut().unwrap().iso_download_url = status_url(&signer.sign(&id, SystemTime::now()));
         w.store.update_status(&ie).await.unwrap();
         w.run_bmac(&ctx, "bmh-0").await;
@@ -771,7 +774,7 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
 }
 
 async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World<S>) {
-    let mut ie = w.store.get::<InfraEnv>(NS, "pool").await.unwrap().unwrap();
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
     ie.spec.kernel_arguments = serde_json::from_value(json!([{"operation": "append", "value": "console=ttyS0"},
                                                              {"operation": "append", "value": "debug"}]))
     .unwrap();
@@ -826,7 +829,7 @@ async fn a_ppi_without_a_usable_infraenv_or_format_says_why<S: Store>(w: World<S
         (
             "False".into(),
             ppi::REASON_INFRAENV_NOT_AVAILABLE.into(),
-            format!("InfraEnv missing/{NS} is not found or is being deleted")
+            format!("InfraEnv missing/{} is not found or is being deleted", ns())
         )
     );
     assert_eq!(ppi_condition(&p, "Error").0, "False");
@@ -840,19 +843,19 @@ async fn scenario_76_a_ppi_stays_while_its_bmh_still_needs_it_for_cleaning<S: St
     w.image_created("pool", SignedDuration::from_mins(5)).await;
     ppi(&w, &["iso"], "x86_64").await;
     ironic_image_made(&w).await;
-    w.admin.delete::<PreprovisioningImage>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<PreprovisioningImage>(ns(), "bmh-0").await.unwrap();
     w.settle().await;
     assert!(matches!(run_ppi(&w).await, Action::RequeueAfter(_)));
-    assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_some(), "the finalizer stays");
+    assert!(w.store.get::<PreprovisioningImage>(ns(), "bmh-0").await.unwrap().is_some(), "the finalizer stays");
     // The BMH is being deleted and metal3 is deleting it: the image may go.
     let mut b = w.get_bmh("bmh-0").await;
     b.metadata.finalizers = Some(vec!["metal3.io/test".into()]);
     w.store.update(&b).await.unwrap();
-    w.admin.delete::<BareMetalHost>(NS, "bmh-0").await.unwrap();
+    w.admin.delete::<BareMetalHost>(ns(), "bmh-0").await.unwrap();
     w.settle().await;
     w.metal3_reports("bmh-0", "deleting", "OK").await;
     run_ppi(&w).await;
-    assert!(w.store.get::<PreprovisioningImage>(NS, "bmh-0").await.unwrap().is_none());
+    assert!(w.store.get::<PreprovisioningImage>(ns(), "bmh-0").await.unwrap().is_none());
 }
 
 async fn scenario_31_without_metal3_a_bmh_label_does_not_stop_reclaim<S: Store>(mut w: World<S>) {
@@ -875,8 +878,8 @@ async fn scenario_30_with_metal3_an_agent_with_its_bmh_is_not_reclaimed<S: Store
     let id = w.installed_host("c1", 0).await;
     let node = w.hostname(&id).await;
     let spoke = w.spoke_for("c1", &node).await;
-    bmac::reconcile(&bmac_ctx(&w, false), NS, "bmh-0").await.unwrap();
-    bmac::reconcile(&bmac_ctx(&w, false), NS, "bmh-0").await.unwrap();
+    bmac::reconcile(&bmac_ctx(&w, false), ns(), "bmh-0").await.unwrap();
+    bmac::reconcile(&bmac_ctx(&w, false), ns(), "bmh-0").await.unwrap();
     let a = w.agent(&id).await;
     assert_eq!(a.metadata.labels.unwrap().get(crate::resources::agent::BMH_LABEL).map(String::as_str), Some("bmh-0"));
     w.set_cluster(&id, None).await;
@@ -891,10 +894,10 @@ async fn scenario_38_deleting_an_agent_whose_bmh_made_spoke_objects_cleans_the_s
     let mut a = w.agent(&id).await;
     a.metadata.labels.get_or_insert_default().insert(crate::resources::agent::BMH_LABEL.into(), "bmh-0".into());
     w.store.update(&a).await.unwrap();
-    w.store.delete::<Agent>(NS, &id).await.unwrap();
+    w.store.delete::<Agent>(ns(), &id).await.unwrap();
     w.reconcile(&id).await;
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none(), "{:?}", spoke.requests());
-    assert!(w.store.get::<Agent>(NS, &id).await.unwrap().is_none());
+    assert!(w.store.get::<Agent>(ns(), &id).await.unwrap().is_none());
 }
 
 on_both_stores! {

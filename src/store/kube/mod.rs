@@ -180,6 +180,13 @@ impl KubeStore {
     /// whose controllers run here). Returns once every watch has listed its kind, so that a controller
     /// starting now reads everything that exists and misses nothing that follows.
     pub async fn start(client: kube::Client, kinds: &[Kind]) -> KubeStore {
+        KubeStore::start_in(client, kinds, None).await
+    }
+
+    /// [`KubeStore::start`] with the namespaced kinds watched in `namespace` only (None: in every
+    /// namespace). The cache then answers for that namespace alone: a read of a cached kind in another
+    /// namespace finds nothing. For tests that share a cluster, a namespace each.
+    pub async fn start_in(client: kube::Client, kinds: &[Kind], namespace: Option<&str>) -> KubeStore {
         let usage = Arc::new(ClusterUsage::default());
         let client = usage::counting(client, usage.clone());
         let events = broadcast::channel(65536).0;
@@ -193,6 +200,7 @@ impl KubeStore {
             listed.push(ready_rx);
             let watch = Watch {
                 kind,
+                namespace: namespace.filter(|_| kind.namespaced()).map(str::to_string),
                 events: events.clone(),
                 changes: changes.clone(),
                 cache: Arc::downgrade(&cache),
@@ -366,12 +374,53 @@ impl KubeStore {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
+impl KubeStore {
+    /// Waits until the cache holds what the cluster `admin` reaches holds (namespaced kinds in
+    /// `namespace`, as [`KubeStore::start_in`] watches them), in every watched kind, read with a LIST
+    /// per kind: [`KubeStore::caught_up_with`] for a real API server, whose storage a test cannot
+    /// read. Panics after 20 s.
+    pub async fn caught_up_with_cluster(&self, admin: &kube::Client, namespace: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut behind = None;
+            for (res, (kind, coverage)) in &self.inner.watched {
+                let api: kube::Api<raw::RawObject> = if kind.namespaced() {
+                    kube::Api::namespaced_with(admin.clone(), namespace, &api_resource(*kind))
+                } else {
+                    kube::Api::all_with(admin.clone(), &api_resource(*kind))
+                };
+                let listed = api.list(&ListParams::default()).await.unwrap_or_else(|e| panic!("listing {res}: {e}"));
+                let want: HashMap<(String, String), i64> = listed
+                    .items
+                    .into_iter()
+                    .filter(|o| *coverage == Coverage::All || belongs(*coverage, &o.value))
+                    .map(|o| {
+                        let m = o.metadata;
+                        let rv = cache::version_number(m.resource_version.as_deref());
+                        ((m.namespace.unwrap_or_default(), m.name.unwrap_or_default()), rv)
+                    })
+                    .collect();
+                if self.read_cache().versions(res) != want {
+                    behind = Some(res.clone());
+                    break;
+                }
+            }
+            let Some(res) = behind else { return };
+            assert!(std::time::Instant::now() < deadline, "the cache of {res} did not catch up within 20 s");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// A re-list under way: the versions the cache held when it began, and the objects it has shown.
 type Relist = (HashMap<(String, String), i64>, HashSet<(String, String)>);
 
 /// One kind's watch: keeps the cache of that kind and announces each change.
 struct Watch {
     kind: Kind,
+    /// The one namespace watched (None: all of them).
+    namespace: Option<String>,
     events: broadcast::Sender<ChangeEvent>,
     changes: Arc<super::ChangeCounts>,
     cache: std::sync::Weak<RwLock<ObjectCache>>,
@@ -400,7 +449,10 @@ impl Watch {
         let resource = kind.resource();
         // Kinds without a generation (Secrets) have no status: every change counts.
         let has_status = kind != Kind::Secret;
-        let api: kube::Api<raw::RawObject> = kube::Api::all_with(client, &api_resource(kind));
+        let api: kube::Api<raw::RawObject> = match &self.namespace {
+            Some(ns) => kube::Api::namespaced_with(client, ns, &api_resource(kind)),
+            None => kube::Api::all_with(client, &api_resource(kind)),
+        };
         let mut config = watcher::Config::default();
         if coverage(kind) == Coverage::Labelled {
             config = config.labels(&format!("{WATCH_LABEL}=true"));

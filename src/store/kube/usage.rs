@@ -55,7 +55,13 @@ pub struct ClusterUsage {
     /// dropped connection).
     watch_restarts: Mutex<BTreeMap<&'static str, u64>>,
     cache: RwLock<Option<CacheView>>,
+    /// The first [`REFUSALS_KEPT`] requests the API server refused as unauthenticated or forbidden
+    /// (`METHOD PATH: STATUS`), and how many there were: a permission the manifests lack shows here.
+    refused: Mutex<(Vec<String>, u64)>,
 }
+
+/// How many refused requests [`ClusterUsage`] keeps the lines of.
+const REFUSALS_KEPT: usize = 32;
 
 /// The cache whose sizes are reported, and its kinds.
 type CacheView = (Weak<RwLock<ObjectCache>>, Vec<Kind>);
@@ -71,6 +77,19 @@ impl ClusterUsage {
 
     pub(super) fn observe_cache(&self, cache: &Arc<RwLock<ObjectCache>>, kinds: &[Kind]) {
         *self.cache.write().unwrap_or_else(|p| p.into_inner()) = Some((Arc::downgrade(cache), kinds.to_vec()));
+    }
+
+    fn refusal(&self, line: String) {
+        let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if r.0.len() < REFUSALS_KEPT {
+            r.0.push(line);
+        }
+        r.1 += 1;
+    }
+
+    /// Requests the API server answered 401 or 403 (the first lines kept), and how many in all.
+    pub fn refused(&self) -> (Vec<String>, u64) {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// ((verb, resource), requests), in order.
@@ -103,8 +122,18 @@ pub(super) fn counting(client: kube::Client, usage: Arc<ClusterUsage>) -> kube::
     let service = tower::service_fn(move |req: Request<Body>| {
         let uri = req.uri();
         usage.count(verb(req.method(), uri.path(), uri.query().unwrap_or_default()), resource_label(uri.path()));
-        let client = client.clone();
-        async move { client.send(req).await }
+        // The line of a refusal, bounded: a path's length is the client's own (object names).
+        let line = format!("{} {}", req.method(), uri.path().chars().take(256).collect::<String>());
+        let (client, usage) = (client.clone(), usage.clone());
+        async move {
+            let answer = client.send(req).await;
+            if let Ok(resp) = &answer
+                && matches!(resp.status(), http::StatusCode::UNAUTHORIZED | http::StatusCode::FORBIDDEN)
+            {
+                usage.refusal(format!("{line}: {}", resp.status()));
+            }
+            answer
+        }
     });
     kube::Client::new(service, namespace)
 }
