@@ -23,6 +23,10 @@
 //! there: the test API server's watch reads an object when it forwards its change, so two writes in
 //! one step could reach the controllers as one event (the gated store splits the one step that made
 //! two, `update_with_status`, in two).
+//!
+//! A subset runs on a real kube-apiserver and etcd as well (`real_hub::`, fewer seeds still, each in
+//! a namespace of its own on the run's shared hub): the same awaiting of written versions, with the
+//! changes announced by a cluster admin's watch of the namespace instead of the test server's store.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
