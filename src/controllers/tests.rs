@@ -99,6 +99,14 @@ impl Behind {
         }
     }
 
+    /// Waits until what [`Behind::subscribe`] announces has caught up with the API server: a no-op
+    /// where the announcements are the store's own (made as it commits).
+    async fn caught_up(&self) {
+        if let Behind::Hub { admin, observer } = self {
+            observer.caught_up_with_cluster(admin, ns()).await;
+        }
+    }
+
     /// Every change the API server makes.
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::store::ChangeEvent> {
         match self {

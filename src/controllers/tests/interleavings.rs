@@ -367,6 +367,8 @@ impl<S: Store> Sim<S> {
     /// watches of different kinds race; each kind's own are in order).
     async fn collect_events(&mut self) {
         let mut arrived = Vec::new();
+        // On a real API server the announcements of what was written come through a watch too.
+        self.w.api.caught_up().await;
         if let Some(written) = self.written.as_mut() {
             loop {
                 match written.try_recv() {

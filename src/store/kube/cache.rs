@@ -3,14 +3,20 @@
 //! follow ([`crate::resources::references`]). Reads are answered from here, so a reconcile costs no
 //! API request until it writes.
 //!
-//! **Read-your-writes.** A write's answer goes in at once: a reconcile that follows its own write
-//! reads at least what it wrote, even while the watch is behind. A watch event older than what is held
-//! is then skipped: resourceVersions are compared as numbers, as etcd's revisions (and this project's
-//! API server's) are. Kubernetes calls them opaque; where one does not parse as a number, arrival
-//! order decides, as in a plain reflector. An object this process deleted stays out even if the watch
-//! still has an older event of it to deliver.
+//! **Read-your-writes, with opaque resourceVersions.** A write's answer goes in at once: a reconcile
+//! that follows its own write reads at least what it wrote, even while the watch is behind. Kubernetes
+//! calls resourceVersions opaque, so no two are compared for order; what orders them is the watch
+//! stream, which delivers each object's versions in the order they were made. Until the watch delivers
+//! the version this process wrote, what it delivers of that object is older and is skipped; once it
+//! delivers it, it is believed again. A watch can also be faster than the write's answer: the
+//! versions it delivers while a write of the object is in flight are noted, and an answer whose
+//! version the watch already delivered is not taken in (the cache has that or newer). During a
+//! re-list (after a 410 Gone or a dropped connection) the list is taken as it comes, as in a plain
+//! reflector: a write answered in the middle of a re-list may read older for the moment the watch
+//! takes to bring it again. An object this process deleted stays out even if the watch still has an
+//! older event of it to deliver.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,14 +35,38 @@ pub(super) enum Source {
     OwnWrite,
 }
 
-/// A resourceVersion as a number, or -1 where it is not one (then not compared).
-pub(super) fn version_number(rv: Option<&str>) -> i64 {
-    rv.and_then(|v| v.parse().ok()).unwrap_or(-1)
+/// An object held, and the resourceVersion it was held at (opaque: compared only for equality).
+struct Held {
+    cached: Arc<Cached>,
+    rv: Box<str>,
+}
+
+/// How many versions of one object the watch may deliver during one write of it before the cache
+/// stops noting them (and then does not take the write's answer in: the watch is well past it).
+const SEEN_KEPT: usize = 64;
+
+/// This process's writes of one object: in flight, or answered and not yet delivered by the watch.
+#[derive(Default)]
+struct OwnWrites {
+    /// Writes sent whose answer has not been taken in.
+    in_flight: u32,
+    /// The versions the watch delivered while a write was in flight; `overflowed` past [`SEEN_KEPT`].
+    seen: Vec<Box<str>>,
+    overflowed: bool,
+    /// The version of this process's last write, which the cache holds and the watch has not
+    /// delivered yet: until it does, what the watch delivers of the object is older.
+    awaited: Option<Box<str>>,
+}
+
+impl OwnWrites {
+    fn idle(&self) -> bool {
+        self.in_flight == 0 && self.awaited.is_none()
+    }
 }
 
 #[derive(Default)]
 pub(super) struct ObjectCache {
-    objects: BTreeMap<ObjKey, Arc<Cached>>,
+    objects: BTreeMap<ObjKey, Held>,
     by_uid: HashMap<String, ObjKey>,
     /// (resource, value of a reference field) → (namespace, name) of the objects holding it.
     references: HashMap<(String, String), BTreeSet<(String, String)>>,
@@ -45,12 +75,16 @@ pub(super) struct ObjectCache {
     /// uid → resource of the objects this process deleted whose deletion the watch has not delivered
     /// yet (a re-list of the resource settles them all).
     deleted: HashMap<String, String>,
+    /// The objects this process is writing, or wrote and the watch has not shown again.
+    own: HashMap<ObjKey, OwnWrites>,
+    /// The resources whose watch is listing everything again.
+    relisting: HashSet<String>,
 }
 
 impl ObjectCache {
-    /// Puts `obj` (a `kind` object as the API sent it, unknown fields already pruned) unless the cache
-    /// holds a newer version of it, or (from the watch) this process deleted it. Returns whether it
-    /// went in.
+    /// Puts `obj` (a `kind` object as the API sent it, unknown fields already pruned) unless it is
+    /// older than what the cache holds (see the module docs), or (from the watch) this process
+    /// deleted it. Returns whether it went in.
     pub(super) fn put(&mut self, kind: Kind, obj: &Value, source: Source) -> bool {
         let meta = &obj["metadata"];
         let (ns, name) = (meta["namespace"].as_str().unwrap_or_default(), meta["name"].as_str().unwrap_or_default());
@@ -58,13 +92,9 @@ impl ObjectCache {
         if source == Source::Watch && self.deleted.contains_key(&uid) {
             return false;
         }
-        let rv = version_number(meta["resourceVersion"].as_str());
+        let rv = meta["resourceVersion"].as_str().unwrap_or_default();
         let key = (kind.resource(), ns.to_string(), name.to_string());
-        if let Some(held) = self.objects.get(&key)
-            && rv >= 0
-            && held.rv >= 0
-            && rv < held.rv
-        {
+        if !self.ordered(&key, rv, source) {
             return false;
         }
         let Ok(text) = serde_json::to_vec(obj) else { return false };
@@ -77,19 +107,100 @@ impl ObjectCache {
             self.indexed.insert(key.clone(), values);
         }
         self.by_uid.insert(uid.clone(), key.clone());
-        if let Some(old) = self.objects.insert(key, Arc::new(Cached::new(rv, uid.clone(), Bytes::from(text))))
-            && old.uid != uid
+        let held = Held { cached: Arc::new(Cached::new(-1, uid.clone(), Bytes::from(text))), rv: rv.into() };
+        if let Some(old) = self.objects.insert(key, held)
+            && old.cached.uid != uid
         {
-            self.by_uid.remove(&old.uid);
+            self.by_uid.remove(&old.cached.uid);
         }
         true
+    }
+
+    /// Whether version `rv` of the object `key`, shown by `source`, is at least as new as what the
+    /// cache holds, by the order of the watch stream (module docs); notes what it must remember.
+    fn ordered(&mut self, key: &ObjKey, rv: &str, source: Source) -> bool {
+        let relisting = self.relisting.contains(&key.0);
+        let own = match source {
+            Source::OwnWrite => self.own.entry(key.clone()).or_default(),
+            Source::Watch => match self.own.get_mut(key) {
+                Some(own) => own,
+                None => return true,
+            },
+        };
+        let fresh = match source {
+            Source::Watch => {
+                if own.in_flight > 0 {
+                    if own.seen.len() < SEEN_KEPT {
+                        own.seen.push(rv.into());
+                    } else {
+                        own.overflowed = true;
+                    }
+                }
+                match own.awaited.as_deref() {
+                    Some(w) if w != rv && !relisting => false,
+                    _ => {
+                        own.awaited = None;
+                        true
+                    }
+                }
+            }
+            Source::OwnWrite => {
+                // The watch already delivered this version (and maybe newer): the cache has it.
+                let delivered = own.overflowed || own.seen.iter().any(|s| &**s == rv);
+                if !delivered && !rv.is_empty() {
+                    own.awaited = Some(rv.into());
+                }
+                !delivered
+            }
+        };
+        if own.idle() {
+            self.own.remove(key);
+        }
+        fresh
+    }
+
+    /// A write of the object is sent: until [`ObjectCache::write_ends`], the versions the watch
+    /// delivers of it are noted.
+    pub(super) fn write_begins(&mut self, resource: &str, ns: &str, name: &str) {
+        let key = (resource.to_string(), ns.to_string(), name.to_string());
+        let held = self.objects.get(&key).map(|h| h.rv.clone());
+        let own = self.own.entry(key).or_default();
+        own.in_flight += 1;
+        // A write that changes nothing is answered with the version held, which the watch will not
+        // deliver again: it must not be awaited.
+        if let Some(rv) = held
+            && !own.seen.contains(&rv)
+        {
+            own.seen.push(rv);
+        }
+    }
+
+    /// The write [`ObjectCache::write_begins`] announced is over (its answer taken in, or failed).
+    pub(super) fn write_ends(&mut self, resource: &str, ns: &str, name: &str) {
+        let key = (resource.to_string(), ns.to_string(), name.to_string());
+        if let Some(own) = self.own.get_mut(&key) {
+            own.in_flight = own.in_flight.saturating_sub(1);
+            if own.in_flight == 0 {
+                own.seen.clear();
+                own.overflowed = false;
+            }
+            if own.idle() {
+                self.own.remove(&key);
+            }
+        }
+    }
+
+    /// The watch of `resource` lists everything again: until [`ObjectCache::relisted`], what it
+    /// shows is taken as it comes.
+    pub(super) fn relist_begins(&mut self, resource: &str) {
+        self.relisting.insert(resource.to_string());
     }
 
     /// Takes the object out (gone from the cluster, or out of the watch's selection).
     pub(super) fn remove(&mut self, resource: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
         let key = (resource.to_string(), ns.to_string(), name.to_string());
         self.unindex(&key);
-        let old = self.objects.remove(&key)?;
+        let old = self.objects.remove(&key)?.cached;
         if self.by_uid.get(&old.uid) == Some(&key) {
             self.by_uid.remove(&old.uid);
         }
@@ -98,6 +209,9 @@ impl ObjectCache {
 
     /// This process deleted the object: out now, and kept out until the watch says it is gone.
     pub(super) fn deleted_here(&mut self, resource: &str, ns: &str, name: &str) {
+        if let Some(own) = self.own.get_mut(&(resource.to_string(), ns.to_string(), name.to_string())) {
+            own.awaited = None;
+        }
         if let Some(old) = self.remove(resource, ns, name) {
             self.deleted.insert(old.uid.clone(), resource.to_string());
         }
@@ -116,6 +230,7 @@ impl ObjectCache {
     /// A re-list of `resource` is done: what this process deleted is absent from it, and no deletion
     /// event of those objects will come (without this their uids would be kept for ever).
     pub(super) fn relisted(&mut self, resource: &str) {
+        self.relisting.remove(resource);
         self.deleted.retain(|_, r| r != resource);
     }
 
@@ -132,20 +247,27 @@ impl ObjectCache {
     }
 
     pub(super) fn get(&self, resource: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
-        self.objects.get(&(resource.to_string(), ns.to_string(), name.to_string())).cloned()
+        self.objects.get(&(resource.to_string(), ns.to_string(), name.to_string())).map(|h| h.cached.clone())
+    }
+
+    /// The object held and its resourceVersion.
+    pub(super) fn get_with_version(&self, resource: &str, ns: &str, name: &str) -> Option<(Arc<Cached>, String)> {
+        self.objects
+            .get(&(resource.to_string(), ns.to_string(), name.to_string()))
+            .map(|h| (h.cached.clone(), h.rv.to_string()))
     }
 
     fn range<'a>(
         &'a self,
         resource: &'a str,
         ns: Option<&'a str>,
-    ) -> impl Iterator<Item = (&'a ObjKey, &'a Arc<Cached>)> + 'a {
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Held)> + 'a {
         let start = (resource.to_string(), ns.unwrap_or_default().to_string(), String::new());
         self.objects.range(start..).take_while(move |((r, n, _), _)| r == resource && ns.is_none_or(|ns| n == ns))
     }
 
     pub(super) fn list(&self, resource: &str, ns: Option<&str>) -> Vec<Arc<Cached>> {
-        self.range(resource, ns).map(|(_, c)| c.clone()).collect()
+        self.range(resource, ns).map(|(_, h)| h.cached.clone()).collect()
     }
 
     pub(super) fn any(&self, resource: &str, ns: Option<&str>) -> bool {
@@ -167,13 +289,13 @@ impl ObjectCache {
 
     pub(super) fn by_uid(&self, resource: &str, uid: &str) -> Option<Arc<Cached>> {
         let key = self.by_uid.get(uid).filter(|k| k.0 == resource)?;
-        self.objects.get(key).cloned()
+        self.objects.get(key).map(|h| h.cached.clone())
     }
 
-    /// (namespace, name) → resourceVersion number of every `resource` object held: what a re-list
-    /// starts from, to tell at its end which objects it did not see again.
-    pub(super) fn versions(&self, resource: &str) -> HashMap<(String, String), i64> {
-        self.range(resource, None).map(|((_, n, name), c)| ((n.clone(), name.clone()), c.rv)).collect()
+    /// (namespace, name) → resourceVersion of every `resource` object held: what a re-list starts
+    /// from, to tell at its end which objects it did not see again.
+    pub(super) fn versions(&self, resource: &str) -> HashMap<(String, String), String> {
+        self.range(resource, None).map(|((_, n, name), h)| ((n.clone(), name.clone()), h.rv.to_string())).collect()
     }
 }
 
@@ -204,16 +326,81 @@ mod tests {
         v
     }
 
+    /// An Agent at an opaque resourceVersion `rv`.
+    fn at(rv: &str, cd: Option<&str>) -> Value {
+        let mut a = agent("a", 0, cd, "ie", &[]);
+        a["metadata"]["resourceVersion"] = rv.into();
+        a
+    }
+
+    const AGENTS: &str = "agents.agent-install.openshift.io";
+
+    fn held_rv(cache: &ObjectCache) -> String {
+        cache.get_with_version(AGENTS, "ns", "a").unwrap().1
+    }
+
     #[test]
-    fn an_older_version_does_not_replace_a_newer_one() {
+    fn until_the_watch_delivers_this_processs_write_what_it_delivers_is_older() {
         let mut cache = ObjectCache::default();
-        assert!(cache.put(Kind::Agent, &agent("a", 10, None, "ie", &[]), Source::OwnWrite));
-        assert!(!cache.put(Kind::Agent, &agent("a", 8, Some("cd"), "ie", &[]), Source::Watch), "stale event");
-        assert_eq!(cache.get("agents.agent-install.openshift.io", "ns", "a").unwrap().rv, 10);
-        assert!(cache.referencing("agents.agent-install.openshift.io", None, "cd").is_empty());
-        assert!(cache.put(Kind::Agent, &agent("a", 10, None, "ie", &[]), Source::Watch), "its own echo");
-        assert!(cache.put(Kind::Agent, &agent("a", 12, Some("cd"), "ie", &[]), Source::Watch));
-        assert_eq!(names(&cache.referencing("agents.agent-install.openshift.io", None, "cd")), ["a"]);
+        assert!(cache.put(Kind::Agent, &at("k", None), Source::Watch));
+        assert!(cache.put(Kind::Agent, &at("m", None), Source::OwnWrite));
+        // Versions are opaque: "z" sorts after "m", "10" is a bigger number than "9"; neither counts.
+        assert!(!cache.put(Kind::Agent, &at("z", Some("cd")), Source::Watch), "older than the write");
+        assert_eq!(held_rv(&cache), "m");
+        assert!(cache.referencing(AGENTS, None, "cd").is_empty());
+        assert!(cache.put(Kind::Agent, &at("m", None), Source::Watch), "its own echo");
+        assert!(cache.put(Kind::Agent, &at("b", Some("cd")), Source::Watch), "after the echo, the watch leads");
+        assert_eq!(names(&cache.referencing(AGENTS, None, "cd")), ["a"]);
+        assert!(cache.own.is_empty(), "nothing is remembered once the watch caught up");
+    }
+
+    #[test]
+    fn versions_are_never_ordered_by_their_value() {
+        let mut cache = ObjectCache::default();
+        assert!(cache.put(Kind::Agent, &at("9", None), Source::OwnWrite));
+        assert!(!cache.put(Kind::Agent, &at("10", Some("cd")), Source::Watch));
+        assert_eq!(held_rv(&cache), "9");
+        // Without a write of this process awaited, the watch's order is the only one.
+        let mut cache = ObjectCache::default();
+        assert!(cache.put(Kind::Agent, &at("10", None), Source::Watch));
+        assert!(cache.put(Kind::Agent, &at("9", None), Source::Watch));
+        assert_eq!(held_rv(&cache), "9");
+    }
+
+    #[test]
+    fn a_write_the_watch_delivered_before_its_answer_is_not_taken_in() {
+        let mut cache = ObjectCache::default();
+        cache.write_begins(AGENTS, "ns", "a");
+        // The watch brings the write, then someone else's change, before the answer arrives.
+        assert!(cache.put(Kind::Agent, &at("w1", None), Source::Watch));
+        assert!(cache.put(Kind::Agent, &at("w2", Some("cd")), Source::Watch));
+        assert!(!cache.put(Kind::Agent, &at("w1", None), Source::OwnWrite), "the cache has newer");
+        cache.write_ends(AGENTS, "ns", "a");
+        assert_eq!(held_rv(&cache), "w2");
+        assert!(cache.put(Kind::Agent, &at("w3", None), Source::Watch), "nothing awaited");
+        assert!(cache.own.is_empty());
+        // A write that changes nothing is answered with the version held: nothing to await.
+        cache.write_begins(AGENTS, "ns", "a");
+        assert!(!cache.put(Kind::Agent, &at("w3", None), Source::OwnWrite));
+        cache.write_ends(AGENTS, "ns", "a");
+        assert!(cache.own.is_empty());
+        assert!(cache.put(Kind::Agent, &at("w4", None), Source::Watch));
+        // A failed write leaves nothing behind either.
+        cache.write_begins(AGENTS, "ns", "a");
+        cache.write_ends(AGENTS, "ns", "a");
+        assert!(cache.own.is_empty());
+    }
+
+    #[test]
+    fn a_relist_is_taken_as_it_comes() {
+        let mut cache = ObjectCache::default();
+        assert!(cache.put(Kind::Agent, &at("w5", None), Source::OwnWrite));
+        cache.relist_begins(AGENTS);
+        // The list is a consistent read made after the write: what it shows is the object now.
+        assert!(cache.put(Kind::Agent, &at("w7", Some("cd")), Source::Watch));
+        cache.relisted(AGENTS);
+        assert_eq!(held_rv(&cache), "w7");
+        assert!(cache.put(Kind::Agent, &at("w8", None), Source::Watch), "the write is no longer awaited");
     }
 
     #[test]
@@ -242,15 +429,6 @@ mod tests {
         assert_eq!(cache.deleted.len(), 1);
         cache.relisted(res);
         assert!(cache.deleted.is_empty());
-    }
-
-    #[test]
-    fn versions_that_are_not_numbers_go_by_arrival() {
-        let mut cache = ObjectCache::default();
-        let mut a = agent("a", 10, None, "ie", &[]);
-        cache.put(Kind::Agent, &a, Source::Watch);
-        a["metadata"]["resourceVersion"] = "opaque".into();
-        assert!(cache.put(Kind::Agent, &a, Source::Watch));
     }
 
     /// One step of a random history of Agents: (name, cluster, InfraEnv, MACs), or a deletion.
