@@ -930,6 +930,7 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 /// `controller`: the controllers, the agent API and the host records, against a cluster, while this
 /// process holds the Lease.
 pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
     let args = &cmd.args;
     // Before anything else: the controller's own writes (and every user's) wait for the webhook.
     let webhook = start_webhook(&cmd)?;
@@ -950,7 +951,9 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
     // What can still fail (the host records, restoring Agents) gives the Lease back before the
     // process exits.
     let started = async {
-        let records = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("hosts.db"))?;
+        let path = args.data_dir.join("hosts.db");
+        let records = crate::store::sqlite::SqliteStore::open(&path)
+            .with_context(|| format!("opening the host records {}", path.display()))?;
         hub(args, &svc, records, None, Some(store.usage())).await
     };
     let app = match started.await {

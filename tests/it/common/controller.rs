@@ -64,12 +64,17 @@ pub struct Controller {
 impl Controller {
     /// Starts `bootstream <args>` with a fresh data folder and `--listen 127.0.0.1:0`.
     pub fn start(args: &[String]) -> Controller {
-        let data_dir = tempfile::tempdir().unwrap();
+        Controller::start_in(tempfile::tempdir().unwrap(), args)
+    }
+
+    /// [`Controller::start`] with `--data-dir` [`Controller::data_dir`] of `dir` (prepared by the test).
+    pub fn start_in(dir: tempfile::TempDir, args: &[String]) -> Controller {
+        let data_dir = dir;
         let log = data_dir.path().join("controller.log");
         let mut child = Command::new(BIN)
             .args(args)
             .arg("--data-dir")
-            .arg(data_dir.path().join("data"))
+            .arg(Controller::data_dir(data_dir.path()))
             .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "info")
             .env_remove("POD_NAMESPACE")
@@ -87,6 +92,11 @@ impl Controller {
             }
         });
         Controller { child, lines, log, _data_dir: data_dir }
+    }
+
+    /// The controller's `--data-dir` in the folder `dir` of [`Controller::start_in`].
+    pub fn data_dir(dir: &Path) -> PathBuf {
+        dir.join("data")
     }
 
     /// The next stdout line containing `what`, within `within`; None if none came (or it exited).

@@ -264,7 +264,7 @@ spec:
     kubectl.ok(&["-n", "fleet", "label", "infraenv", "pool", "rack=r1"], None);
     kubectl.ok(&["-n", "fleet", "label", "agent", "host-0", "rack=r1"], None);
     let log = controller.log();
-    assert!(!log.contains("403") && !log.contains("forbidden"), "deploy/rbac.yaml lacks a right:\n{log}");
+    assert!(!log.contains("403 Forbidden") && !log.contains("forbidden"), "deploy/rbac.yaml lacks a right:\n{log}");
 
     // The controller stops: README says writes of those kinds are refused, "failed calling webhook".
     assert!(controller.terminate().success(), "{}", controller.log());
@@ -286,5 +286,5 @@ spec:
     let refused = kubectl.fails(&move_agent, None);
     assert!(refused.contains(&format!("{DENIED}{AGENT_CLUSTER_IMMUTABLE}")), "{refused}");
     let log = controller.log();
-    assert!(!log.contains("403") && !log.contains("forbidden"), "deploy/rbac.yaml lacks a right:\n{log}");
+    assert!(!log.contains("403 Forbidden") && !log.contains("forbidden"), "deploy/rbac.yaml lacks a right:\n{log}");
 }

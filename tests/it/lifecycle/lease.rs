@@ -73,7 +73,43 @@ async fn a_controller_that_fails_its_configuration_check_takes_no_lease() {
     let lease = lease(&hub, &ns).await.expect("the leader's Lease");
     assert_eq!(lease["spec"]["holderIdentity"], "pod-good");
     let log = good.log();
-    assert!(!log.contains("403") && !log.contains("waiting for the leader"), "{log}");
+    assert!(!log.contains("403 Forbidden") && !log.contains("waiting for the leader"), "{log}");
+}
+
+#[tokio::test]
+async fn a_controller_that_fails_after_taking_the_lease_gives_it_back() {
+    let hub = RealHub::shared().await;
+    let ns = hub.namespace("lease-release").await;
+    grant_leases_in(&hub, &ns).await;
+    let files = ControllerFiles::for_hub(&hub).await;
+    let args = |identity: &str| -> Vec<String> {
+        let mut args = files.args();
+        args.extend(["--lease-namespace", &ns, "--identity", identity].map(String::from));
+        args
+    };
+
+    // The host records are opened by the leader alone (they are one writer's): a damaged file is
+    // found only once this process holds the Lease.
+    let dir = tempfile::tempdir().unwrap();
+    let data = Controller::data_dir(dir.path());
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("hosts.db"), b"this is not an SQLite database, and it is long enough to say so").unwrap();
+    let mut broken = Controller::start_in(dir, &args("pod-broken"));
+    let (status, broken) = blocking(move || (broken.exited(Duration::from_secs(60)), broken)).await.unwrap();
+    let log = broken.log();
+    assert!(status.is_some_and(|s| !s.success()), "the controller exits with an error: {status:?}\n{log}");
+    assert!(
+        log.contains("became the leader") && log.contains("opening the host records"),
+        "it led, then failed on the records:\n{log}"
+    );
+    let lease_left = lease(&hub, &ns).await.expect("the Lease it took");
+    assert_eq!(lease_left["spec"]["holderIdentity"], Value::Null, "it gave the Lease back on its way out\n{log}");
+
+    let good = Controller::start(&args("pod-good"));
+    let (serving, good) =
+        blocking(move || (good.listening("listening on http://", Duration::from_secs(60)), good)).await.unwrap();
+    assert!(serving.is_some(), "the next controller leads:\n{}", good.log());
+    assert!(!good.log().contains("waiting for the leader"), "at once:\n{}", good.log());
 }
 
 /// Starts a controller whose Lease namespace is `namespace` and returns its log once it exited
