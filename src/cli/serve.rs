@@ -939,7 +939,8 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
     // The configuration is checked before the Lease is taken (keys, certificates, the data folder, the
     // listen address, which is bound here but served only by the leader): a controller that cannot
     // start must not hold the Lease, or the next one waits for it to expire. Nothing here writes to
-    // the cluster.
+    // the cluster; a standby starts downloading the base OS images into its own data folder, which
+    // it would do first anyway once it leads.
     let svc = image_service(args, store.clone(), true).await?;
     let identity = cmd.identity.clone().unwrap_or_else(|| format!("bootstream-{}", uuid::Uuid::new_v4()));
     let lease = crate::controllers::leader::LeaseConfig::new(&cmd.lease_namespace, &cmd.lease_name, &identity);
