@@ -930,22 +930,40 @@ async fn serve_from_cluster(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 /// `controller`: the controllers, the agent API and the host records, against a cluster, while this
 /// process holds the Lease.
 pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
     let args = &cmd.args;
     // Before anything else: the controller's own writes (and every user's) wait for the webhook.
     let webhook = start_webhook(&cmd)?;
     let client = kube_client(args).await?;
     let store = watch_cluster(client, &Kind::ALL).await?;
+    // The configuration is checked before the Lease is taken (keys, certificates, the data folder, the
+    // listen address, which is bound here but served only by the leader): a controller that cannot
+    // start must not hold the Lease, or the next one waits for it to expire. Nothing here writes to
+    // the cluster; a standby starts downloading the base OS images into its own data folder, which
+    // it would do first anyway once it leads.
+    let svc = image_service(args, store.clone(), true).await?;
     let identity = cmd.identity.clone().unwrap_or_else(|| format!("bootstream-{}", uuid::Uuid::new_v4()));
     let lease = crate::controllers::leader::LeaseConfig::new(&cmd.lease_namespace, &cmd.lease_name, &identity);
     // Nothing is served or written until this process leads: the host records are one leader's.
     tokio::select! {
-        _ = crate::controllers::leader::acquire(&store, &lease) => {}
+        taken = crate::controllers::leader::acquire(&store, &lease) => taken?,
         _ = shutdown_signal() => return Ok(ExitCode::SUCCESS),
     }
-    create_data_dir(args)?;
-    let records = crate::store::sqlite::SqliteStore::open(&args.data_dir.join("hosts.db"))?;
-    let svc = image_service(args, store.clone(), true).await?;
-    let app = hub(args, &svc, records, None, Some(store.usage())).await?;
+    // What can still fail (the host records, restoring Agents) gives the Lease back before the
+    // process exits.
+    let started = async {
+        let path = args.data_dir.join("hosts.db");
+        let records = crate::store::sqlite::SqliteStore::open(&path)
+            .with_context(|| format!("opening the host records {}", path.display()))?;
+        hub(args, &svc, records, None, Some(store.usage())).await
+    };
+    let app = match started.await {
+        Ok(app) => app,
+        Err(e) => {
+            release_lease(&store, &lease).await;
+            return Err(e);
+        }
+    };
     if let Some(webhook) = &webhook {
         webhook.count_into(app.metrics.clone());
     }
@@ -970,10 +988,15 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
     if let Some(why) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         anyhow::bail!("lost the leadership ({why}); stopping so that only the leader writes");
     }
-    if let Err(e) = crate::controllers::leader::release(&store, &lease).await {
+    release_lease(&store, &lease).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Gives the Lease up as this process stops, so that the next leader need not wait for it to expire.
+async fn release_lease(store: &crate::store::kube::KubeStore, lease: &crate::controllers::leader::LeaseConfig) {
+    if let Err(e) = crate::controllers::leader::release(store, lease).await {
         tracing::warn!(error = %e, "could not release the Lease; the next leader waits for it to expire");
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The webhook's own HTTPS listener (`--webhook-listen`), serving admission reviews until the

@@ -81,8 +81,16 @@ pub async fn try_acquire<S: Store>(store: &S, config: &LeaseConfig) -> Result<At
                 ..Default::default()
             }),
         };
-        store.create(&lease).await?;
-        return Ok(Attempt::Held);
+        return match store.create(&lease).await {
+            Ok(_) => Ok(Attempt::Held),
+            // The Lease was just read as absent: a create that finds nothing means its namespace is
+            // missing (the API server says `namespaces "x" not found`; the store words it after the
+            // Lease, which would hide which name is missing).
+            Err(e) if e.is_not_found() => {
+                Err(StoreError::NotFound { resource: "namespaces".to_string(), name: config.namespace.clone() })
+            }
+            Err(e) => Err(e),
+        };
     };
     let spec = lease.spec.get_or_insert_default();
     let holder = spec.holder_identity.clone().unwrap_or_default();
@@ -100,14 +108,33 @@ pub async fn try_acquire<S: Store>(store: &S, config: &LeaseConfig) -> Result<At
     Ok(Attempt::Held)
 }
 
-/// Waits until this process holds the Lease.
-pub async fn acquire<S: Store>(store: &S, config: &LeaseConfig) {
+/// Why this process cannot lead at all (as opposed to not yet: another holder, a conflict, an API
+/// server that does not answer, which [`acquire`] waits out).
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(
+        "the Lease's namespace {namespace:?} does not exist, so Lease {name:?} cannot be created there: create the \
+         namespace (kubectl create namespace {namespace}), or name the one bootstream is installed in with \
+         --lease-namespace (POD_NAMESPACE; a pod gives its own)"
+    )]
+    NamespaceMissing { namespace: String, name: String },
+    #[error(
+        "may not take Lease {name:?} in namespace {namespace:?} ({message}): deploy/rbac.yaml grants it with the Role \
+         and RoleBinding bootstream-leader-election of the namespace bootstream is installed in; name that namespace \
+         with --lease-namespace (POD_NAMESPACE; a pod gives its own), check that it exists, and that the RoleBinding \
+         names this ServiceAccount"
+    )]
+    Forbidden { namespace: String, name: String, message: String },
+}
+
+/// Waits until this process holds the Lease; an error when it never can.
+pub async fn acquire<S: Store>(store: &S, config: &LeaseConfig) -> Result<(), LeaseError> {
     let mut said = String::new();
     loop {
         match try_acquire(store, config).await {
             Ok(Attempt::Held) => {
                 tracing::info!(lease = %config.name, identity = %config.identity, "became the leader");
-                return;
+                return Ok(());
             }
             Ok(Attempt::HeldBy(holder)) => {
                 if holder != said {
@@ -116,6 +143,23 @@ pub async fn acquire<S: Store>(store: &S, config: &LeaseConfig) {
                 }
             }
             Err(e) if e.is_conflict() => continue,
+            // Nobody but an admin creates a namespace: retrying would wait for ever, saying only
+            // that something was not found.
+            // RBAC does not change by waiting either (and it is checked before the namespace's
+            // existence: without rights there, a missing namespace is refused so).
+            Err(StoreError::Forbidden(message)) => {
+                return Err(LeaseError::Forbidden {
+                    namespace: config.namespace.clone(),
+                    name: config.name.clone(),
+                    message,
+                });
+            }
+            Err(StoreError::NotFound { resource, .. }) if resource == "namespaces" => {
+                return Err(LeaseError::NamespaceMissing {
+                    namespace: config.namespace.clone(),
+                    name: config.name.clone(),
+                });
+            }
             Err(e) => tracing::warn!(lease = %config.name, error = %chain(&e), "could not take the Lease; retrying"),
         }
         tokio::time::sleep(config.renew_every).await;
@@ -184,7 +228,7 @@ mod tests {
 
         // pod-a stops renewing: pod-b takes over once the Lease expired, and pod-a learns it lost.
         let took_over = tokio::time::timeout(Duration::from_secs(5), acquire(&store, &b)).await;
-        assert!(took_over.is_ok(), "pod-b became the leader after expiry");
+        assert!(matches!(took_over, Ok(Ok(()))), "pod-b became the leader after expiry");
         assert_eq!(holder(&store).await.as_deref(), Some("pod-b"));
         let lease = store.get::<Lease>("bootstream", "bootstream-controller").await.unwrap().unwrap();
         assert_eq!(lease.spec.unwrap().lease_transitions, Some(1));
@@ -212,7 +256,7 @@ mod tests {
         server.enforce_rbac("ctl", vec![grant(&["get", "create", "update", "patch"])]);
         let store = crate::store::kube::KubeStore::start(server.client_as("ctl").await, &[]).await;
         let config = config("pod-a", 15);
-        acquire(&store, &config).await;
+        acquire(&store, &config).await.unwrap();
         // The API server stops accepting its renewals.
         server.enforce_rbac("ctl", vec![grant(&["get"])]);
         let started = std::time::Instant::now();

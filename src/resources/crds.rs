@@ -144,10 +144,11 @@ fn k8s_descriptions() -> HashSet<String> {
 /// Walks a schema node and what it contains. Drops `default`: serde defaults make our parsing lenient,
 /// they are not values the API server should write into objects (and a default that does not validate
 /// gets the CRD rejected). Drops `nullable: false`, which says nothing, and the descriptions in
-/// `foreign`.
+/// `foreign`. Rewrites the integer formats Kubernetes does not know (see [`integer_format`]).
 fn clean(v: &mut Value, foreign: &HashSet<String>) {
     let Some(o) = v.as_object_mut() else { return };
     o.remove("default");
+    integer_format(o);
     if o.get("description").and_then(Value::as_str).is_some_and(|d| foreign.contains(d)) {
         o.remove("description");
     }
@@ -167,6 +168,31 @@ fn clean(v: &mut Value, foreign: &HashSet<String>) {
             branches.iter_mut().for_each(|b| clean(b, foreign));
         }
     }
+}
+
+/// schemars names Rust's integer widths (`uint32`, `int8`...), which the API server does not know: it
+/// accepts the CRD but warns `unrecognized format "uint32"` on every apply. The same meaning in the
+/// formats it knows: the narrowest of `int32`/`int64` that holds the type, and the type's bounds as
+/// `minimum`/`maximum` (so that the API server refuses what our types would refuse to read).
+fn integer_format(o: &mut serde_json::Map<String, Value>) {
+    let (format, min, max): (&str, i64, i64) = match o.get("format").and_then(Value::as_str) {
+        Some("int8") => ("int32", i8::MIN.into(), i8::MAX.into()),
+        Some("int16") => ("int32", i16::MIN.into(), i16::MAX.into()),
+        Some("uint8") => ("int32", 0, u8::MAX.into()),
+        Some("uint16") => ("int32", 0, u16::MAX.into()),
+        Some("uint32") => ("int64", 0, u32::MAX.into()),
+        // No known format holds all of a u64: no format, and no upper bound a JSON number keeps exactly.
+        Some("uint64" | "uint") => {
+            o.remove("format");
+            o.insert("minimum".into(), 0.into());
+            return;
+        }
+        _ => return,
+    };
+    o.insert("format".into(), format.into());
+    // Every bound above is exact as an f64, the type JSONSchemaProps keeps them in.
+    o.insert("minimum".into(), (min as f64).into());
+    o.insert("maximum".into(), (max as f64).into());
 }
 
 /// The openAPIV3 schema of each CRD's served version, by store key (`plural.group`), as JSON.

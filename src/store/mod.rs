@@ -83,6 +83,10 @@ pub enum StoreError {
     Conflict(String),
     #[error("{0}")]
     Invalid(String),
+    /// The cluster's RBAC refused the request (worded as before this had a variant of its own, so
+    /// logs read the same).
+    #[error("store: 403 Forbidden: {0}")]
+    Forbidden(String),
     #[error("store: {0}")]
     Backend(String),
 }

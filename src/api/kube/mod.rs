@@ -300,6 +300,7 @@ impl ApiError {
                 )
             },
             StoreError::Invalid(m) => ApiError::invalid(c, name, m),
+            StoreError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "Forbidden", m),
             StoreError::Backend(m) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", m),
         }
     }

@@ -127,6 +127,7 @@ fn store_error<K: Object>(name: &str, e: kube::Error) -> StoreError {
             }
             409 => StoreError::Conflict(status.message),
             400 | 422 => StoreError::Invalid(status.message),
+            403 => StoreError::Forbidden(status.message),
             _ => StoreError::Backend(format!("{} {}: {}", status.code, status.reason, status.message)),
         },
         other => StoreError::Backend(other.to_string()),

@@ -2,6 +2,7 @@
 //! client (so tests see exactly the bytes on the wire), fixtures and external tools.
 #![allow(dead_code)]
 
+pub mod controller;
 pub mod qemu;
 
 use std::collections::BTreeMap;

@@ -155,7 +155,9 @@ fn services_ingress_and_monitoring_reach_the_pods() {
         assert_eq!(routes.get(image_path).map(String::as_str), Some("bootstream-image-server"), "{image_path}");
     }
     assert_eq!(routes.get("/").map(String::as_str), Some("bootstream-controller"));
-    let monitor = of_kind(&docs, "ServiceMonitor")[0];
+    // The ServiceMonitor is the opt-in component deploy/monitoring (it needs the Prometheus Operator's CRDs).
+    let monitoring = documents("monitoring/servicemonitor.yaml");
+    let monitor = of_kind(&monitoring, "ServiceMonitor")[0];
     let selector = labels(&monitor["spec"]["selector"]["matchLabels"]);
     let monitored: Vec<&&Value> =
         services.iter().filter(|s| selects(&selector, &labels(&s["metadata"]["labels"]))).collect();

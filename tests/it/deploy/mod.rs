@@ -2,3 +2,4 @@
 
 mod crds;
 mod manifests;
+mod real_hub;

@@ -4,3 +4,4 @@ mod bare_metal;
 mod faults;
 mod kubernetes;
 mod late_binding;
+mod lease;
