@@ -464,6 +464,21 @@ mod tests {
 
     /// The harness itself: the hub answers as the cluster admin, the controller's ServiceAccount
     /// gets a token that RBAC knows, and it may do what `deploy/rbac.yaml` grants and no more.
+    #[test]
+    fn without_the_corpus_a_test_of_the_real_hub_fails_saying_where_it_looked() {
+        let empty = std::env::temp_dir().join(format!("bootstream-no-corpus-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        // SAFETY: nextest runs this test in a process of its own; no other thread reads the variable.
+        unsafe { std::env::set_var("BOOTSTREAM_COMPAT_DIR", &empty) };
+        let failed = std::panic::catch_unwind(hub_script).expect_err("no hub script in an empty corpus");
+        unsafe { std::env::remove_var("BOOTSTREAM_COMPAT_DIR") };
+        let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("the real Kubernetes hub is missing"), "{message}");
+        assert!(message.contains(&empty.join("kube/hub.sh").display().to_string()), "{message}");
+        assert!(message.contains("do not skip"), "{message}");
+        std::fs::remove_dir_all(&empty).unwrap();
+    }
+
     #[tokio::test]
     async fn a_private_hub_is_bare_without_manifests_and_gone_after_drop() {
         let hub = RealHub::private(false).await;
