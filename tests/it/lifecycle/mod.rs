@@ -3,5 +3,6 @@
 mod bare_metal;
 mod faults;
 mod kubernetes;
+mod kubernetes_real_hub;
 mod late_binding;
 mod lease;
