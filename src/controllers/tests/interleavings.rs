@@ -24,7 +24,7 @@
 //! one step could reach the controllers as one event (the gated store splits the one step that made
 //! two, `update_with_status`, in two).
 //!
-//! A subset runs on a real kube-apiserver and etcd as well (`real_hub::`, fewer seeds still, each in
+//! Those run on a real kube-apiserver and etcd as well (`real_hub::`, fewer seeds still, each in
 //! a namespace of its own on the run's shared hub): the same awaiting of written versions, with the
 //! changes announced by a cluster admin's watch of the namespace instead of the test server's store.
 
@@ -1343,8 +1343,8 @@ mod kubernetes {
     }
 }
 
-/// A subset of the scenarios on a real kube-apiserver and etcd (the run's shared hub, a namespace per
-/// seed), the controllers with deploy/rbac.yaml's ServiceAccount token, under fewer seeds still: each
+/// The scenarios of `kubernetes` on a real kube-apiserver and etcd (the run's shared hub, a namespace
+/// per seed), the controllers with deploy/rbac.yaml's ServiceAccount token, under fewer seeds still: each
 /// seed's changes travel through etcd and real watches, whose timing is the real server's own.
 mod real_hub {
     use super::*;
@@ -1381,6 +1381,16 @@ mod real_hub {
         under_seeds_on_real_hub("real_hub::delete_cluster_deployment", |w, seed| {
             super::delete_installed_cluster(w, seed, Deleted::ClusterDeployment, false, false)
         });
+    }
+    #[test]
+    fn delete_install_only_with_a_restart() {
+        under_seeds_on_real_hub("real_hub::delete_install_only_with_a_restart", |w, seed| {
+            super::delete_installed_cluster(w, seed, Deleted::InstallOnly, true, false)
+        });
+    }
+    #[test]
+    fn delete_cluster_before_install() {
+        under_seeds_on_real_hub("real_hub::delete_cluster_before_install", super::delete_cluster_before_install);
     }
     #[test]
     fn delete_infraenv_with_mixed_hosts() {
