@@ -152,18 +152,7 @@ impl RealHub {
         let dir =
             std::env::temp_dir().join(format!("bootstream-ownhub-{}-{:016x}", std::process::id(), fastrand::u64(..)));
         std::fs::create_dir_all(&dir).expect("a private hub's folder");
-        let hub_sh = |cmd: &str| {
-            Command::new("setsid").arg("-w").arg("bash").arg(&script).arg(cmd).arg(&dir).stdin(Stdio::null()).output()
-        };
-        let out = hub_sh("start").expect("running hub.sh (bash and setsid are needed)");
-        assert!(
-            out.status.success(),
-            "hub.sh start {} failed ({}):\n{}{}",
-            dir.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        hub_sh_start(&script, &dir);
         RealHub::read(&dir, Keep::Own(script.clone()))
     }
 
@@ -186,22 +175,12 @@ impl RealHub {
 
     /// A kubeconfig (YAML text) for `token`, trusting the hub's CA.
     pub fn kubeconfig_for(&self, token: &str) -> String {
-        use base64::Engine;
-        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n    \
-             certificate-authority-data: {ca}\nusers:\n- name: user\n  user:\n    token: {token}\ncontexts:\n\
-             - name: hub\n  context:\n    cluster: hub\n    user: user\ncurrent-context: hub\n",
-            self.url
-        )
+        kubeconfig_yaml(&self.url, &self.ca_pem, token)
     }
 
     /// A kube-rs client authenticating with `token` (needs a tokio runtime).
     pub async fn client_as(&self, token: &str) -> kube::Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_for(token)).expect("a kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("a config");
-        kube::Client::try_from(config).expect("a client of the real hub")
+        client_for(&self.url, &self.ca_pem, token).await
     }
 
     /// A cluster admin's client.
@@ -276,25 +255,7 @@ fn ready(dir: &Path) -> bool {
 fn start(script: &Path, dir: &Path) {
     let _ = std::fs::remove_file(dir.join("ready"));
     let _ = Command::new("bash").arg(script).arg("stop").arg(dir).stdout(Stdio::null()).stderr(Stdio::null()).status();
-    // In a session of its own: the processes outlive this test's process (and its process group,
-    // which a test runner may kill), and the reaper stops them.
-    let out = Command::new("setsid")
-        .arg("-w")
-        .arg("bash")
-        .arg(script)
-        .arg("start")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running hub.sh (bash and setsid are needed)");
-    assert!(
-        out.status.success(),
-        "hub.sh start {} failed ({}):\n{}{}",
-        dir.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hub_sh_start(script, dir);
     let reaper = format!(
         r#"idle=0
 while sleep 1; do
@@ -344,6 +305,28 @@ fn manifests_digest() -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `hub.sh start DIR`, in a session of its own: the processes outlive this test's process (and its
+/// process group, which a test runner may kill); the reaper or a private hub's drop stops them.
+fn hub_sh_start(script: &Path, dir: &Path) {
+    let out = Command::new("setsid")
+        .arg("-w")
+        .arg("bash")
+        .arg(script)
+        .arg("start")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running hub.sh (bash and setsid are needed)");
+    assert!(
+        out.status.success(),
+        "hub.sh start {} failed ({}):\n{}{}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The YAML documents of `deploy/crds` and `deploy/rbac.yaml` in the order a user applies them.
 pub fn manifests(files: &[&str]) -> Vec<Value> {
     use serde::Deserialize;
@@ -376,9 +359,7 @@ pub fn manifests(files: &[&str]) -> Vec<Value> {
 }
 
 async fn install_manifests(url: &str, token: &str, ca: &str) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let hub = RealHubClient { url: url.to_string(), token: token.to_string(), ca: ca.to_string() };
-    let client = hub.client().await;
+    let client = client_for(url, ca, token).await;
     apply_all(&client, &[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})])
         .await;
     apply_all(&client, &manifests(&["crds"])).await;
@@ -410,26 +391,23 @@ async fn install_manifests(url: &str, token: &str, ca: &str) {
     apply_all(&client, &manifests(&["rbac.yaml"])).await;
 }
 
-struct RealHubClient {
-    url: String,
-    token: String,
-    ca: String,
+/// A kube-rs client of the hub at `url` whose CA is `ca_pem`, authenticating with `token`.
+async fn client_for(url: &str, ca_pem: &str, token: &str) -> kube::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig_yaml(url, ca_pem, token)).expect("a kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("a config");
+    kube::Client::try_from(config).expect("a client of the real hub")
 }
 
-impl RealHubClient {
-    async fn client(&self) -> kube::Client {
-        use base64::Engine;
-        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca);
-        let yaml = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n    \
-             certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {}\ncontexts:\n\
-             - name: hub\n  context:\n    cluster: hub\n    user: admin\ncurrent-context: hub\n",
-            self.url, self.token
-        );
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).expect("a kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("a config");
-        kube::Client::try_from(config).expect("a client of the real hub")
-    }
+/// A kubeconfig (YAML text) for the hub at `url` whose CA is `ca_pem`, authenticating with `token`.
+fn kubeconfig_yaml(url: &str, ca_pem: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {url}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: user\n  user:\n    token: {token}\ncontexts:\n\
+         - name: hub\n  context:\n    cluster: hub\n    user: user\ncurrent-context: hub\n"
+    )
 }
 
 /// Server-side applies each document (as `kubectl apply --server-side`), in bootstream's namespace

@@ -4,12 +4,13 @@
 //! `kubectl apply` would put it; hosts talk to the controller's agent API; images come from the
 //! stateless image server; a second controller waits for the Lease.
 
+use super::{blocking, wait_for};
 use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bootstream::store::sqlite::SqliteStore;
 use bootstream::testkit::hub::{ApiServer, service_account_grants};
@@ -72,19 +73,24 @@ async fn kubectl_apply(cluster: &SqliteStore, doc: Value) {
     cluster.apply_document(kind, doc).await.expect("apply");
 }
 
-async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> Option<Value>) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> tokio::task::JoinHandle<T> {
-    tokio::task::spawn_blocking(f)
+/// What the user of the fleet namespace applies: a pull secret, an NMStateConfig and an InfraEnv
+/// selecting it.
+pub(super) fn fleet_documents() -> [Value; 3] {
+    [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": "fleet"},
+               "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}}),
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig",
+               "metadata": {"name": "host-0", "namespace": "fleet", "labels": {"rack": "r1"}},
+               "spec": {"config": {"interfaces": [{"name": "eth0", "type": "ethernet", "state": "up",
+                                                   "mac-address": "02:00:00:80:12:01",
+                                                   "ipv4": {"enabled": true, "dhcp": false,
+                                                            "address": [{"ip": "192.168.126.10", "prefix-length": 24}]}}]},
+                        "interfaces": [{"name": "eth0", "macAddress": "02:00:00:80:12:01"}]}}),
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+               "metadata": {"name": "pool", "namespace": "fleet"},
+               "spec": {"pullSecretRef": {"name": "pull-secret"}, "sshAuthorizedKey": "ssh-ed25519 AAAA test",
+                        "nmStateConfigLabelSelector": {"matchLabels": {"rack": "r1"}}}}),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -110,31 +116,9 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
     bootstream::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap();
     let url_key = dir.path().join("url-signing.pem").to_str().unwrap().to_string();
 
-    kubectl_apply(
-        &cluster,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": "fleet"},
-               "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}}),
-    )
-    .await;
-    kubectl_apply(
-        &cluster,
-        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig",
-               "metadata": {"name": "host-0", "namespace": "fleet", "labels": {"rack": "r1"}},
-               "spec": {"config": {"interfaces": [{"name": "eth0", "type": "ethernet", "state": "up",
-                                                   "mac-address": "02:00:00:80:12:01",
-                                                   "ipv4": {"enabled": true, "dhcp": false,
-                                                            "address": [{"ip": "192.168.126.10", "prefix-length": 24}]}}]},
-                        "interfaces": [{"name": "eth0", "macAddress": "02:00:00:80:12:01"}]}}),
-    )
-    .await;
-    kubectl_apply(
-        &cluster,
-        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
-               "metadata": {"name": "pool", "namespace": "fleet"},
-               "spec": {"pullSecretRef": {"name": "pull-secret"}, "sshAuthorizedKey": "ssh-ed25519 AAAA test",
-                        "nmStateConfigLabelSelector": {"matchLabels": {"rack": "r1"}}}}),
-    )
-    .await;
+    for doc in fleet_documents() {
+        kubectl_apply(&cluster, doc).await;
+    }
 
     // Without the shared key an image server refuses to start rather than sign tokens nobody accepts.
     let refused = Command::new(BIN)

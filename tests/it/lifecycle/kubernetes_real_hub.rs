@@ -4,18 +4,15 @@
 //! would, its image served alike by both, a host registering as an Agent, and a standby controller
 //! taking the Lease over. A refused request in either process's log fails the test.
 
+use super::{blocking, wait_for};
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bootstream::testkit::realhub::{self, RealHub};
 use common::controller::{Controller, ControllerFiles};
 use common::*;
 use serde_json::{Value, json};
-
-fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> tokio::task::JoinHandle<T> {
-    tokio::task::spawn_blocking(f)
-}
 
 fn resource(group: &str, version: &str, kind: &str) -> kube::core::ApiResource {
     kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind))
@@ -25,17 +22,6 @@ fn resource(group: &str, version: &str, kind: &str) -> kube::core::ApiResource {
 async fn get(hub: &RealHub, ar: &kube::core::ApiResource, ns: &str, name: &str) -> Option<Value> {
     let api: kube::Api<kube::core::DynamicObject> = kube::Api::namespaced_with(hub.admin().await, ns, ar);
     api.get_opt(name).await.unwrap().map(|o| serde_json::to_value(o).unwrap())
-}
-
-async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> Option<Value>) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A log with nothing the API server refused.
@@ -52,25 +38,7 @@ async fn controller_and_image_server_replicas_work_against_a_real_hub() {
     let admin = hub.admin().await;
     realhub::apply_all(&admin, &[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet"}})])
         .await;
-    realhub::apply_all(
-        &admin,
-        &[
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": "fleet"},
-                   "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"dXNlcjpwYXNz\"}}}"}}),
-            json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig",
-                   "metadata": {"name": "host-0", "namespace": "fleet", "labels": {"rack": "r1"}},
-                   "spec": {"config": {"interfaces": [{"name": "eth0", "type": "ethernet", "state": "up",
-                                                       "mac-address": "02:00:00:80:12:01",
-                                                       "ipv4": {"enabled": true, "dhcp": false,
-                                                                "address": [{"ip": "192.168.126.10", "prefix-length": 24}]}}]},
-                            "interfaces": [{"name": "eth0", "macAddress": "02:00:00:80:12:01"}]}}),
-            json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
-                   "metadata": {"name": "pool", "namespace": "fleet"},
-                   "spec": {"pullSecretRef": {"name": "pull-secret"}, "sshAuthorizedKey": "ssh-ed25519 AAAA test",
-                            "nmStateConfigLabelSelector": {"matchLabels": {"rack": "r1"}}}}),
-        ],
-    )
-    .await;
+    realhub::apply_all(&admin, &super::kubernetes::fleet_documents()).await;
 
     let files = ControllerFiles::for_hub(&hub).await;
     let image_server_kubeconfig = files.dir.path().join("image-server.kubeconfig");

@@ -2,6 +2,7 @@
 //! gives it back), so the next one leads at once; a Lease namespace it cannot use is an error
 //! naming it, not a retry for ever. Each test works in a namespace of its own on the run's shared hub.
 
+use super::blocking;
 use crate::common;
 
 use std::time::Duration;
@@ -33,10 +34,6 @@ async fn grant_leases_in(hub: &RealHub, namespace: &str) {
         .collect();
     assert_eq!(docs.len(), 2, "the Role and the RoleBinding of deploy/rbac.yaml");
     realhub::apply_all(&hub.admin().await, &docs).await;
-}
-
-fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> tokio::task::JoinHandle<T> {
-    tokio::task::spawn_blocking(f)
 }
 
 #[tokio::test]
