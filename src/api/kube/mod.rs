@@ -186,6 +186,10 @@ impl Collection {
     fn qualified(&self) -> String {
         self.resource()
     }
+    /// `Kind.group` (`Kind` for the core group), as the API server names a kind in its messages.
+    fn qualified_kind(&self) -> String {
+        if self.group().is_empty() { self.kind_name().to_string() } else { format!("{}.{}", self.kind_name(), self.group()) }
+    }
 }
 
 /// Our CRDs as JSON, with the printing upstream's declare.
@@ -273,7 +277,26 @@ impl ApiError {
             ..ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",
-                format!("{} \"{name}\" is invalid: {text}", c.kind_name()),
+                format!("{} \"{name}\" is invalid: {text}", c.qualified_kind()),
+            )
+        }
+    }
+    /// What a CRD's schema refuses, cause by cause, as the API server words it (one cause alone,
+    /// several in brackets).
+    fn invalid_schema(c: &Collection, name: &str, errors: &[crate::resources::crds::SchemaError]) -> ApiError {
+        let causes: Vec<Value> =
+            errors.iter().map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field})).collect();
+        let listed: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
+        let text = match listed.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        ApiError {
+            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name(), "causes": causes})),
+            ..ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("{} \"{name}\" is invalid: {text}", c.qualified_kind()),
             )
         }
     }
@@ -1063,6 +1086,26 @@ impl KubeApi {
                     ctx.warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
                 }
                 FieldValidation::Ignore => {}
+            }
+        }
+        if c.kind_name() == "Secret" && c.group().is_empty() && !status {
+            // As the API server defaults it (kubectl's `create secret generic` sends none).
+            if doc.get("type").is_none_or(|t| t.is_null() || t == "") {
+                doc["type"] = json!("Opaque");
+            }
+        }
+        if c.kind.is_some() && !status {
+            // The CRD's structural schema, as the API server checks it before any webhook. The
+            // status is the stored one here (only its subresource writes it); with validation
+            // ratcheting, what an update leaves as it was is not checked again.
+            let mut errors = crate::resources::crds::schema_errors(&c.resource(), &doc);
+            errors.retain(|e| !e.field.starts_with("status"));
+            if let Some(old) = live {
+                let before = crate::resources::crds::schema_errors(&c.resource(), old);
+                errors.retain(|e| !before.contains(e));
+            }
+            if !errors.is_empty() {
+                return Err(ApiError::invalid_schema(c, &name, &errors));
             }
         }
         let Some(kind) = c.kind else {
