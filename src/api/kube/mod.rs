@@ -1216,6 +1216,10 @@ impl KubeApi {
         record_manager(c, &mut doc, None, ctx, false);
         self.check_size(c, &doc)?;
         if ctx.dry_run {
+            // A dry run answers as the write would: a name that is taken is refused.
+            if let Ok(Some(_)) = self.store.get_raw(&c.resource(), &ns, &name) {
+                return Err(ApiError::from_store(c, &name, StoreError::AlreadyExists { resource: c.resource(), name: name.clone() }));
+            }
             let meta = &mut doc["metadata"];
             meta["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
             meta["creationTimestamp"] = Value::String(crate::resources::now_seconds().to_string());
