@@ -1685,8 +1685,27 @@ fn write_context(
     Ok(WriteContext { manager, dry_run, validation, warnings: Vec::new() })
 }
 
+/// Drops the empty lists and maps of `metadata`, as the API server's ObjectMeta (omitempty) does:
+/// a finalizer patched away leaves no `finalizers: []`, and no manager keeps owning the list.
+fn omit_empty_metadata(doc: &mut Value) {
+    if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            let empty = match meta.get(key) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                meta.remove(key);
+            }
+        }
+    }
+}
+
 /// Records the write in `managedFields` under the context's manager (an Update).
 fn record_manager(c: &Collection, doc: &mut Value, live: Option<&Value>, ctx: &WriteContext, status: bool) {
+    omit_empty_metadata(doc);
     if ctx.manager.is_empty() {
         return;
     }
