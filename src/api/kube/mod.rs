@@ -8,8 +8,8 @@
 //!   OpenAPI v2 and v3 (`/openapi/v2`, `/openapi/v3[/...]`) for the served kinds ([`served`]).
 //! - For every served kind: get, list (label and field selectors, `limit`/`continue`), watch
 //!   (from a resourceVersion, bookmarks, `sendInitialEvents`, `timeoutSeconds`, `410 Gone` for a
-//!   version older than the window), create (`generateName` too), update, delete (returns the object;
-//!   202 while finalizers hold it), the status subresource, patches (JSON merge, JSON patch, strategic
+//!   version older than the window), create (`generateName` too), update, delete (a `Status` of
+//!   success; the marked object while finalizers hold it), the status subresource, patches (JSON merge, JSON patch, strategic
 //!   merge for the core kinds, server-side apply with `managedFields`), `dryRun=All`,
 //!   `fieldValidation=Strict|Warn|Ignore` (Warn by default, as the API server), `Table` and
 //!   `PartialObjectMetadata` responses, and errors as `Status` objects with the API server's reasons.
@@ -627,6 +627,8 @@ impl KubeApi {
             )),
         };
         let mut resp = match result {
+            // A Status (a deletion's) is a Status in any representation.
+            Ok((code, object)) if object["kind"] == "Status" => crate::http::json(code, &object),
             Ok((code, object)) => match representation(req.headers()) {
                 Representation::Metadata => crate::http::json(code, &watch::metadata_only(&object)),
                 Representation::Table if verb == Verb::Get => {
@@ -1608,8 +1610,20 @@ impl KubeApi {
             self.hooks.written(kind, &ns, &name).await;
         }
         match (deletion, self.store.get_raw(&c.resource(), &ns, &name)) {
-            (Deletion::Pending, Ok(Some(current))) => Ok((StatusCode::ACCEPTED, current)),
-            _ => Ok((StatusCode::OK, live)),
+            // Held by finalizers: the object, marked (200, as the API server answers unless the
+            // client asked for `orphanDependents: false`).
+            (Deletion::Pending, Ok(Some(current))) => Ok((StatusCode::OK, current)),
+            // Gone at once: a Status saying so, as the API server answers for every kind served here.
+            _ => {
+                let mut details = json!({"name": name, "kind": c.plural(), "uid": live["metadata"]["uid"]});
+                if !c.group().is_empty() {
+                    details["group"] = json!(c.group());
+                }
+                Ok((
+                    StatusCode::OK,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
+                ))
+            }
         }
     }
 }
@@ -2059,11 +2073,11 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::CREATED);
         let ns = api.store().get_raw("namespaces", "", "demo").unwrap().expect("the namespace");
         assert_eq!(ns["status"]["phase"], "Active");
-        // A deletion held by a finalizer is 202 with the marked object; then gone, 404.
+        // A deletion held by a finalizer is 200 with the marked object; then gone, 404.
         let doc = infraenv(json!({"metadata": {"finalizers": ["x/y"]}}));
         call(&api, "POST", IES, "application/json", &doc).await;
         let (code, held) = call(&api, "DELETE", &format!("{IES}/ie"), "", "").await;
-        assert_eq!(code, StatusCode::ACCEPTED);
+        assert_eq!(code, StatusCode::OK);
         assert!(held["metadata"]["deletionTimestamp"].is_string());
         call(
             &api,
