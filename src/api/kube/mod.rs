@@ -749,7 +749,14 @@ impl KubeApi {
             list_meta["continue"] = Value::String(continue_token);
         }
         match representation(headers) {
-            Representation::Object => Ok(list_response(c, &items, &list_meta)),
+            Representation::Object => {
+                // A list of custom resources (unstructured on the API server) always says
+                // `continue`, empty on the last page; typed lists omit it then.
+                if c.has_generation && list_meta.get("continue").is_none() {
+                    list_meta["continue"] = json!("");
+                }
+                Ok(list_response(c, &items, &list_meta))
+            }
             Representation::Metadata => {
                 let items: Vec<Value> = items
                     .iter()
@@ -928,7 +935,10 @@ impl KubeApi {
             start,
             timeout,
             bookmarks: truthy("allowWatchBookmarks"),
-            initial_events_end: truthy("sendInitialEvents") && truthy("allowWatchBookmarks"),
+            // As kube-apiserver 1.36: a watch with bookmarks that starts with the current objects
+            // marks their end, whether or not it asked for them by `sendInitialEvents`.
+            initial_events_end: truthy("allowWatchBookmarks")
+                && q.get("sendInitialEvents").is_none_or(|v| query_flag(q, "sendInitialEvents") || v.is_empty()),
             bookmark_type,
             filter: Box::new(filter),
         };
