@@ -308,7 +308,11 @@ pub fn schema_errors(resource: &str, obj: &Value) -> Vec<SchemaError> {
         }
         for r in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
             if o.get(r).is_none_or(Value::is_null) && !matches!(r, "metadata" | "apiVersion" | "kind") {
-                errors.push(SchemaError { field: r.to_string(), reason: "FieldValueRequired", message: "Required value".into() });
+                errors.push(SchemaError {
+                    field: r.to_string(),
+                    reason: "FieldValueRequired",
+                    message: "Required value".into(),
+                });
             }
         }
     }
@@ -340,7 +344,9 @@ fn check(schema: &Value, v: &Value, path: &str, errors: &mut Vec<SchemaError>) {
             errors.push(SchemaError {
                 field: path.to_string(),
                 reason: "FieldValueTypeInvalid",
-                message: format!("Invalid value: \"{actual}\": {path} in body must be of type integer,string: \"{actual}\""),
+                message: format!(
+                    "Invalid value: \"{actual}\": {path} in body must be of type integer,string: \"{actual}\""
+                ),
             });
         }
         return;
@@ -434,11 +440,17 @@ mod tests {
             ],
             "metadata is not the schema's to check"
         );
-        let ie = serde_json::json!({"spec": {"imageType": "dvd", "pullSecretRef": {"name": "ps"}, "cpuArchitecture": null}});
+        let ie =
+            serde_json::json!({"spec": {"imageType": "dvd", "pullSecretRef": {"name": "ps"}, "cpuArchitecture": null}});
         let errors = schema_errors("infraenvs.agent-install.openshift.io", &ie);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].reason, "FieldValueNotSupported");
-        assert!(errors[0].message.starts_with("Unsupported value: \"dvd\": supported values: \"full-iso\", \"minimal-iso\""), "{errors:?}");
+        assert!(
+            errors[0]
+                .message
+                .starts_with("Unsupported value: \"dvd\": supported values: \"full-iso\", \"minimal-iso\""),
+            "{errors:?}"
+        );
         assert!(schema_errors("secrets", &serde_json::json!({"data": 7})).is_empty(), "no schema, nothing to say");
     }
 

@@ -188,7 +188,11 @@ impl Collection {
     }
     /// `Kind.group` (`Kind` for the core group), as the API server names a kind in its messages.
     fn qualified_kind(&self) -> String {
-        if self.group().is_empty() { self.kind_name().to_string() } else { format!("{}.{}", self.kind_name(), self.group()) }
+        if self.group().is_empty() {
+            self.kind_name().to_string()
+        } else {
+            format!("{}.{}", self.kind_name(), self.group())
+        }
     }
 }
 
@@ -1230,7 +1234,11 @@ impl KubeApi {
         if ctx.dry_run {
             // A dry run answers as the write would: a name that is taken is refused.
             if let Ok(Some(_)) = self.store.get_raw(&c.resource(), &ns, &name) {
-                return Err(ApiError::from_store(c, &name, StoreError::AlreadyExists { resource: c.resource(), name: name.clone() }));
+                return Err(ApiError::from_store(
+                    c,
+                    &name,
+                    StoreError::AlreadyExists { resource: c.resource(), name: name.clone() },
+                ));
             }
             let meta = &mut doc["metadata"];
             meta["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
