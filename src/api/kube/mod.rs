@@ -13,8 +13,10 @@
 //!   merge for the core kinds, server-side apply with `managedFields`), `dryRun=All`,
 //!   `fieldValidation=Strict|Warn|Ignore` (Warn by default, as the API server), `Table` and
 //!   `PartialObjectMetadata` responses, and errors as `Status` objects with the API server's reasons.
-//! - Validation: bootstream's kinds are checked by the same admission rules a hub's webhook applies
-//!   ([`crate::resources::validate_document`] and friends); other kinds only structurally.
+//! - Validation: bootstream's kinds are checked against their CRD's structural schema as the API
+//!   server checks them ([`crate::resources::crds::schema_errors`]), then by the same admission
+//!   rules a hub's webhook applies ([`crate::resources::validate_document`] and friends); other kinds
+//!   only structurally.
 //! - More kinds for a test harness that plays another cluster ([`KubeApi::with_collections`]):
 //!   served like the others, validated only structurally.
 //!
@@ -27,6 +29,28 @@
 //!   continues after the last name of the previous one, from the objects as they are then).
 //! - Namespaces are served as objects but do not gate creation (an object may name a namespace that
 //!   does not exist), and deleting one does not delete its contents.
+//!
+//! # Differences from kube-apiserver
+//! The differential tests (`tests/it/kubectl/differential.rs`) run the same steps by kubectl,
+//! kube-rs and the Python client against a real kube-apiserver with `deploy/crds` and against this
+//! API, and compare the answers (errors, watches, apply, patches, dry runs, warnings, tables,
+//! discovery, explain). What differs on purpose:
+//! - Admission: bootstream's kinds are checked by the rules a hub runs in bootstream's webhook
+//!   (`resources::admission`); a bare kube-apiserver without the webhook takes, say, an InfraEnv
+//!   without a pull secret. The rules are the product's; the webhook makes a hub agree.
+//! - Only bootstream's kinds, Secrets, Namespaces, Events and Leases are served, so discovery lists
+//!   those alone (and no `namespaces/status` or `namespaces/finalize`); the core kinds' schemas
+//!   (what `kubectl explain secret` prints) are bootstream's own, with shorter descriptions.
+//! - A watch replays any version since the server started and answers `410 Gone` for older ones;
+//!   kube-apiserver's window is its watch cache's (a few minutes of changes), so a version it has
+//!   let go may still replay here. Clients list again on 410 either way.
+//! - Namespaces have no `spec.finalizers` (no namespace controller empties them: a deletion is
+//!   immediate, never `Terminating`).
+//! - A JSON patch whose `test` operation fails is refused alike (422 Invalid), but the message says
+//!   which test failed (kube-apiserver's says only "the server rejected our request due to an
+//!   error in our request").
+//! - The status subresource of bootstream's kinds is checked by its types, not by the CRD's
+//!   schema (only bootstream's controllers write it).
 
 mod apply;
 mod discovery;

@@ -11,6 +11,7 @@
 
 mod auth_and_discovery;
 mod clients;
+mod differential;
 mod get_and_watch;
 mod lifecycle;
 mod modify;
