@@ -351,23 +351,27 @@ fn check(schema: &Value, v: &Value, path: &str, errors: &mut Vec<SchemaError>) {
         }
         return;
     }
+    let mut fits = true;
     if let Some(want) = schema["type"].as_str() {
         let actual = type_name(v);
-        let fits = actual == want || (want == "number" && actual == "integer");
+        fits = actual == want || (want == "number" && actual == "integer");
         if !fits {
             errors.push(SchemaError {
                 field: path.to_string(),
                 reason: "FieldValueTypeInvalid",
                 message: format!("Invalid value: \"{actual}\": {path} in body must be of type {want}: \"{actual}\""),
             });
-            return;
         }
     }
+    // The enum is checked even after a type error (the API server reports both).
     if let Some(allowed) = schema["enum"].as_array()
         && !allowed.contains(v)
     {
+        // As the API server quotes them: strings (and the null of a nullable enum) quoted, numbers
+        // and booleans bare.
         let quote = |x: &Value| match x {
             Value::String(s) => format!("{s:?}"),
+            Value::Null => "\"null\"".to_string(),
             other => other.to_string(),
         };
         errors.push(SchemaError {
@@ -379,6 +383,9 @@ fn check(schema: &Value, v: &Value, path: &str, errors: &mut Vec<SchemaError>) {
                 allowed.iter().map(quote).collect::<Vec<_>>().join(", ")
             ),
         });
+    }
+    if !fits {
+        return;
     }
     match v {
         Value::Object(o) => {
@@ -450,6 +457,17 @@ mod tests {
                 .message
                 .starts_with("Unsupported value: \"dvd\": supported values: \"full-iso\", \"minimal-iso\""),
             "{errors:?}"
+        );
+        // Both a type and an enum error for one value, as kube-apiserver 1.36 reports them.
+        let ie = serde_json::json!({"spec": {"imageType": 5, "pullSecretRef": {"name": "ps"}}});
+        let messages: Vec<String> =
+            schema_errors("infraenvs.agent-install.openshift.io", &ie).into_iter().map(|e| e.message).collect();
+        assert_eq!(
+            messages,
+            [
+                "Invalid value: \"integer\": spec.imageType in body must be of type string: \"integer\"",
+                "Unsupported value: 5: supported values: \"full-iso\", \"minimal-iso\", \"null\"",
+            ]
         );
         assert!(schema_errors("secrets", &serde_json::json!({"data": 7})).is_empty(), "no schema, nothing to say");
     }
