@@ -51,6 +51,8 @@
 //!   error in our request").
 //! - The status subresource of bootstream's kinds is checked by its types, not by the CRD's
 //!   schema (only bootstream's controllers write it).
+//! - A label selector that does not parse is a BadRequest alike, in the words of bootstream's
+//!   parser (kube-apiserver's lexer names the token it stopped at).
 
 mod apply;
 mod discovery;
@@ -717,7 +719,7 @@ impl KubeApi {
         q: &std::collections::HashMap<String, String>,
     ) -> Result<(LabelSelector, FieldSelector), ApiError> {
         let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
-            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+            .map_err(ApiError::bad_request)?;
         let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""), c.field_labels)
             .map_err(ApiError::bad_request)?;
         Ok((labels, fields))
