@@ -311,9 +311,9 @@ impl ApiError {
             )
         }
     }
-    /// What a CRD's schema refuses, cause by cause, as the API server words it (one cause alone,
-    /// several in brackets).
-    fn invalid_schema(c: &Collection, name: &str, errors: &[crate::resources::crds::SchemaError]) -> ApiError {
+    /// What a CRD's schema (or a core kind's validation) refuses, cause by cause, as the API server
+    /// words it (one cause alone, several in brackets).
+    fn invalid_fields(c: &Collection, name: &str, errors: &[crate::resources::crds::SchemaError]) -> ApiError {
         let causes: Vec<Value> =
             errors.iter().map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field})).collect();
         let listed: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
@@ -1135,6 +1135,10 @@ impl KubeApi {
             if doc.get("type").is_none_or(|t| t.is_null() || t == "") {
                 doc["type"] = json!("Opaque");
             }
+            let errors = secret_errors(&doc, live);
+            if !errors.is_empty() {
+                return Err(ApiError::invalid_fields(c, &name, &errors));
+            }
         }
         if c.kind.is_some() && !status {
             // The CRD's structural schema, as the API server checks it before any webhook. The
@@ -1147,7 +1151,7 @@ impl KubeApi {
                 errors.retain(|e| !before.contains(e));
             }
             if !errors.is_empty() {
-                return Err(ApiError::invalid_schema(c, &name, &errors));
+                return Err(ApiError::invalid_fields(c, &name, &errors));
             }
         }
         let Some(kind) = c.kind else {
@@ -1741,6 +1745,42 @@ fn write_context(
         }
     };
     Ok(WriteContext { manager, dry_run, validation, warnings: Vec::new() })
+}
+
+/// What the API server's Secret validation refuses: a changed type on update, the keys the type
+/// needs; in its order, with its messages.
+fn secret_errors(doc: &Value, live: Option<&Value>) -> Vec<crate::resources::crds::SchemaError> {
+    use crate::resources::crds::SchemaError;
+    let type_ = doc["type"].as_str().unwrap_or_default();
+    let has = |key: &str| doc["data"].get(key).is_some() || doc["stringData"].get(key).is_some();
+    let required =
+        |field: String| SchemaError { field, reason: "FieldValueRequired", message: "Required value".into() };
+    let mut errors = Vec::new();
+    if let Some(old) = live.and_then(|l| l["type"].as_str())
+        && old != type_
+    {
+        errors.push(SchemaError {
+            field: "type".into(),
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {type_:?}: field is immutable"),
+        });
+    }
+    let needed: &[&str] = match type_ {
+        "kubernetes.io/tls" => &["tls.crt", "tls.key"],
+        "kubernetes.io/ssh-auth" => &["ssh-privatekey"],
+        "kubernetes.io/dockercfg" => &[".dockercfg"],
+        "kubernetes.io/dockerconfigjson" => &[".dockerconfigjson"],
+        // Either may be empty, but one must be there.
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => &["username", "password"],
+        _ => &[],
+    };
+    errors.extend(needed.iter().filter(|k| !has(k)).map(|k| required(format!("data[{k}]"))));
+    if type_ == "kubernetes.io/service-account-token"
+        && doc["metadata"]["annotations"]["kubernetes.io/service-account.name"].as_str().is_none_or(str::is_empty)
+    {
+        errors.push(required("metadata.annotations[kubernetes.io/service-account.name]".into()));
+    }
+    errors
 }
 
 /// Drops the empty lists and maps of `metadata`, as the API server's ObjectMeta (omitempty) does:

@@ -270,6 +270,16 @@ fn kubectl_gets_the_same_answers_from_serve_as_from_kube_apiserver() {
     );
     s.json(&["get", "secret", "s1", "-n", ns, "--show-managed-fields"]);
 
+    // A Secret's type: the keys it needs, and no changing it.
+    let tls = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: tls\n  namespace: {ns}\ntype: kubernetes.io/tls\nstringData:\n  other: x\n"
+    );
+    let refused = s.fails(&["create", "-f", "-"], Some(&tls));
+    assert!(refused.contains("data[tls.crt]: Required value"), "{refused}");
+    let changed =
+        s.fails(&["patch", "secret", "s1", "-n", ns, "--type=merge", "-p", r#"{"type":"example.com/other"}"#], None);
+    assert!(changed.contains("field is immutable"), "{changed}");
+
     // Discovery and explain of bootstream's kinds.
     s.ok(&["api-resources", "--api-group=agent-install.openshift.io", "-o", "wide"], None);
     s.ok(&["explain", "nmstateconfig.spec.interfaces"], None);
