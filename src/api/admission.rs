@@ -423,9 +423,13 @@ mod tests {
                         "{}: {body}",
                         case.what
                     );
-                    // The API server's "<Kind> "<name>" is invalid: " before the rule's message.
+                    // The API server's "<Kind>.<group> "<name>" is invalid: " before the rule's message.
                     let message = body["message"].as_str().unwrap();
-                    let prefix = format!("{} {} is invalid: ", case.kind.name(), case.new["metadata"]["name"]);
+                    let qualified = match case.kind.api_version().rsplit_once('/') {
+                        Some((group, _)) => format!("{}.{group}", case.kind.name()),
+                        None => case.kind.name().to_string(),
+                    };
+                    let prefix = format!("{qualified} {} is invalid: ", case.new["metadata"]["name"]);
                     message.strip_prefix(&prefix).unwrap_or(message).to_string()
                 },
             );

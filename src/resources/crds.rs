@@ -305,9 +305,198 @@ fn prune(schema: &Value, v: &mut Value, mut report: Option<&mut Removed>) {
     }
 }
 
+/// A field of an object that its CRD's schema refuses, as the API server reports it (a cause of its
+/// `Invalid` error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaError {
+    /// `spec.interfaces[0].macAddress`.
+    pub field: String,
+    /// `FieldValueTypeInvalid`, `FieldValueRequired`, `FieldValueNotSupported`.
+    pub reason: &'static str,
+    /// What the API server says of the field after its path: `Required value`, `Invalid value: ...`.
+    pub message: String,
+}
+
+/// What the structural schema of `resource`'s CRD refuses in `obj` (outside `metadata`): values of
+/// the wrong type, required fields missing, values outside an enum, with the API server's reasons
+/// and messages (so that kubectl shows the same error as a hub's). Other kinds: nothing.
+pub fn schema_errors(resource: &str, obj: &Value) -> Vec<SchemaError> {
+    let mut errors = Vec::new();
+    if let (Some(schema), Some(o)) = (schemas().get(resource), obj.as_object()) {
+        let props = &schema["properties"];
+        for (k, v) in o {
+            if matches!(k.as_str(), "metadata" | "apiVersion" | "kind") {
+                continue;
+            }
+            if let Some(s) = props.get(k) {
+                check(s, v, k, &mut errors);
+            }
+        }
+        for r in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if o.get(r).is_none_or(Value::is_null) && !matches!(r, "metadata" | "apiVersion" | "kind") {
+                errors.push(SchemaError {
+                    field: r.to_string(),
+                    reason: "FieldValueRequired",
+                    message: "Required value".into(),
+                });
+            }
+        }
+    }
+    errors
+}
+
+/// The OpenAPI type name of a JSON value, as the API server's validator names it.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn check(schema: &Value, v: &Value, path: &str, errors: &mut Vec<SchemaError>) {
+    // A null is what the API server prunes from a field that is not nullable (and keeps for one
+    // that is): never a type error.
+    if v.is_null() {
+        return;
+    }
+    if schema["x-kubernetes-int-or-string"] == true {
+        if !matches!(type_name(v), "integer" | "string") {
+            let actual = type_name(v);
+            errors.push(SchemaError {
+                field: path.to_string(),
+                reason: "FieldValueTypeInvalid",
+                message: format!(
+                    "Invalid value: \"{actual}\": {path} in body must be of type integer,string: \"{actual}\""
+                ),
+            });
+        }
+        return;
+    }
+    let mut fits = true;
+    if let Some(want) = schema["type"].as_str() {
+        let actual = type_name(v);
+        fits = actual == want || (want == "number" && actual == "integer");
+        if !fits {
+            errors.push(SchemaError {
+                field: path.to_string(),
+                reason: "FieldValueTypeInvalid",
+                message: format!("Invalid value: \"{actual}\": {path} in body must be of type {want}: \"{actual}\""),
+            });
+        }
+    }
+    // The enum is checked even after a type error (the API server reports both).
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(v)
+    {
+        // As the API server quotes them: strings (and the null of a nullable enum) quoted, numbers
+        // and booleans bare.
+        let quote = |x: &Value| match x {
+            Value::String(s) => format!("{s:?}"),
+            Value::Null => "\"null\"".to_string(),
+            other => other.to_string(),
+        };
+        errors.push(SchemaError {
+            field: path.to_string(),
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                quote(v),
+                allowed.iter().map(quote).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    if !fits {
+        return;
+    }
+    match v {
+        Value::Object(o) => {
+            if let Some(props) = schema["properties"].as_object() {
+                for (k, child) in o {
+                    if let Some(s) = props.get(k) {
+                        check(s, child, &format!("{path}.{k}"), errors);
+                    }
+                }
+            } else if let Some(values) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                for (k, child) in o {
+                    check(values, child, &format!("{path}[{k}]"), errors);
+                }
+            }
+            for r in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if o.get(r).is_none_or(Value::is_null) {
+                    errors.push(SchemaError {
+                        field: format!("{path}.{r}"),
+                        reason: "FieldValueRequired",
+                        message: "Required value".into(),
+                    });
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check(item_schema, item, &format!("{path}[{i}]"), errors);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schema_errors_are_worded_as_the_api_servers() {
+        let nm = serde_json::json!({
+            "apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig", "metadata": {"name": 7},
+            "spec": {"config": {}, "interfaces": [{"name": "eth0", "macAddress": 7}, {"name": "eth1"}]}});
+        let errors = schema_errors("nmstateconfigs.agent-install.openshift.io", &nm);
+        assert_eq!(
+            errors,
+            [
+                SchemaError {
+                    field: "spec.interfaces[0].macAddress".into(),
+                    reason: "FieldValueTypeInvalid",
+                    message: "Invalid value: \"integer\": spec.interfaces[0].macAddress in body must be of type string: \"integer\"".into(),
+                },
+                SchemaError {
+                    field: "spec.interfaces[1].macAddress".into(),
+                    reason: "FieldValueRequired",
+                    message: "Required value".into(),
+                },
+            ],
+            "metadata is not the schema's to check"
+        );
+        let ie =
+            serde_json::json!({"spec": {"imageType": "dvd", "pullSecretRef": {"name": "ps"}, "cpuArchitecture": null}});
+        let errors = schema_errors("infraenvs.agent-install.openshift.io", &ie);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].reason, "FieldValueNotSupported");
+        assert!(
+            errors[0]
+                .message
+                .starts_with("Unsupported value: \"dvd\": supported values: \"full-iso\", \"minimal-iso\""),
+            "{errors:?}"
+        );
+        // Both a type and an enum error for one value, as kube-apiserver 1.36 reports them.
+        let ie = serde_json::json!({"spec": {"imageType": 5, "pullSecretRef": {"name": "ps"}}});
+        let messages: Vec<String> =
+            schema_errors("infraenvs.agent-install.openshift.io", &ie).into_iter().map(|e| e.message).collect();
+        assert_eq!(
+            messages,
+            [
+                "Invalid value: \"integer\": spec.imageType in body must be of type string: \"integer\"",
+                "Unsupported value: 5: supported values: \"full-iso\", \"minimal-iso\", \"null\"",
+            ]
+        );
+        assert!(schema_errors("secrets", &serde_json::json!({"data": 7})).is_empty(), "no schema, nothing to say");
+    }
 
     #[test]
     fn pruning_reports_each_unknown_field_by_its_path_in_the_objects_order() {

@@ -1635,10 +1635,13 @@ fn apply_core(
     }
     entries.retain(|e| !e.fields.is_empty());
 
+    // As the API server's field manager: an apply that leaves the object as it was keeps the
+    // entry's time (a new entry has none).
     let object_changed = !json_eq(live, &merged);
     let time = match &previous {
-        Some(p) if !object_changed && p.fields == new_set => p.time.clone(),
-        _ => Some(req.now.to_string()),
+        _ if object_changed => Some(req.now.to_string()),
+        Some(p) => p.time.clone(),
+        None => None,
     };
     entries.push(ManagedEntry {
         manager: req.manager.to_string(),

@@ -257,6 +257,7 @@ pub fn api_resource_list(served: &[Served], group: &str, version: &str) -> Optio
         m.insert("verbs".into(), json!(s.verbs));
         insert_nonempty(&mut m, "shortNames", &s.short_names);
         insert_nonempty(&mut m, "categories", &s.categories);
+        m.insert("storageVersionHash".into(), storage_version_hash(&s.group, &s.version, &s.kind).into());
         resources.push(Value::Object(m));
         for sub in &s.subresources {
             let (g, v, k) = s.subresource_kind(sub);
@@ -274,12 +275,27 @@ pub fn api_resource_list(served: &[Served], group: &str, version: &str) -> Optio
         }
     }
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
-    Some(json!({
+    let mut list = json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": gv,
         "resources": resources,
-    }))
+    });
+    if group.is_empty() {
+        // kube-apiserver's `/api/v1` says no apiVersion (its `/apis/...` lists do).
+        list.as_object_mut().expect("an object").remove("apiVersion");
+    }
+    Some(list)
+}
+
+/// The API server's `storageVersionHash` of a resource: the first 8 bytes of the SHA-256 of
+/// `group/version/kind` (of the version it is stored as: here the one served), in base64. Storage
+/// migrators and some controllers' caches key on it.
+fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{group}/{version}/{kind}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 
 fn resource_discovery(s: &Served) -> Value {

@@ -63,7 +63,13 @@ fn check_key(key: &str) -> Result<(), String> {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok { Ok(()) } else { Err(format!("invalid label key {key:?}: a qualified name must be 63 characters or less")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "unable to parse requirement: invalid label key {key:?}: a qualified name must be 63 characters or less"
+        ))
+    }
 }
 
 fn check_value(value: &str) -> Result<(), String> {
@@ -76,7 +82,7 @@ fn check_value(value: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "invalid label value: {value:?}: must be 63 characters or less and consist of alphanumerics, '-', '_' or '.'"
+            "unable to parse requirement: invalid label value: {value:?}: must be 63 characters or less and consist of alphanumerics, '-', '_' or '.'"
         ))
     }
 }

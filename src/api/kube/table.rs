@@ -49,8 +49,9 @@ impl IncludeObject {
     }
 }
 
-const NAME_DESC: &str = "Name of the object, unique per kind (and namespace, for namespaced kinds).";
-const AGE_DESC: &str = "Time elapsed since the object was created (metadata.creationTimestamp).";
+// The API server's descriptions (ObjectMeta's and Secret's API documentation), as clients show them.
+const NAME_DESC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const AGE_DESC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
 fn coldef(name: &str, type_: &str, format: &str, description: &str, priority: i64) -> Value {
     json!({
@@ -87,8 +88,20 @@ fn builtin_columns(b: Builtin) -> Vec<Value> {
     match b {
         Builtin::Secret => vec![
             name,
-            coldef("Type", "string", "", "Type of the secret (e.g. Opaque, kubernetes.io/tls).", 0),
-            coldef("Data", "string", "", "Number of keys in data.", 0),
+            coldef(
+                "Type",
+                "string",
+                "",
+                "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types",
+                0,
+            ),
+            coldef(
+                "Data",
+                "string",
+                "",
+                "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4",
+                0,
+            ),
             age,
         ],
         Builtin::Namespace => {
@@ -129,7 +142,7 @@ pub fn column_definitions(served: &Served, columns: &[Value]) -> Vec<Value> {
             .as_str()
             .filter(|d| !d.is_empty())
             .map(str::to_owned)
-            .unwrap_or_else(|| format!("Printer column (JSONPath {path})."));
+            .unwrap_or_else(|| format!("Custom resource definition column (in JSONPath format): {path}"));
         out.push(coldef(
             c["name"].as_str().unwrap_or_default(),
             c["type"].as_str().unwrap_or("string"),
@@ -585,7 +598,7 @@ mod tests {
         );
         assert_eq!(
             t["columnDefinitions"][1]["description"],
-            "Printer column (JSONPath .status.conditions[?(@.type=='Ready')].status)."
+            "Custom resource definition column (in JSONPath format): .status.conditions[?(@.type=='Ready')].status"
         );
     }
 

@@ -136,11 +136,12 @@ fn bad_documents_are_refused_with_the_field_named() {
         ),
         (
             infraenv_yaml("a", "x", "  proxy:\n    httpProxy: [1]\n"),
-            "spec.proxy.httpProxy: invalid type: sequence, expected a string",
+            // The CRD's schema, as kube-apiserver words what it refuses.
+            "spec.proxy.httpProxy: Invalid value: \"array\": spec.proxy.httpProxy in body must be of type string: \"array\"",
         ),
         (
             infraenv_yaml("a", "x", "  kernelArguments:\n  - operation: prepend\n    value: a\n"),
-            "spec.kernelArguments[0].operation: unknown variant `prepend`",
+            "spec.kernelArguments[0].operation: Unsupported value: \"prepend\": supported values: \"append\", \"replace\", \"delete\"",
         ),
         (
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n".to_string(),

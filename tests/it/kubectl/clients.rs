@@ -15,7 +15,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, W
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 
-async fn client(k: &Kubectl) -> kube::Client {
+pub(super) async fn client(k: &Kubectl) -> kube::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = Kubeconfig::read_from(k.kubeconfig()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
@@ -148,7 +148,7 @@ async fn kube_rs_lists_and_watches_through_the_kubeconfig() {
 }
 
 /// Debian's Python interpreter with its `kubernetes` package, or a failure saying how to install it.
-fn debian_python() -> &'static str {
+pub(super) fn debian_python() -> &'static str {
     const PYTHON: &str = "/usr/bin/python3";
     let check = Command::new(PYTHON).args(["-c", "import kubernetes"]).output();
     match check {

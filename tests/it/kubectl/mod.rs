@@ -2,7 +2,9 @@
 //! drives a real server through `KUBECONFIG=<data dir>/kubeconfig`, exactly as a hub user would,
 //! verb by verb (discovery and explain, create and apply, get in every output, watch, describe, edit,
 //! patch, label, annotate, wait, delete), and so do kube-rs and Debian's Python client for list and
-//! watch. Outputs are compared exactly where a user or a script reads them.
+//! watch. Outputs are compared exactly where a user or a script reads them. `differential` runs the
+//! same steps against the real kube-apiserver (`bootstream::testkit::realhub`) too and compares the
+//! answers of both.
 //!
 //! Each test starts its own server (nextest runs each test in a process of its own) and works in
 //! namespaces of its own. kubectl is the machine's (`/usr/bin/kubectl`: gcloud's dispatcher runs the
@@ -11,6 +13,7 @@
 
 mod auth_and_discovery;
 mod clients;
+mod differential;
 mod get_and_watch;
 mod lifecycle;
 mod modify;
