@@ -53,6 +53,11 @@
 //!   schema (only bootstream's controllers write it).
 //! - A label selector that does not parse is a BadRequest alike, in the words of bootstream's
 //!   parser (kube-apiserver's lexer names the token it stopped at).
+//! - What a request may cost is bounded more tightly (`limits.rs`, issue 41): an object over
+//!   `--max-object-bytes` (1.5 MiB, etcd's default request limit, which kube-apiserver reaches only
+//!   as an etcd error) is 413 with both sizes; a YAML body nested past 64 levels or using aliases is
+//!   400; a JSON patch that would build, copy or shift past its budget is refused. kube-apiserver
+//!   takes such bodies and spends what they ask.
 
 mod apply;
 mod discovery;
