@@ -1,21 +1,36 @@
 //! The fleet benchmark: N simulated hosts through register → known-unbound → bound → installed →
-//! cluster deleted (unbound) → rebooted → known-unbound, against a release bootstream, on either
-//! backend, or both one after the other with their figures side by side:
+//! cluster deleted (unbound) → rebooted → known-unbound, against a release bootstream, on one
+//! backend, or several one after the other with their figures side by side:
 //!
 //! - `embedded`: `bootstream serve` (resources in SQLite, controllers in-process); the benchmark
 //!   writes resources through its Kubernetes API;
 //! - `kubernetes`: `bootstream controller --kubeconfig` against a hub's Kubernetes API server (this
 //!   benchmark's binary run again as `--api-server-process DIR`: bootstream's `KubeApi` over a SQLite
 //!   file, with `testkit::hub::ApiServer`'s request counts); the benchmark writes resources to the API
-//!   server as a user with kubectl would, the agents talk to the controller.
+//!   server as a user with kubectl would, the agents talk to the controller;
+//! - `real-hub`: the same controller against a real kube-apiserver 1.36 and etcd 3.6 (a private
+//!   `testkit::realhub::RealHub`: the compatibility corpus's `kube/hub.sh`, `deploy/crds` and
+//!   `deploy/rbac.yaml` applied, stopped at the end). The controller authenticates with a token of
+//!   the `bootstream-controller` ServiceAccount, so it has deploy/rbac.yaml's rights and no more; the
+//!   benchmark creates the namespaces and writes resources as the hub's cluster admin. Requests are
+//!   counted twice: by the controller itself (its `bootstream_kube_requests_total`, client
+//!   `controller`; `agents` there includes `agents/status`), and by kube-apiserver
+//!   (`apiserver_request_total` from its `/metrics`, client `all clients`: the benchmark's and
+//!   kube-apiserver's own loopback requests too, which it does not tell apart; a server-side apply is
+//!   `apply` there). kube-apiserver's and etcd's CPU over the fleet's run and their RSS (peak, and at
+//!   the end) stand where the test API server's do.
 //!
 //! ```text
 //! cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER] [BOOT_SECONDS] [STAGE_SECONDS]
-//!     [--backend embedded|kubernetes|both] [--shape pool|ztp] [--infraenvs I] [--bmhs B]
-//!     [--no-floor] [--no-resume]
+//!     [--backend embedded|kubernetes|real-hub|both|all|A,B] [--shape pool|ztp] [--infraenvs I]
+//!     [--bmhs B] [--no-floor] [--no-resume]
 //! CARGO_TARGET_DIR=/work/wt-bench-target cargo bench --bench fleet -- 300 10 2 --backend both
+//! CARGO_TARGET_DIR=/work/wt-bench-target cargo bench --bench fleet -- 300 10 2 --backend embedded,real-hub
 //! CARGO_TARGET_DIR=/work/wt-bench-target cargo bench --bench fleet -- 350 --shape ztp --backend both
 //! ```
+//!
+//! `both` is embedded and kubernetes, `all` the three. `real-hub` needs the compatibility corpus
+//! (`BOOTSTREAM_COMPAT_DIR`, default `../shared`; see `testkit::realhub`).
 //!
 //! BOOT_SECONDS (default 0) spreads the machines' first boot over that many seconds; STAGE_SECONDS
 //! (default 0) is the time between a host's installation stages. `BOOTSTREAM_BIN=path` measures that
@@ -33,11 +48,14 @@
 //!
 //! Prints, per backend: the time of each phase, agent API latency percentiles (measured by the
 //! simulated agents), the server's peak RSS (VmHWM) and CPU, a timeline per second of the agents'
-//! calls beside the server's `/metrics` and `/proc`; for Kubernetes the API requests by client, verb
-//! and resource, and the controller's `bootstream_kube_*` series when it has them. Then the resume
-//! measure (SIGTERM the server, start a new one on the same data dir, time until it answers `/ready`
-//! and until it reflects a change to one Agent's approval in that Agent's `RequirementsMet`
-//! condition), the nginx floor (`--no-floor` skips it) and the side-by-side summary.
+//! calls beside the server's `/metrics` and `/proc`; for Kubernetes and the real hub the API requests
+//! by client, verb and resource, the controller's LISTs after its first sync and its watch restarts,
+//! the API server's (kube-apiserver's and etcd's) CPU and RSS, and the controller's `bootstream_kube_*`
+//! series when it has them; the machine's 1-minute load average at the start and end of each backend's
+//! run (the other work on the machine). Then the resume measure (SIGTERM the server, start a new one
+//! on the same data dir, time until it answers `/ready` and until it reflects a change to one Agent's
+//! approval in that Agent's `RequirementsMet` condition), the nginx floor (`--no-floor` skips it) and
+//! the side-by-side summary.
 
 mod floor;
 mod procs;
@@ -198,7 +216,15 @@ fn main() -> anyhow::Result<()> {
         }
         // After the backends, on an idle machine, at the agents' concurrency (capped at the agents'
         // client pool size).
-        let floor = if opts.floor { Some(floor::measure(opts.hosts.min(1024), 3.0).await?) } else { None };
+        // Without nginx on the machine, the summary still comes, without the floor.
+        let floor = if opts.floor {
+            floor::measure(opts.hosts.min(1024), 3.0)
+                .await
+                .inspect_err(|e| eprintln!("no nginx floor (is nginx installed?): {e:#}"))
+                .ok()
+        } else {
+            None
+        };
         print_summary(&opts, &reports, floor.as_ref());
         anyhow::Ok(())
     })
