@@ -379,29 +379,27 @@ async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers<S: Sto
 /// cluster's install (the fleet benchmark on kube-apiserver met it). The bind is retried, and made
 /// once the install is there.
 async fn agent_bind_waits_for_an_install_not_seen_yet<S: Store>(w: World<S>) {
+    let id = w.pool_host("pool", 0).await;
+    let ns = w.agent(&id).await.metadata.namespace.clone().unwrap_or_default();
     w.apply(
         Kind::ClusterDeployment,
         json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
-               "metadata": {"name": "c1", "namespace": NS},
+               "metadata": {"name": "c1", "namespace": ns},
                "spec": {"baseDomain": "example.com", "clusterName": "c1", "platform": {"agentBareMetal": {}},
                         "clusterInstallRef": {"group": "extensions.hive.openshift.io", "kind": "AgentClusterInstall",
                                               "name": "c1", "version": "v1beta1"}}}),
     )
     .await;
-    let id = w.pool_host("pool", 0).await;
     let action = w.set_cluster(&id, Some("c1")).await;
     assert_eq!(action, Action::RequeueAfter(Duration::from_secs(10)));
     let agent = w.agent(&id).await;
     assert_eq!(cond(&agent, SPEC_SYNCED), ("False", REASON_BACKEND_ERROR.into()));
-    assert!(
-        cond_message(&agent, SPEC_SYNCED).contains("agentClusterInstall pool/c1"),
-        "{}",
-        cond_message(&agent, SPEC_SYNCED)
-    );
+    let message = cond_message(&agent, SPEC_SYNCED);
+    assert!(message.contains(&format!("agentClusterInstall {ns}/c1")), "{message}");
     assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
     let cid = w.cluster_deployment("c1", true).await.unwrap();
     w.reconcile(&id).await;
-    assert_eq!(w.backend.host_of_agent(NS, &id).await.unwrap().cluster_id, Some(cid));
+    assert_eq!(w.backend.host_of_agent(&ns, &id).await.unwrap().cluster_id, Some(cid));
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
