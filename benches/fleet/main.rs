@@ -410,9 +410,10 @@ impl Deployment {
 /// The client name of the real hub's own counts (all its clients together).
 const HUB_CLIENTS: &str = "all clients";
 
-/// kube-apiserver's `apiserver_request_total` (summed over codes, scopes, components) as counts of
+/// kube-apiserver's `apiserver_request_total` (summed over scopes and components) as counts of
 /// [`HUB_CLIENTS`] by verb and resource (`resource/subresource` for a subresource), the verbs named as
-/// the controller names them (`POST` is create, `PUT` update, `APPLY` a server-side apply).
+/// the controller names them (`POST` is create, `PUT` update, `APPLY` a server-side apply); requests
+/// answered with an error under their code (`create 409`).
 fn hub_request_counts(metrics: &str) -> Counts {
     let mut out: BTreeMap<(String, String, String), u64> = BTreeMap::new();
     for line in metrics.lines() {
@@ -431,6 +432,10 @@ fn hub_request_counts(metrics: &str) -> Counts {
             "PUT" => "update".to_string(),
             v => v.to_lowercase(),
         };
+        // A request answered with an error counts apart, under its code ("create 409"), so that the
+        // verbs' counts are of requests that did what they asked.
+        let code = label("code");
+        let verb = if code.starts_with('2') || code.is_empty() { verb } else { format!("{verb} {code}") };
         let (resource, sub) = (label("resource"), label("subresource"));
         // A path that is no resource (`/readyz`) is in `subresource`.
         let resource = match (resource.is_empty(), sub.is_empty()) {
