@@ -1,21 +1,36 @@
 //! The fleet benchmark: N simulated hosts through register → known-unbound → bound → installed →
-//! cluster deleted (unbound) → rebooted → known-unbound, against a release bootstream, on either
-//! backend, or both one after the other with their figures side by side:
+//! cluster deleted (unbound) → rebooted → known-unbound, against a release bootstream, on one
+//! backend, or several one after the other with their figures side by side:
 //!
 //! - `embedded`: `bootstream serve` (resources in SQLite, controllers in-process); the benchmark
 //!   writes resources through its Kubernetes API;
 //! - `kubernetes`: `bootstream controller --kubeconfig` against a hub's Kubernetes API server (this
 //!   benchmark's binary run again as `--api-server-process DIR`: bootstream's `KubeApi` over a SQLite
 //!   file, with `testkit::hub::ApiServer`'s request counts); the benchmark writes resources to the API
-//!   server as a user with kubectl would, the agents talk to the controller.
+//!   server as a user with kubectl would, the agents talk to the controller;
+//! - `real-hub`: the same controller against a real kube-apiserver 1.36 and etcd 3.6 (a private
+//!   `testkit::realhub::RealHub`: the compatibility corpus's `kube/hub.sh`, `deploy/crds` and
+//!   `deploy/rbac.yaml` applied, stopped at the end). The controller authenticates with a token of
+//!   the `bootstream-controller` ServiceAccount, so it has deploy/rbac.yaml's rights and no more; the
+//!   benchmark creates the namespaces and writes resources as the hub's cluster admin. Requests are
+//!   counted twice: by the controller itself (its `bootstream_kube_requests_total`, client
+//!   `controller`; `agents` there includes `agents/status`), and by kube-apiserver
+//!   (`apiserver_request_total` from its `/metrics`, client `all clients`: the benchmark's and
+//!   kube-apiserver's own loopback requests too, which it does not tell apart; a server-side apply is
+//!   `apply` there). kube-apiserver's and etcd's CPU over the fleet's run and their RSS (peak, and at
+//!   the end) stand where the test API server's do.
 //!
 //! ```text
 //! cargo bench --bench fleet -- [HOSTS] [HOSTS_PER_CLUSTER] [BOOT_SECONDS] [STAGE_SECONDS]
-//!     [--backend embedded|kubernetes|both] [--shape pool|ztp] [--infraenvs I] [--bmhs B]
-//!     [--no-floor] [--no-resume]
+//!     [--backend embedded|kubernetes|real-hub|both|all|A,B] [--shape pool|ztp] [--infraenvs I]
+//!     [--bmhs B] [--no-floor] [--no-resume]
 //! CARGO_TARGET_DIR=/work/wt-bench-target cargo bench --bench fleet -- 300 10 2 --backend both
+//! CARGO_TARGET_DIR=/work/wt-bench-target cargo bench --bench fleet -- 300 10 2 --backend embedded,real-hub
 //! CARGO_TARGET_DIR=/work/wt-bench-target cargo bench --bench fleet -- 350 --shape ztp --backend both
 //! ```
+//!
+//! `both` is embedded and kubernetes, `all` the three. `real-hub` needs the compatibility corpus
+//! (`BOOTSTREAM_COMPAT_DIR`, default `../shared`; see `testkit::realhub`).
 //!
 //! BOOT_SECONDS (default 0) spreads the machines' first boot over that many seconds; STAGE_SECONDS
 //! (default 0) is the time between a host's installation stages. `BOOTSTREAM_BIN=path` measures that
@@ -33,11 +48,14 @@
 //!
 //! Prints, per backend: the time of each phase, agent API latency percentiles (measured by the
 //! simulated agents), the server's peak RSS (VmHWM) and CPU, a timeline per second of the agents'
-//! calls beside the server's `/metrics` and `/proc`; for Kubernetes the API requests by client, verb
-//! and resource, and the controller's `bootstream_kube_*` series when it has them. Then the resume
-//! measure (SIGTERM the server, start a new one on the same data dir, time until it answers `/ready`
-//! and until it reflects a change to one Agent's approval in that Agent's `RequirementsMet`
-//! condition), the nginx floor (`--no-floor` skips it) and the side-by-side summary.
+//! calls beside the server's `/metrics` and `/proc`; for Kubernetes and the real hub the API requests
+//! by client, verb and resource, the controller's LISTs after its first sync and its watch restarts,
+//! the API server's (kube-apiserver's and etcd's) CPU and RSS, and the controller's `bootstream_kube_*`
+//! series when it has them; the machine's 1-minute load average at the start and end of each backend's
+//! run (the other work on the machine). Then the resume measure (SIGTERM the server, start a new one
+//! on the same data dir, time until it answers `/ready` and until it reflects a change to one Agent's
+//! approval in that Agent's `RequirementsMet` condition), the nginx floor (`--no-floor` skips it) and
+//! the side-by-side summary.
 
 mod floor;
 mod procs;
@@ -56,6 +74,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bootstream::cli::simulate::{self, Stats, Target, Timing};
+use bootstream::testkit::realhub::RealHub;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
@@ -88,7 +107,10 @@ const FREE_HOST_PATH: [&str; 2] = ["discovering-unbound", "known-unbound"];
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Backend {
     Embedded,
+    /// The controller against bootstream's test API server (a process of this binary).
     Kubernetes,
+    /// The controller against a real kube-apiserver and etcd (`testkit::realhub`).
+    RealHub,
 }
 
 impl Backend {
@@ -96,7 +118,13 @@ impl Backend {
         match self {
             Backend::Embedded => "embedded",
             Backend::Kubernetes => "kubernetes",
+            Backend::RealHub => "real-hub",
         }
+    }
+
+    /// Whether the controller runs against an API server (and its requests are counted).
+    fn on_a_hub(self) -> bool {
+        self != Backend::Embedded
     }
 }
 
@@ -139,12 +167,17 @@ fn options() -> anyhow::Result<Options> {
         }
     }
     let hosts: usize = positional.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    let backends = match backend.as_str() {
-        "embedded" => vec![Backend::Embedded],
-        "kubernetes" => vec![Backend::Kubernetes],
-        "both" => vec![Backend::Embedded, Backend::Kubernetes],
-        b => anyhow::bail!("--backend {b}: embedded, kubernetes or both"),
-    };
+    let mut backends = Vec::new();
+    for b in backend.split(',') {
+        match b {
+            "embedded" => backends.push(Backend::Embedded),
+            "kubernetes" => backends.push(Backend::Kubernetes),
+            "real-hub" => backends.push(Backend::RealHub),
+            "both" => backends.extend([Backend::Embedded, Backend::Kubernetes]),
+            "all" => backends.extend([Backend::Embedded, Backend::Kubernetes, Backend::RealHub]),
+            b => anyhow::bail!("--backend {b}: embedded, kubernetes, real-hub, both, all, or a comma-separated list"),
+        }
+    }
     let shape = match shape.as_str() {
         "pool" => Shape::Pool,
         "ztp" => Shape::Ztp,
@@ -183,7 +216,15 @@ fn main() -> anyhow::Result<()> {
         }
         // After the backends, on an idle machine, at the agents' concurrency (capped at the agents'
         // client pool size).
-        let floor = if opts.floor { Some(floor::measure(opts.hosts.min(1024), 3.0).await?) } else { None };
+        // Without nginx on the machine, the summary still comes, without the floor.
+        let floor = if opts.floor {
+            floor::measure(opts.hosts.min(1024), 3.0)
+                .await
+                .inspect_err(|e| eprintln!("no nginx floor (is nginx installed?): {e:#}"))
+                .ok()
+        } else {
+            None
+        };
         print_summary(&opts, &reports, floor.as_ref());
         anyhow::Ok(())
     })
@@ -258,6 +299,8 @@ struct Deployment {
     port: u16,
     server: Server,
     api_server: Option<ApiServerProcess>,
+    /// The real hub (kube-apiserver and etcd), stopped when this is dropped, after the server.
+    real_hub: Option<RealHub>,
     /// Where the benchmark writes and reads resources (the Kubernetes API), with `client`.
     api: String,
     client: reqwest::Client,
@@ -271,36 +314,56 @@ impl Deployment {
         // BOOTSTREAM_BIN runs another build (an earlier commit's) under the same load, for side-by-side runs.
         let bin = std::env::var("BOOTSTREAM_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bootstream").to_string());
         let dir = tempfile::tempdir()?;
+        if backend.on_a_hub() {
+            // What a hub mounts from Secrets, shared with image server replicas: the key of the
+            // agents' tokens and the URL-signing key.
+            std::fs::write(dir.path().join("agent-auth.key"), uuid::Uuid::new_v4().as_bytes().repeat(2))?;
+            bootstream::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[])?;
+        }
         let api_server = match backend {
-            Backend::Embedded => None,
-            Backend::Kubernetes => {
-                // What a hub mounts from Secrets, shared with image server replicas: the key of the
-                // agents' tokens and the URL-signing key.
-                std::fs::write(dir.path().join("agent-auth.key"), uuid::Uuid::new_v4().as_bytes().repeat(2))?;
-                bootstream::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[])?;
-                Some(ApiServerProcess::start(dir.path())?)
+            Backend::Kubernetes => Some(ApiServerProcess::start(dir.path())?),
+            _ => None,
+        };
+        let real_hub = match backend {
+            Backend::RealHub => {
+                // A hub of its own (deploy/crds and deploy/rbac.yaml applied); the controller gets
+                // what a pod of its ServiceAccount gets: a token of bootstream-controller, whose
+                // rights are deploy/rbac.yaml's and no more.
+                let hub = RealHub::private(true).await;
+                let token = hub.service_account_token("bootstream-controller").await;
+                std::fs::write(dir.path().join("controller.kubeconfig"), hub.kubeconfig_for(&token))?;
+                Some(hub)
             }
+            _ => None,
         };
         let port = procs::free_port()?;
         let server = Server::start(server_command(backend, &bin, dir.path(), port, 1))?;
         let probe = simulate::client();
         procs::until_ready(&probe, &server.url, Duration::from_secs(120)).await?;
-        let (api, token) = match &api_server {
+        let (api, token) = match (&api_server, &real_hub) {
+            (Some(a), _) => (a.url.clone(), BENCH_TOKEN.to_string()),
+            // The benchmark writes to the real hub as its cluster admin.
+            (None, Some(h)) => (h.url.clone(), h.admin_token.clone()),
             // The resource API client sends the token the server made in its data directory (the
             // simulated hosts use their own client and the agent token).
             // `serve` serves its API on an HTTPS listener of its own (see `server_command`).
-            None => (
+            (None, None) => (
                 format!("https://127.0.0.1:{}", api_port(port)),
                 std::fs::read_to_string(dir.path().join("api-token"))?.trim().to_string(),
             ),
-            Some(a) => (a.url.clone(), BENCH_TOKEN.to_string()),
         };
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
         let mut client = reqwest::Client::builder();
-        if api_server.is_none() {
-            let ca = std::fs::read(dir.path().join("api-tls/tls.crt"))?;
-            client = client.tls_certs_merge(reqwest::Certificate::from_pem_bundle(&ca)?);
+        match (&api_server, &real_hub) {
+            (Some(_), _) => {}
+            (None, Some(h)) => {
+                client = client.tls_certs_merge(reqwest::Certificate::from_pem_bundle(h.ca_pem.as_bytes())?)
+            }
+            (None, None) => {
+                let ca = std::fs::read(dir.path().join("api-tls/tls.crt"))?;
+                client = client.tls_certs_merge(reqwest::Certificate::from_pem_bundle(&ca)?);
+            }
         }
         let client = client
             .default_headers(headers)
@@ -308,15 +371,97 @@ impl Deployment {
             // A server that stops answering fails the run instead of hanging it.
             .timeout(Duration::from_secs(120))
             .build()?;
-        Ok(Deployment { backend, bin, dir, port, server, api_server, api, client, token, starts: 1 })
+        Ok(Deployment { backend, bin, dir, port, server, api_server, real_hub, api, client, token, starts: 1 })
     }
 
-    fn counts(&mut self) -> anyhow::Result<Counts> {
-        match &mut self.api_server {
-            Some(a) => tokio::task::block_in_place(|| a.counts()),
-            None => Ok(Vec::new()),
+    /// The requests the API server answered so far, by client, verb and resource. The test API server
+    /// counts them per client token. The real hub counts them per verb and resource only
+    /// (kube-apiserver's `apiserver_request_total`, client [`HUB_CLIENTS`]: every client, the
+    /// benchmark's and kube-apiserver's own loopback clients too); the controller's own share is what it
+    /// counts itself (its `bootstream_kube_requests_total`, client [`procs::CONTROLLER_TOKEN`]), since
+    /// this controller process started: nothing while no controller runs (in the resume, between two).
+    async fn counts(&mut self) -> anyhow::Result<Counts> {
+        if let Some(a) = &mut self.api_server {
+            return tokio::task::block_in_place(|| a.counts());
         }
+        let Some(hub) = &self.real_hub else { return Ok(Vec::new()) };
+        let text = self.client.get(format!("{}/metrics", hub.url)).send().await?.error_for_status()?.text().await?;
+        let mut counts = hub_request_counts(&text);
+        if let Ok(r) = self.client.get(format!("{}/metrics", self.server.url)).send().await {
+            counts.extend(controller_request_counts(&r.text().await?));
+        }
+        Ok(counts)
     }
+
+    /// The processes of the API server (and its store) beside the server under test: (what, pid).
+    fn hub_processes(&self) -> Vec<(&'static str, u32)> {
+        if let Some(a) = &self.api_server {
+            return vec![("API server", a.pid())];
+        }
+        let Some(hub) = &self.real_hub else { return Vec::new() };
+        let pid = |f: &str| std::fs::read_to_string(hub.dir.join(f)).ok().and_then(|p| p.trim().parse().ok());
+        [("API server", "apiserver.pid"), ("etcd", "etcd.pid")]
+            .into_iter()
+            .filter_map(|(what, f)| Some((what, pid(f)?)))
+            .collect()
+    }
+}
+
+/// The client name of the real hub's own counts (all its clients together).
+const HUB_CLIENTS: &str = "all clients";
+
+/// kube-apiserver's `apiserver_request_total` (summed over scopes and components) as counts of
+/// [`HUB_CLIENTS`] by verb and resource (`resource/subresource` for a subresource), the verbs named as
+/// the controller names them (`POST` is create, `PUT` update, `APPLY` a server-side apply); requests
+/// answered with an error under their code (`create 409`).
+fn hub_request_counts(metrics: &str) -> Counts {
+    let mut out: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else { continue };
+        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+        let Ok(n) = value.trim().parse::<f64>() else { continue };
+        let label = |name: &str| {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.trim_start_matches(',').strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = match label("verb").as_str() {
+            "POST" => "create".to_string(),
+            "PUT" => "update".to_string(),
+            v => v.to_lowercase(),
+        };
+        // A request answered with an error counts apart, under its code ("create 409"), so that the
+        // verbs' counts are of requests that did what they asked.
+        let code = label("code");
+        let verb = if code.starts_with('2') || code.is_empty() { verb } else { format!("{verb} {code}") };
+        let (resource, sub) = (label("resource"), label("subresource"));
+        // A path that is no resource (`/readyz`) is in `subresource`.
+        let resource = match (resource.is_empty(), sub.is_empty()) {
+            (_, true) => resource,
+            (true, false) => sub,
+            (false, false) => format!("{resource}/{sub}"),
+        };
+        *out.entry((HUB_CLIENTS.to_string(), verb, resource)).or_default() += n as u64;
+    }
+    out.into_iter().collect()
+}
+
+/// The controller's own count of its requests (`bootstream_kube_requests_total{verb, resource}`).
+fn controller_request_counts(metrics: &str) -> Counts {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("bootstream_kube_requests_total{verb=\""))
+        .filter_map(|l| {
+            let (verb, rest) = l.split_once("\",resource=\"")?;
+            let (resource, n) = rest.split_once("\"} ")?;
+            Some((
+                (procs::CONTROLLER_TOKEN.to_string(), verb.to_string(), resource.to_string()),
+                n.trim().parse().ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// The port of `serve`'s API listener beside the main one on `port`.
@@ -335,8 +480,9 @@ fn server_command(backend: Backend, bin: &str, dir: &std::path::Path, port: u16,
             c.args(["serve", "--listen", &listen, "--data-dir"]).arg(dir);
             c.args(["--api-listen", &format!("127.0.0.1:{}", api_port(port))]);
         }
-        Backend::Kubernetes => {
-            // The Lease's namespace needs no creating: the API server takes objects in any namespace.
+        Backend::Kubernetes | Backend::RealHub => {
+            // The Lease's namespace needs no creating: the test API server takes objects in any
+            // namespace, and the real hub's is deploy/rbac.yaml's.
             c.args(["controller", "--listen", &listen, "--lease-namespace", "bootstream"])
                 .args(["--identity", &format!("bench-controller-{start}")])
                 .arg("--kubeconfig")
@@ -520,14 +666,49 @@ struct Report {
     p99_ms: f64,
     server_rss_mib: f64,
     server_cpu: f64,
-    api_server_cpu: Option<f64>,
+    /// The API server's processes (the test API server; kube-apiserver and etcd), over the fleet's run.
+    hub_processes: Vec<HubProcess>,
+    /// The machine's 1-minute load average when the backend's run began and when its lifecycle ended
+    /// (other work on the machine shows here).
+    load: (f64, f64),
     agents_cpu: f64,
     /// API requests over the lifecycle (Kubernetes only), and the controller's LISTs from the
     /// fleet's start (its initial sync done) to the end.
     requests: Option<Counts>,
     controller_lists_after_sync: Option<u64>,
+    /// The controller's watches that listed again (`bootstream_kube_watch_restarts_total`), at the end.
+    watch_restarts: Option<u64>,
     resume: Option<Resume>,
     state_changes: usize,
+}
+
+/// One process of the hub: CPU seconds over the fleet's run, its peak RSS (VmHWM) and its RSS at the
+/// lifecycle's end (VmRSS).
+struct HubProcess {
+    what: &'static str,
+    cpu: f64,
+    rss_peak_mib: f64,
+    rss_mib: f64,
+}
+
+impl Report {
+    /// The hub's process `what`.
+    fn hub(&self, what: &str) -> Option<&HubProcess> {
+        self.hub_processes.iter().find(|p| p.what == what)
+    }
+
+    /// The CPU seconds of every process of the hub.
+    fn hub_cpu(&self) -> f64 {
+        self.hub_processes.iter().map(|p| p.cpu).sum()
+    }
+}
+
+/// The machine's 1-minute load average.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
 }
 
 /// The new leader's resume, all in seconds.
@@ -548,7 +729,22 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
     let hosts = opts.hosts;
     let mut d = Deployment::start(backend).await?;
     let (api, client) = (d.api.clone(), d.client.clone());
-    let after_start = d.counts()?;
+    let after_start = d.counts().await?;
+    let load_start = load_average();
+
+    // A real hub takes objects only in namespaces that exist (the test API server in any).
+    if backend == Backend::RealHub {
+        let mut namespaces: Vec<&String> = layout.infraenvs.iter().map(|(ns, _, _)| ns).collect();
+        namespaces.dedup();
+        in_parallel(namespaces, |ns| {
+            let (client, api) = (client.clone(), api.clone());
+            async move {
+                let doc = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+                put(&client, format!("{api}/api/v1/namespaces/{ns}"), doc).await
+            }
+        })
+        .await?;
+    }
 
     // The InfraEnvs with their pull secrets, then the BareMetalHosts (as a ZTP pipeline applies
     // them, before the machines boot).
@@ -608,7 +804,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
     })
     .await?;
     eprintln!("{}: agent tokens read; the fleet boots", backend.name());
-    let before_fleet = d.counts()?;
+    let before_fleet = d.counts().await?;
 
     // One sample of the server's metrics per second, for the timeline.
     let samples = Arc::new(std::sync::Mutex::new(Vec::<timeline::ServerSample>::new()));
@@ -625,10 +821,11 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
             }
         })
     };
+    // (server, the hub's processes in hub_processes' order, the benchmark with its simulated agents).
     let cpu_at = |d: &Deployment| {
         (
             procs::cpu_seconds(&d.server.pid().to_string()),
-            d.api_server.as_ref().map(|a| procs::cpu_seconds(&a.pid().to_string())).unwrap_or(0.0),
+            d.hub_processes().iter().map(|(_, pid)| procs::cpu_seconds(&pid.to_string())).collect::<Vec<_>>(),
             procs::cpu_seconds("self"),
         )
     };
@@ -748,7 +945,19 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
     stats.set_phase("resume");
     let cpu_after = cpu_at(&d);
     let rss = procs::rss_peak_mib(d.server.pid());
-    let after_lifecycle = d.counts()?;
+    let hub_processes: Vec<HubProcess> = d
+        .hub_processes()
+        .into_iter()
+        .zip(cpu_after.1.iter().zip(&cpu_before.1))
+        .map(|((what, pid), (after, before))| HubProcess {
+            what,
+            cpu: after - before,
+            rss_peak_mib: procs::rss_peak_mib(pid),
+            rss_mib: procs::rss_mib(pid),
+        })
+        .collect();
+    let load_end = load_average();
+    let after_lifecycle = d.counts().await?;
     phases.push(("bind -> installed", (t_installed - t_bind_start).as_secs_f64()));
     phases.push(("cluster deleted -> known-unbound", (t_done - t_installed).as_secs_f64()));
 
@@ -763,6 +972,13 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         })
         .collect();
 
+    let watch_restarts = backend.on_a_hub().then(|| {
+        kube_series
+            .iter()
+            .filter(|l| l.starts_with("bootstream_kube_watch_restarts_total"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    });
     let resume = if opts.resume { Some(resume(&mut d).await?) } else { None };
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -804,13 +1020,13 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         println!("error {e}: {n}");
     }
     let lifecycle = diff(&after_lifecycle, &before_fleet);
-    if backend == Backend::Kubernetes {
+    if backend.on_a_hub() {
         println!("API requests to the API server by client, verb and resource:");
         // START: until the controller answered /ready (its watches and initial lists); SETUP: the
         // InfraEnvs (and BareMetalHosts) until their images are made; LIFECYCLE: from the fleet's
         // first boot to the end of the lifecycle, what the figures per host are of.
         println!(
-            "{:<10} {:<9} {:<28} {:>9} {:>9} {:>9} {:>9}",
+            "{:<12} {:<9} {:<28} {:>9} {:>9} {:>9} {:>9}",
             "CLIENT", "VERB", "RESOURCE", "START", "SETUP", "LIFECYCLE", "PER HOST"
         );
         let started = diff(&after_start, &Vec::new());
@@ -822,7 +1038,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
             let n = |m: &BTreeMap<_, u64>| m.get(&k).copied().unwrap_or(0);
             let (st, s, l) = (n(&started), n(&setup), n(&lifecycle));
             println!(
-                "{:<10} {:<9} {:<28} {st:>9} {s:>9} {l:>9} {:>9.2}",
+                "{:<12} {:<9} {:<28} {st:>9} {s:>9} {l:>9} {:>9.2}",
                 client_name(&k.0),
                 k.1,
                 k.2,
@@ -848,7 +1064,8 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
     }
     timeline::print_timeline(&timeline, &samples.lock().unwrap(), [t_pool, t_bind_start, t_installed]);
 
-    let controller_lists_after_sync = (backend == Backend::Kubernetes)
+    let controller_lists_after_sync = backend
+        .on_a_hub()
         .then(|| by_verb(&after_lifecycle, procs::CONTROLLER_TOKEN).get("list").copied().unwrap_or(0))
         .map(|after| after - by_verb(&before_fleet, procs::CONTROLLER_TOKEN).get("list").copied().unwrap_or(0));
     let all = summary.last().cloned().unwrap_or_default();
@@ -862,10 +1079,12 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         p99_ms: all.3,
         server_rss_mib: rss,
         server_cpu: cpu_after.0 - cpu_before.0,
-        api_server_cpu: (backend == Backend::Kubernetes).then_some(cpu_after.1 - cpu_before.1),
+        hub_processes,
+        load: (load_start, load_end),
         agents_cpu: cpu_after.2 - cpu_before.2,
-        requests: (backend == Backend::Kubernetes).then(|| lifecycle.into_iter().collect()),
+        requests: backend.on_a_hub().then(|| lifecycle.into_iter().collect()),
         controller_lists_after_sync,
+        watch_restarts,
         resume,
         state_changes: bound * BOUND_HOST_PATH.len() + (hosts - bound) * FREE_HOST_PATH.len(),
     })
@@ -883,7 +1102,11 @@ fn client_name(token: &str) -> &str {
 /// `after - before`, per key.
 fn diff(after: &Counts, before: &Counts) -> BTreeMap<(String, String, String), u64> {
     let before: BTreeMap<_, _> = before.iter().cloned().collect();
-    after.iter().map(|(k, n)| (k.clone(), n - before.get(k).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
+    after
+        .iter()
+        .map(|(k, n)| (k.clone(), n.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// One client's requests by verb.
@@ -912,7 +1135,7 @@ async fn resume(d: &mut Deployment) -> anyhow::Result<Resume> {
     let status = tokio::task::block_in_place(|| d.server.terminate())?;
     anyhow::ensure!(status.success(), "the server ended with {status}");
     let stop = t.elapsed().as_secs_f64();
-    let before = d.counts()?;
+    let before = d.counts().await?;
     d.starts += 1;
     let t = Instant::now();
     d.server = Server::start(server_command(d.backend, &d.bin, d.dir.path(), d.port, d.starts))?;
@@ -939,11 +1162,13 @@ async fn resume(d: &mut Deployment) -> anyhow::Result<Resume> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let change = t.elapsed().as_secs_f64();
-    let requests = (d.backend == Backend::Kubernetes).then(|| d.counts()).transpose()?.map(|after| {
-        let mut only_controller = diff(&after, &before);
+    let requests = if d.backend.on_a_hub() {
+        let mut only_controller = diff(&d.counts().await?, &before);
         only_controller.retain(|k, _| k.0 == procs::CONTROLLER_TOKEN);
-        only_controller.into_iter().collect()
-    });
+        Some(only_controller.into_iter().collect())
+    } else {
+        None
+    };
     Ok(Resume { stop, ready, change, requests })
 }
 
@@ -956,6 +1181,7 @@ fn print_summary(opts: &Options, reports: &[Report], floor: Option<&floor::Floor
     };
     let us = |cpu: f64, n: usize| format!("{:.0}", cpu / n.max(1) as f64 * 1e6);
     row("hosts (bound)", &|r| format!("{} ({})", r.hosts, r.bound));
+    row("load average at start, end", &|r| format!("{:.1}, {:.1}", r.load.0, r.load.1));
     for (i, (what, _)) in reports.first().map(|r| r.phases.clone()).unwrap_or_default().iter().enumerate() {
         row(&format!("{what} s"), &|r| r.phases.get(i).map(|p| format!("{:.1}", p.1)).unwrap_or_default());
     }
@@ -964,12 +1190,20 @@ fn print_summary(opts: &Options, reports: &[Report], floor: Option<&floor::Floor
     row("agent API p99 ms", &|r| format!("{:.2}", r.p99_ms));
     row("server peak RSS MiB", &|r| format!("{:.1}", r.server_rss_mib));
     row("server CPU s", &|r| format!("{:.2}", r.server_cpu));
-    row("API server CPU s", &|r| r.api_server_cpu.map(|c| format!("{c:.2}")).unwrap_or("-".into()));
+    for what in ["API server", "etcd"] {
+        row(&format!("{what} CPU s"), &|r| r.hub(what).map(|p| format!("{:.2}", p.cpu)).unwrap_or("-".into()));
+        row(&format!("{what} peak RSS MiB"), &|r| {
+            r.hub(what).map(|p| format!("{:.1}", p.rss_peak_mib)).unwrap_or("-".into())
+        });
+        row(&format!("{what} RSS at the end MiB"), &|r| {
+            r.hub(what).map(|p| format!("{:.1}", p.rss_mib)).unwrap_or("-".into())
+        });
+    }
     row("simulated agents + driver CPU s", &|r| format!("{:.2}", r.agents_cpu));
     row("server CPU µs per agent call", &|r| us(r.server_cpu, r.agent_calls));
-    row("server+API server CPU µs per call", &|r| us(r.server_cpu + r.api_server_cpu.unwrap_or(0.0), r.agent_calls));
-    row("server+API server CPU ms per host", &|r| {
-        format!("{:.2}", (r.server_cpu + r.api_server_cpu.unwrap_or(0.0)) / r.hosts as f64 * 1e3)
+    row("server+API server(+etcd) CPU µs per call", &|r| us(r.server_cpu + r.hub_cpu(), r.agent_calls));
+    row("server+API server(+etcd) CPU ms per host", &|r| {
+        format!("{:.2}", (r.server_cpu + r.hub_cpu()) / r.hosts as f64 * 1e3)
     });
     row("agents CPU µs per call", &|r| us(r.agents_cpu, r.agent_calls));
     if let Some(f) = floor {
@@ -978,38 +1212,35 @@ fn print_summary(opts: &Options, reports: &[Report], floor: Option<&floor::Floor
             format!("{:.1}x", r.server_cpu / r.agent_calls.max(1) as f64 * 1e6 / nginx)
         });
         row("(server+API server) per call / floor", &|r| {
-            format!(
-                "{:.1}x",
-                (r.server_cpu + r.api_server_cpu.unwrap_or(0.0)) / r.agent_calls.max(1) as f64 * 1e6 / nginx
-            )
+            format!("{:.1}x", (r.server_cpu + r.hub_cpu()) / r.agent_calls.max(1) as f64 * 1e6 / nginx)
         });
     }
     row("host state changes (nominal)", &|r| r.state_changes.to_string());
-    for (who, token) in [("controller", procs::CONTROLLER_TOKEN), ("benchmark", BENCH_TOKEN)] {
-        for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
+    // On the real hub the benchmark's requests are not told apart: kube-apiserver counts every client's
+    // together ("all clients").
+    for (who, token) in
+        [("controller", procs::CONTROLLER_TOKEN), ("benchmark", BENCH_TOKEN), ("hub: all clients", HUB_CLIENTS)]
+    {
+        // A client's requests, or none when this backend does not count that client.
+        let of = |r: &Report| r.requests.as_ref().map(|c| by_verb(c, token)).filter(|v| !v.is_empty());
+        for verb in ["get", "list", "watch", "create", "update", "patch", "apply", "delete"] {
             row(&format!("{who} {} requests", verb.to_uppercase()), &|r| {
-                r.requests
-                    .as_ref()
-                    .map(|c| by_verb(c, token).get(verb).copied().unwrap_or(0).to_string())
-                    .unwrap_or("-".into())
+                of(r).map(|v| v.get(verb).copied().unwrap_or(0).to_string()).unwrap_or("-".into())
             });
         }
         row(&format!("{who} requests per host"), &|r| {
-            r.requests
-                .as_ref()
-                .map(|c| format!("{:.1}", by_verb(c, token).values().sum::<u64>() as f64 / r.hosts as f64))
-                .unwrap_or("-".into())
+            of(r).map(|v| format!("{:.1}", v.values().sum::<u64>() as f64 / r.hosts as f64)).unwrap_or("-".into())
         });
         row(&format!("{who} requests per state change"), &|r| {
-            r.requests
-                .as_ref()
-                .map(|c| format!("{:.2}", by_verb(c, token).values().sum::<u64>() as f64 / r.state_changes as f64))
+            of(r)
+                .map(|v| format!("{:.2}", v.values().sum::<u64>() as f64 / r.state_changes as f64))
                 .unwrap_or("-".into())
         });
     }
     row("controller LISTs after initial sync", &|r| {
         r.controller_lists_after_sync.map(|n| n.to_string()).unwrap_or("-".into())
     });
+    row("controller watch restarts", &|r| r.watch_restarts.map(|n| n.to_string()).unwrap_or("-".into()));
     row("resume: SIGTERM -> exited s", &|r| r.resume.as_ref().map(|x| format!("{:.2}", x.stop)).unwrap_or("-".into()));
     row("resume: start -> /ready s", &|r| r.resume.as_ref().map(|x| format!("{:.2}", x.ready)).unwrap_or("-".into()));
     row("resume: change -> in status s", &|r| {

@@ -46,11 +46,21 @@ pub fn thread_cpu(pid: &str) -> (f64, f64) {
     out
 }
 
+/// A process's peak RSS (VmHWM), in MiB.
 pub fn rss_peak_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmHWM:")
+}
+
+/// A process's RSS now (VmRSS), in MiB.
+pub fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+fn status_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<f64>().ok())
         .map(|kb| kb / 1024.0)

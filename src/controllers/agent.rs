@@ -267,6 +267,19 @@ async fn sync_spec<S: Store>(
                 }
             };
             let cd_name = cd.metadata.name.clone().unwrap_or_default();
+            // An install not seen yet is no cluster being deleted: on a hub each kind comes through a
+            // watch of its own, and the Agent's binding may come before its cluster's install does.
+            // Retried (as a cluster record not made yet is, below), not the user's to fix.
+            if cluster_id.is_none()
+                && cd.metadata.deletion_timestamp.is_none()
+                && let Some(aci) = cd.cluster_install_name()
+                && ctx.store.get::<AgentClusterInstall>(&cd_ref.namespace, &aci).await?.is_none()
+            {
+                return Err(SyncError::Backend(format!(
+                    "agentClusterInstall {}/{aci} of clusterDeployment {}/{cd_name} not found",
+                    cd_ref.namespace, cd_ref.namespace
+                )));
+            }
             // A cluster being deleted takes no more hosts: its deletion is unbinding them.
             if cluster_id.is_none() && !cluster_alive(ctx, &cd_ref.namespace, &cd_name).await? {
                 return Err(SyncError::Input(format!(

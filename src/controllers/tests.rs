@@ -514,6 +514,35 @@ async fn scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers<S: Sto
     assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
 }
 
+/// A ClusterDeployment whose AgentClusterInstall the controller has not seen yet is no cluster being
+/// deleted: on a hub each kind has a watch of its own, and an Agent's binding can arrive before its
+/// cluster's install (the fleet benchmark on kube-apiserver met it). The bind is retried, and made
+/// once the install is there.
+async fn agent_bind_waits_for_an_install_not_seen_yet<S: Store>(w: World<S>) {
+    let id = w.pool_host("pool", 0).await;
+    let ns = w.agent(&id).await.metadata.namespace.clone().unwrap_or_default();
+    w.apply(
+        Kind::ClusterDeployment,
+        json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
+               "metadata": {"name": "c1", "namespace": ns},
+               "spec": {"baseDomain": "example.com", "clusterName": "c1", "platform": {"agentBareMetal": {}},
+                        "clusterInstallRef": {"group": "extensions.hive.openshift.io", "kind": "AgentClusterInstall",
+                                              "name": "c1", "version": "v1beta1"}}}),
+    )
+    .await;
+    let action = w.set_cluster(&id, Some("c1")).await;
+    assert_eq!(action, Action::RequeueAfter(Duration::from_secs(10)));
+    let agent = w.agent(&id).await;
+    assert_eq!(cond(&agent, SPEC_SYNCED), ("False", REASON_BACKEND_ERROR.into()));
+    let message = cond_message(&agent, SPEC_SYNCED);
+    assert!(message.contains(&format!("agentClusterInstall {ns}/c1")), "{message}");
+    assert_eq!(w.status(&id).await, HostStatus::KnownUnbound);
+    let cid = w.cluster_deployment("c1", true).await.unwrap();
+    w.reconcile(&id).await;
+    assert_eq!(w.backend.host_of_agent(&ns, &id).await.unwrap().cluster_id, Some(cid));
+    assert_eq!(cond(&w.agent(&id).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
 async fn scenario_27_moving_an_agent_unbinds_it_first<S: Store>(w: World<S>) {
     w.cluster_deployment("a", true).await;
     w.cluster_deployment("b", true).await;
@@ -1598,6 +1627,7 @@ async fn settle(
 on_both_stores! {
     scenario_25_agent_bind,
     scenario_26_agent_bind_waits_for_the_cluster_record_and_recovers,
+    agent_bind_waits_for_an_install_not_seen_yet,
     scenario_27_moving_an_agent_unbinds_it_first,
     scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not,
     scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke,
