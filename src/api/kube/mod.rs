@@ -307,6 +307,10 @@ impl ApiError {
             _ => ("spec", text.as_str()),
         };
         let causes = json!([{"reason": "FieldValueInvalid", "message": cause, "field": field}]);
+        Self::invalid_with_causes(c, name, &text, causes)
+    }
+    /// The API server's Invalid error of `name`: `text` after the kind and name, `causes` in details.
+    fn invalid_with_causes(c: &Collection, name: &str, text: &str, causes: Value) -> ApiError {
         ApiError {
             details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name(), "causes": causes})),
             ..ApiError::new(
@@ -326,14 +330,7 @@ impl ApiError {
             [one] => one.clone(),
             many => format!("[{}]", many.join(", ")),
         };
-        ApiError {
-            details: Some(json!({"name": name, "group": c.group(), "kind": c.kind_name(), "causes": causes})),
-            ..ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Invalid",
-                format!("{} \"{name}\" is invalid: {text}", c.qualified_kind()),
-            )
-        }
+        Self::invalid_with_causes(c, name, &text, Value::Array(causes))
     }
     fn from_store(c: &Collection, name: &str, e: StoreError) -> ApiError {
         match e {
