@@ -278,6 +278,10 @@ impl<S: Store> Sim<S> {
         let monitor_every = Duration::from_secs(60);
         let store_events = w.store.subscribe();
         let host_events = w.backend.subscribe();
+        // What the setup wrote must be announced by the API server's side before it is listened to:
+        // announced only after, it would be awaited from the controllers' store, which may have
+        // announced it before `store_events` listened (a real hub's two watches race).
+        w.api.caught_up().await;
         let written = w.settle.is_some().then(|| w.api.subscribe());
         let mut sim = Sim {
             w,
