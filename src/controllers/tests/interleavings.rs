@@ -385,8 +385,8 @@ impl<S: Store> Sim<S> {
                     Err(e) => panic!("API server changes: {e}"),
                 }
             }
-            // A real API server's watches on a loaded machine (the whole suite beside it, two cores)
-            // were seen to take over 20 s once in a run; a stuck watch still fails, within a minute.
+            // A minute: a real API server's watches on a machine running the whole suite are slower
+            // than the test server's; a change that never comes still fails the seed.
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 loop {
