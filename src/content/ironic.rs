@@ -86,7 +86,10 @@ pub enum IronicError {
     },
 }
 
-/// Adds the default port to each comma-separated URL that lacks one, and appends `path`.
+/// Adds `port` to each comma-separated URL that names none, and appends `path` where the URL's path
+/// does not already end in it. A port the URL names is kept, the scheme's default included
+/// (`https://ironic.example:443` behind a route stays on 443: the url crate leaves a default port
+/// out of `port()` and of its text, so whether one was written is read from the URL's authority).
 fn with_port(urls: &str, port: u16, path: &str) -> Result<String, IronicError> {
     let mut out = Vec::new();
     for u in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
@@ -95,16 +98,30 @@ fn with_port(urls: &str, port: u16, path: &str) -> Result<String, IronicError> {
             return Err(IronicError::Invalid(format!("ironic URL {u:?}: must be http(s)://host[:port]")));
         }
         let mut parsed = parsed;
-        if parsed.port().is_none() {
+        if parsed.port().is_none() && !names_a_port(u) {
             let _ = parsed.set_port(Some(port));
         }
+        // Always the parsed URL's own text, never the input's (which may hold what the parser drops,
+        // such as a newline, and would reach the configuration file).
         let base = parsed.as_str().trim_end_matches('/').to_string();
-        out.push(format!("{base}{path}"));
+        let has_path = !path.is_empty() && parsed.path().trim_end_matches('/').ends_with(path);
+        out.push(if has_path { base } else { format!("{base}{path}") });
     }
     if out.is_empty() {
         return Err(IronicError::Invalid("no ironic URL".into()));
     }
     Ok(out.join(","))
+}
+
+/// Whether the authority of `url` (scheme://[userinfo@]host[:port]/...) writes a port.
+fn names_a_port(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').is_some_and(|(_, after)| after.starts_with(':')),
+        None => host_port.contains(':'),
+    }
 }
 
 /// A value for a systemd `Environment=` line: refuse what systemd would split, unquote or
@@ -212,6 +229,55 @@ mod tests {
         let conf = String::from_utf8(crate::content::ignition::decode_data_url(src).unwrap()).unwrap();
         assert!(conf.contains("enable_vlan_interfaces = \n"));
         assert!(conf.contains("api_url = https://[fd00::5]:6385\n"), "{conf}");
+    }
+
+    /// The conf's `api_url` and `inspection_callback_url` for these URLs.
+    fn conf_urls(base: &str, inspector: Option<&str>) -> (String, Option<String>) {
+        let mut c = cfg();
+        c.base_url = base.into();
+        c.inspector_url = inspector.map(str::to_string);
+        let v: Value = serde_json::from_str(&ignition_fragment(&c).unwrap()).unwrap();
+        let src = v["storage"]["files"][0]["contents"]["source"].as_str().unwrap();
+        let conf = String::from_utf8(crate::content::ignition::decode_data_url(src).unwrap()).unwrap();
+        let value = |key: &str| conf.lines().find_map(|l| l.strip_prefix(key)).map(str::to_string);
+        (value("api_url = ").unwrap(), value("inspection_callback_url = "))
+    }
+
+    #[test]
+    fn a_port_the_url_names_is_kept_even_the_schemes_default() {
+        // The scheme's default port is the port: written or not, the URL means that one.
+        assert_eq!(conf_urls("https://ironic.example:443", None).0, "https://ironic.example");
+        assert_eq!(conf_urls("http://host:80/ironic", None).0, "http://host/ironic");
+        assert_eq!(conf_urls("https://[fd00::5]:443", None).0, "https://[fd00::5]");
+        assert_eq!(conf_urls("https://user:pw@ironic.example:8443", None).0, "https://user:pw@ironic.example:8443");
+        // No port written: ironic's.
+        assert_eq!(conf_urls("https://user:pw@ironic.example", None).0, "https://user:pw@ironic.example:6385");
+        assert_eq!(conf_urls("https://[fd00::5]/x", None).0, "https://[fd00::5]:6385/x");
+        assert_eq!(
+            conf_urls("https://a.example:443, https://b.example", None).0,
+            "https://a.example,https://b.example:6385"
+        );
+    }
+
+    #[test]
+    fn an_inspector_url_that_ends_in_v1_continue_gets_it_once() {
+        let callback = |u: &str| conf_urls("https://10.0.0.5", Some(u)).1.unwrap();
+        assert_eq!(callback("https://10.0.0.5:5050/v1/continue"), "https://10.0.0.5:5050/v1/continue");
+        assert_eq!(callback("https://10.0.0.5:5050/v1/continue/"), "https://10.0.0.5:5050/v1/continue");
+        assert_eq!(callback("https://insp.example/v1/continue"), "https://insp.example:5050/v1/continue");
+        assert_eq!(callback("https://insp.example:443/inspector"), "https://insp.example/inspector/v1/continue");
+        assert_eq!(conf_urls("https://10.0.0.5", None).1, None);
+    }
+
+    #[test]
+    fn the_agent_container_shares_the_hosts_ipc_and_uts_namespaces() {
+        // partprobe on multipath hosts waits on udev over semaphores a private IPC namespace hides.
+        let v: Value = serde_json::from_str(&ignition_fragment(&cfg()).unwrap()).unwrap();
+        let unit = v["systemd"]["units"][0]["contents"].as_str().unwrap();
+        let run = unit.lines().find(|l| l.starts_with("ExecStart=/bin/podman run ")).unwrap();
+        for flag in ["--ipc=host", "--uts=host", "--network host", "--privileged"] {
+            assert!(run.contains(flag), "{flag} in {run}");
+        }
     }
 
     #[test]
