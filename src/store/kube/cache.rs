@@ -199,6 +199,13 @@ impl ObjectCache {
     /// Takes the object out (gone from the cluster, or out of the watch's selection).
     pub(super) fn remove(&mut self, resource: &str, ns: &str, name: &str) -> Option<Arc<Cached>> {
         let key = (resource.to_string(), ns.to_string(), name.to_string());
+        // Nothing held: no version of it is awaited any more (a write in flight is still noted).
+        if let Some(own) = self.own.get_mut(&key) {
+            own.awaited = None;
+            if own.idle() {
+                self.own.remove(&key);
+            }
+        }
         self.unindex(&key);
         let old = self.objects.remove(&key)?.cached;
         if self.by_uid.get(&old.uid) == Some(&key) {
@@ -209,9 +216,6 @@ impl ObjectCache {
 
     /// This process deleted the object: out now, and kept out until the watch says it is gone.
     pub(super) fn deleted_here(&mut self, resource: &str, ns: &str, name: &str) {
-        if let Some(own) = self.own.get_mut(&(resource.to_string(), ns.to_string(), name.to_string())) {
-            own.awaited = None;
-        }
         if let Some(old) = self.remove(resource, ns, name) {
             self.deleted.insert(old.uid.clone(), resource.to_string());
         }
@@ -389,6 +393,18 @@ mod tests {
         cache.write_begins(AGENTS, "ns", "a");
         cache.write_ends(AGENTS, "ns", "a");
         assert!(cache.own.is_empty());
+    }
+
+    #[test]
+    fn an_object_gone_awaits_nothing_and_one_made_again_is_taken() {
+        let mut cache = ObjectCache::default();
+        assert!(cache.put(Kind::Agent, &at("w1", None), Source::OwnWrite));
+        // Deleted by someone else; the watch's events before the deletion were lost with a reconnect.
+        cache.deletion_seen(AGENTS, "ns", "a", "uid-a");
+        assert!(cache.own.is_empty(), "nothing awaited for an object no longer held");
+        let mut again = at("x1", None);
+        again["metadata"]["uid"] = "uid-a2".into();
+        assert!(cache.put(Kind::Agent, &again, Source::Watch), "the new object of that name comes in");
     }
 
     #[test]

@@ -122,15 +122,18 @@ pub(super) fn counting(client: kube::Client, usage: Arc<ClusterUsage>) -> kube::
     let service = tower::service_fn(move |req: Request<Body>| {
         let uri = req.uri();
         usage.count(verb(req.method(), uri.path(), uri.query().unwrap_or_default()), resource_label(uri.path()));
-        // The line of a refusal, bounded: a path's length is the client's own (object names).
-        let line = format!("{} {}", req.method(), uri.path().chars().take(256).collect::<String>());
+        // Kept for the line of a refusal, made only then (reference-counted copies, no formatting
+        // on every request).
+        let (method, uri) = (req.method().clone(), uri.clone());
         let (client, usage) = (client.clone(), usage.clone());
         async move {
             let answer = client.send(req).await;
             if let Ok(resp) = &answer
                 && matches!(resp.status(), http::StatusCode::UNAUTHORIZED | http::StatusCode::FORBIDDEN)
             {
-                usage.refusal(format!("{line}: {}", resp.status()));
+                // Bounded: a path's length is the client's own (object names).
+                let path: String = uri.path().chars().take(256).collect();
+                usage.refusal(format!("{method} {path}: {}", resp.status()));
             }
             answer
         }
