@@ -74,12 +74,12 @@ impl Behind {
         match self {
             Behind::Sqlite(s) => s.apply_document(kind, doc).await.expect("apply").0,
             Behind::Hub { admin, .. } => {
-                let api: kube::Api<kube::core::DynamicObject> = kube::Api::namespaced_with(
-                    admin.clone(),
-                    doc["metadata"]["namespace"].as_str().unwrap_or(ns()),
-                    &api_resource(kind),
-                );
-                let api = if kind.namespaced() { api } else { kube::Api::all_with(admin.clone(), &api_resource(kind)) };
+                let api: kube::Api<kube::core::DynamicObject> = if kind.namespaced() {
+                    let namespace = doc["metadata"]["namespace"].as_str().unwrap_or(ns());
+                    kube::Api::namespaced_with(admin.clone(), namespace, &api_resource(kind))
+                } else {
+                    kube::Api::all_with(admin.clone(), &api_resource(kind))
+                };
                 let name = doc["metadata"]["name"].as_str().expect("a name").to_string();
                 let params = kube::api::PatchParams::apply("scenario-user").force();
                 let applied = api
