@@ -64,14 +64,21 @@ impl<S: Store> App<S> {
             }
             Route::IsoFile { by, key: token, version, arch, file } => {
                 let Some(signer) = &self.images.config.url_signer else {
-                    let route = if by == IsoUrl::ByApiKey { "byapikey" } else { "bytoken" };
+                    let route = match by {
+                        IsoUrl::ByApiKey => "byapikey",
+                        IsoUrl::Short => "s",
+                        _ => "bytoken",
+                    };
                     return text(
                         StatusCode::NOT_FOUND,
                         format!("/{route}/ URLs are not served: this server's image URLs are unsigned (/byid/)"),
                     );
                 };
                 let token = percent_encoding::percent_decode_str(token).decode_utf8_lossy();
-                match signer.verify(&token, std::time::SystemTime::now()) {
+                let now = std::time::SystemTime::now();
+                let verified =
+                    if by == IsoUrl::Short { signer.verify_short(&token, now) } else { signer.verify(&token, now) };
+                match verified {
                     Ok(claims) => self.iso_file(req, &claims.infra_env_id, version, arch, file).await,
                     Err(e) => text(e.http_status(), e.to_string()),
                 }

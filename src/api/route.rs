@@ -39,7 +39,7 @@ pub enum Route<'a> {
     InitrdAddrsize {
         id: &'a str,
     },
-    /// `/byid/{id}/{version}/{arch}/{file}`, `/byapikey/{token}/...`, `/bytoken/{token}/...`.
+    /// `/byid/{id}/{version}/{arch}/{file}`, `/byapikey/{token}/...`, `/bytoken/{token}/...`, `/s/{short token}/...`.
     IsoFile {
         by: IsoUrl,
         key: &'a str,
@@ -96,6 +96,8 @@ pub enum IsoUrl {
     /// By a signed token in the path (assisted-image-service's two spellings).
     ByApiKey,
     ByToken,
+    /// By a short signed token in the path, for BMCs that take short URLs only.
+    Short,
 }
 
 impl<'a> Route<'a> {
@@ -124,10 +126,11 @@ impl<'a> Route<'a> {
             ["images", id] => Route::Image { id },
             ["images", id, "pxe-initrd"] => Route::PxeInitrd { id },
             ["images", id, "s390x-initrd-addrsize"] => Route::InitrdAddrsize { id },
-            [prefix @ ("byid" | "byapikey" | "bytoken"), key, version, arch, file] => {
+            [prefix @ ("byid" | "byapikey" | "bytoken" | "s"), key, version, arch, file] => {
                 let by = match *prefix {
                     "byid" => IsoUrl::ById,
                     "byapikey" => IsoUrl::ByApiKey,
+                    "s" => IsoUrl::Short,
                     _ => IsoUrl::ByToken,
                 };
                 Route::IsoFile { by, key, version, arch, file }
@@ -141,10 +144,12 @@ impl<'a> Route<'a> {
                     "byid" => "/byid/:token",
                     "byapikey" => "/byapikey/:token",
                     "bytoken" => "/bytoken/:token",
+                    "s" => "/s/:token",
                     _ => "other",
                 };
-                let image_family = matches!(*first, "images" | "byid" | "byapikey" | "bytoken" | "boot-artifacts")
-                    || segs.starts_with(&["api", "assisted-install"]);
+                let image_family =
+                    matches!(*first, "images" | "byid" | "byapikey" | "bytoken" | "s" | "boot-artifacts")
+                        || segs.starts_with(&["api", "assisted-install"]);
                 Route::Unmatched { label, image_family }
             }
             [] => Route::Unmatched { label: "other", image_family: false },
@@ -174,6 +179,7 @@ impl<'a> Route<'a> {
             Route::IsoFile { by: IsoUrl::ById, .. } => "/byid/:token",
             Route::IsoFile { by: IsoUrl::ByApiKey, .. } => "/byapikey/:token",
             Route::IsoFile { by: IsoUrl::ByToken, .. } => "/bytoken/:token",
+            Route::IsoFile { by: IsoUrl::Short, .. } => "/s/:token",
             Route::VersionedRootfs { .. } => "/boot-artifacts/rootfs",
             Route::BootArtifact { artifact: "kernel" } => "/boot-artifacts/kernel",
             Route::BootArtifact { artifact: "rootfs" } => "/boot-artifacts/rootfs",
@@ -286,6 +292,8 @@ mod tests {
             ("/byid/E", "/byid/:token"),
             ("/byapikey/T/4.19/x86_64/full.iso", "/byapikey/:token"),
             ("/bytoken/T/4.19/x86_64/minimal.iso", "/bytoken/:token"),
+            ("/s/T/4.19/x86_64/full.iso", "/s/:token"),
+            ("/s/T", "/s/:token"),
             ("/boot-artifacts/4.19/x86_64/rootfs.img", "/boot-artifacts/rootfs"),
             ("/boot-artifacts/kernel", "/boot-artifacts/kernel"),
             ("/boot-artifacts/rootfs", "/boot-artifacts/rootfs"),
@@ -358,6 +366,7 @@ mod tests {
         assert!(!ok("/api/assisted-install/v2/infra-envs/E/downloads/files?file_name=discovery.ign"));
         assert!(!ok("/images/E?version=4.19&type=full-iso"));
         assert!(!ok("/byid/E/4.19/x86_64/full.iso"));
+        assert!(!ok("/s/T/4.19/x86_64/full.iso"));
         assert!(!ok("/boot-artifacts/initrd"));
         assert!(!ok("/api/assisted-install/v2/infra-envs/E/hosts"));
         assert!(!ok("/apis/agent-install.openshift.io/v1beta1/infraenvs"));

@@ -9,6 +9,12 @@
 //! again days later, and a new URL would reprovision the host), and an Agent's logsURL (set once).
 //! Both still name one InfraEnv or one cluster and die with a key rotation.
 //!
+//! BMCs that mount the ISO as virtual media take short URLs only (Dell iDRAC: at most 255 characters,
+//! no query string, a path ending in `.iso`), where a JWT alone is longer than that. For them a
+//! [`ShortToken`] names the InfraEnv and the expiry in 22 bytes and proves them with a 16-byte HMAC
+//! under a key derived from the signing key: `/s/<51 characters>/<version>/<arch>/full.iso`. The
+//! expiry rules are those of the JWT of the same URL (see [`UrlSigner::shorten`]).
+//!
 //! Rotation without downtime: the service signs with one key and verifies with it and any number of
 //! previous keys. Tokens name their key (`kid`, from the public key), so a previous key keeps the
 //! URLs it signed working until they expire (at most [`TOKEN_LIFETIME`]); after that it can be
@@ -19,6 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::Mac as _;
 use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::{Deserialize, Serialize};
@@ -93,6 +100,8 @@ pub struct UrlSigner {
     /// third of a cached download's time to first byte, and the same few URLs are fetched over and
     /// over (BMCs read virtual media in ranges); expiry is still checked at every use.
     verified: std::sync::Mutex<std::collections::HashMap<String, Claims>>,
+    /// The keys of short tokens: the signing key's first, then those of previous private keys.
+    short_keys: Vec<ShortKey>,
 }
 
 /// Verified tokens remembered at most; past it the memory starts over.
@@ -120,7 +129,7 @@ fn kid_of(public_point: &[u8]) -> String {
 
 /// What a PEM key file holds, as keys.
 enum Loaded {
-    Private(Box<EcdsaKeyPair>),
+    Private(Box<EcdsaKeyPair>, ShortKey),
     Public { point: Vec<u8> },
 }
 
@@ -133,7 +142,8 @@ fn load_pem(path: &Path) -> Result<Loaded, KeyError> {
             let rng = ring::rand::SystemRandom::new();
             let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, block.contents(), &rng)
                 .map_err(|e| err(format!("not a PKCS#8 P-256 key ({e}); make one with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`")))?;
-            Ok(Loaded::Private(Box::new(pair)))
+            let short = ShortKey::derive(block.contents(), pair.public_key().as_ref());
+            Ok(Loaded::Private(Box::new(pair), short))
         }
         "PUBLIC KEY" => {
             // SubjectPublicKeyInfo of a P-256 key: a fixed 26-byte prefix, then the 65-byte point.
@@ -158,18 +168,23 @@ impl UrlSigner {
     /// Signs with the PKCS#8 P-256 private key in `current` (PEM); also verifies tokens signed with
     /// the keys in `previous` (PEM private or public keys).
     pub fn from_files(current: &Path, previous: &[PathBuf]) -> Result<UrlSigner, KeyError> {
-        let Loaded::Private(signing) = load_pem(current)? else {
+        let Loaded::Private(signing, short) = load_pem(current)? else {
             return Err(KeyError { path: current.to_path_buf(), reason: "a public key cannot sign".into() });
         };
         let mut verifying = Vec::new();
+        // Short tokens are checked with a secret: only previous keys given as private keys keep theirs.
+        let mut short_keys = vec![short];
         for path in previous {
             let point = match load_pem(path)? {
-                Loaded::Private(pair) => pair.public_key().as_ref().to_vec(),
+                Loaded::Private(pair, short) => {
+                    short_keys.push(short);
+                    pair.public_key().as_ref().to_vec()
+                }
                 Loaded::Public { point } => point,
             };
             verifying.push(VerifyingKey { kid: kid_of(&point), key: DecodingKey::from_ec_der(&point) });
         }
-        Ok(Self::new(*signing, verifying))
+        Ok(Self::new(*signing, verifying, short_keys))
     }
 
     /// The key in `dir/url-signing.pem`, made (mode 0600) on first start: the embedded default.
@@ -186,7 +201,7 @@ impl UrlSigner {
         Self::from_files(&path, previous)
     }
 
-    fn new(signing: EcdsaKeyPair, mut verifying: Vec<VerifyingKey>) -> UrlSigner {
+    fn new(signing: EcdsaKeyPair, mut verifying: Vec<VerifyingKey>, short_keys: Vec<ShortKey>) -> UrlSigner {
         let point = signing.public_key().as_ref();
         let kid = kid_of(point);
         verifying.insert(0, VerifyingKey { kid: kid.clone(), key: DecodingKey::from_ec_der(point) });
@@ -194,7 +209,7 @@ impl UrlSigner {
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(kid.clone());
         let header = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).expect("a JWT header is JSON"));
-        UrlSigner { kid, signing, rng, header, verifying, verified: Default::default() }
+        UrlSigner { kid, signing, rng, header, verifying, verified: Default::default(), short_keys }
     }
 
     /// A token for `infra_env_id`, valid until `now` + [`TOKEN_LIFETIME`].
@@ -316,6 +331,113 @@ impl UrlSigner {
     }
 }
 
+impl UrlSigner {
+    /// A short token for `infra_env_id` (a UUID, as InfraEnv uids are) expiring at `exp` (Unix time; None:
+    /// never). None for an id that is not a UUID: such an InfraEnv keeps its long URLs.
+    pub fn sign_short(&self, infra_env_id: &str, exp: Option<u64>) -> Option<String> {
+        let id = uuid::Uuid::try_parse(infra_env_id).ok()?;
+        // An expiry past what 32 bits hold is no expiry a BMC will see; 0 is kept for "never".
+        let exp = match exp {
+            None => 0,
+            Some(e) => u32::try_from(e).unwrap_or(u32::MAX).max(1),
+        };
+        let key = &self.short_keys[0];
+        let mut token = [0u8; SHORT_TOKEN_LEN];
+        token[..16].copy_from_slice(id.as_bytes());
+        token[16..20].copy_from_slice(&exp.to_be_bytes());
+        token[20..22].copy_from_slice(&key.id);
+        let tag = key.mac(&token[..SHORT_SIGNED_LEN]).finalize().into_bytes();
+        token[SHORT_SIGNED_LEN..].copy_from_slice(&tag[..SHORT_TAG_LEN]);
+        Some(URL_SAFE_NO_PAD.encode(token))
+    }
+
+    /// The claims of a short token if one of our keys made it and it has not expired at `now`.
+    pub fn verify_short(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        if token.len() != SHORT_TOKEN_CHARS {
+            return Err(TokenError::Malformed(format!("a short token has {SHORT_TOKEN_CHARS} characters")));
+        }
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
+        let bytes: [u8; SHORT_TOKEN_LEN] =
+            bytes.try_into().map_err(|_| TokenError::Malformed("a short token has 38 bytes".into()))?;
+        let (signed, tag) = bytes.split_at(SHORT_SIGNED_LEN);
+        let mut known = false;
+        let mut valid = false;
+        // Two keys may share the 2-byte id: any of them that made the tag will do.
+        for key in self.short_keys.iter().filter(|k| k.id == signed[20..22]) {
+            known = true;
+            // Compared in constant time.
+            valid |= key.mac(signed).verify_truncated_left(tag).is_ok();
+        }
+        if !known {
+            return Err(TokenError::UnknownKey);
+        }
+        if !valid {
+            return Err(TokenError::BadSignature);
+        }
+        let id = uuid::Uuid::from_slice(&signed[..16]).expect("16 bytes").to_string();
+        let exp = u32::from_be_bytes(signed[16..20].try_into().expect("4 bytes"));
+        let exp = (exp != 0).then_some(u64::from(exp));
+        if let Some(exp) = exp
+            && exp <= unix(now)
+        {
+            return Err(TokenError::Expired(exp));
+        }
+        Ok(Claims { infra_env_id: id.clone(), cluster_id: String::new(), sub: id, exp })
+    }
+
+    /// The short form of a signed ISO URL (`<base>/byapikey/<JWT>/<version>/<arch>/<file>.iso`, as an
+    /// InfraEnv's status has it): `<base>/s/<short token>/<version>/<arch>/<file>.iso`, for the same
+    /// InfraEnv and expiring when the JWT does (never, with `lasting`). None for a URL of another shape,
+    /// or whose token is not valid at `now`.
+    pub fn shorten(&self, iso_url: &str, lasting: bool, now: SystemTime) -> Option<String> {
+        let (base, rest) = iso_url.split_once("/byapikey/")?;
+        let (token, path) = rest.split_once('/')?;
+        if path.split('/').count() != 3 || !path.ends_with(".iso") || path.contains(['?', '#']) {
+            return None;
+        }
+        let token = percent_encoding::percent_decode_str(token).decode_utf8().ok()?;
+        let claims = self.verify(&token, now).ok()?;
+        if claims.infra_env_id.is_empty() {
+            return None;
+        }
+        let short = self.sign_short(&claims.infra_env_id, if lasting { None } else { claims.exp })?;
+        Some(format!("{base}/{SHORT_PREFIX}/{short}/{path}"))
+    }
+}
+
+/// The path segment of short ISO URLs.
+pub const SHORT_PREFIX: &str = "s";
+/// A short token: InfraEnv uid (16 bytes), expiry (4, big-endian Unix seconds; 0 for none), key id (2), tag (16).
+const SHORT_SIGNED_LEN: usize = 22;
+const SHORT_TAG_LEN: usize = 16;
+const SHORT_TOKEN_LEN: usize = SHORT_SIGNED_LEN + SHORT_TAG_LEN;
+/// Its base64url length (no padding).
+const SHORT_TOKEN_CHARS: usize = (SHORT_TOKEN_LEN * 8).div_ceil(6);
+
+/// The secret short tokens are made with, derived from a signing key (so that rotating the signing key
+/// rotates it, and image servers sharing the key share it), and the 2 bytes that name it in tokens.
+struct ShortKey {
+    id: [u8; 2],
+    secret: [u8; 32],
+}
+
+impl ShortKey {
+    fn derive(pkcs8: &[u8], public_point: &[u8]) -> ShortKey {
+        let mut secret = Sha256::new();
+        secret.update(b"bootstream short image URL key v1\0");
+        secret.update(pkcs8);
+        let point = Sha256::digest(public_point);
+        ShortKey { id: [point[0], point[1]], secret: secret.finalize().into() }
+    }
+
+    fn mac(&self, data: &[u8]) -> hmac::Hmac<Sha256> {
+        use hmac::KeyInit as _;
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.secret).expect("HMAC takes any key length");
+        mac.update(data);
+        mac
+    }
+}
+
 impl Claims {
     /// When the token expires; None for one that does not.
     pub fn expires_at(&self) -> Option<SystemTime> {
@@ -332,9 +454,20 @@ pub fn token_of_url(url: &str) -> Option<&str> {
     query.split('&').find_map(|kv| kv.strip_prefix("api_key=")).filter(|t| !t.is_empty())
 }
 
+/// The short token of a short ISO URL (`…/s/<token>/<version>/<arch>/<file>`).
+pub fn short_token_of_url(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once(&format!("/{SHORT_PREFIX}/"))?;
+    let (token, path) = rest.split_once('/')?;
+    (token.len() == SHORT_TOKEN_CHARS && path.split('/').count() == 3).then_some(token)
+}
+
 /// `url` without its token, for telling whether two URLs name the same image: a token refresh
-/// must not look like a new image to a BareMetalHost (that would reprovision it).
+/// must not look like a new image to a BareMetalHost (that would reprovision it). A short ISO URL
+/// and the long one it was made from come out the same.
 pub fn without_token(url: &str) -> String {
+    if let Some(t) = short_token_of_url(url) {
+        return url.replacen(&format!("/{SHORT_PREFIX}/{t}/"), "/byapikey//", 1);
+    }
     match token_of_url(url) {
         Some(t) => url.replacen(t, "", 1),
         None => url.to_string(),
@@ -449,6 +582,94 @@ mod tests {
         let after = UrlSigner::load_or_create(&new_dir, &[]).unwrap();
         assert_eq!(after.verify(&old_token, now), Err(TokenError::UnknownKey));
         assert!(after.verify(&new_token, now).is_ok());
+    }
+
+    #[test]
+    fn short_tokens_name_one_infraenv_until_they_expire_and_die_with_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let id = "2b4f5fd6-1111-4c5e-9a4e-000000000001";
+        let now = SystemTime::now();
+        let exp = unix(now) + TOKEN_LIFETIME.as_secs();
+        let t = s.sign_short(id, Some(exp)).unwrap();
+        assert_eq!(t.len(), SHORT_TOKEN_CHARS);
+        assert_eq!(SHORT_TOKEN_CHARS, 51);
+        assert_eq!(
+            s.verify_short(&t, now).unwrap(),
+            Claims { infra_env_id: id.into(), cluster_id: String::new(), sub: id.into(), exp: Some(exp) }
+        );
+        assert_eq!(s.verify_short(&t, now + TOKEN_LIFETIME), Err(TokenError::Expired(exp)));
+        let lasting = s.sign_short(id, None).unwrap();
+        assert_eq!(s.verify_short(&lasting, now + Duration::from_secs(20 * 365 * 24 * 3600)).unwrap().exp, None);
+        // The same key file again: tokens survive a restart.
+        assert!(signer(dir.path()).verify_short(&t, now).is_ok());
+        // Only InfraEnv uids (UUIDs) have short tokens.
+        assert_eq!(s.sign_short("ie-a", None), None);
+
+        // Every changed character of the token is refused (the id, the expiry, the key id, the tag).
+        let chars: Vec<char> = t.chars().collect();
+        for i in 0..chars.len() {
+            let mut forged = chars.clone();
+            forged[i] = if forged[i] == 'A' { 'B' } else { 'A' };
+            let forged: String = forged.into_iter().collect();
+            assert!(s.verify_short(&forged, now).is_err(), "{i}: {forged}");
+        }
+        for junk in [String::new(), "abc".into(), "A".repeat(50), "*".repeat(51), format!("{t}A")] {
+            assert!(matches!(s.verify_short(&junk, now), Err(TokenError::Malformed(_))), "{junk:?}");
+        }
+        // Another service's key (its key id may collide, 1 in 65,536: then its tag does not).
+        let other = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            signer(other.path()).verify_short(&t, now),
+            Err(TokenError::UnknownKey | TokenError::BadSignature)
+        ));
+
+        // Rotation: a previous private key keeps its short tokens; a previous public key cannot.
+        let new_dir = dir.path().join("new");
+        std::fs::create_dir_all(&new_dir).unwrap();
+        let rotated = UrlSigner::load_or_create(&new_dir, &[dir.path().join("url-signing.pem")]).unwrap();
+        assert!(rotated.verify_short(&t, now).is_ok());
+        let public = dir.path().join("public.pem");
+        let point = s.signing.public_key().as_ref().to_vec();
+        let mut spki = vec![
+            0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48,
+            0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+        ];
+        spki.extend(point);
+        std::fs::write(&public, pem::encode(&pem::Pem::new("PUBLIC KEY", spki))).unwrap();
+        let public_only = UrlSigner::load_or_create(&new_dir, &[public]).unwrap();
+        assert!(public_only.verify(&s.sign(id, now), now).is_ok(), "the JWTs of a public key still verify");
+        assert!(public_only.verify_short(&t, now).is_err());
+    }
+
+    #[test]
+    fn shorten_keeps_the_image_and_the_expiry_of_a_long_iso_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let id = "2b4f5fd6-1111-4c5e-9a4e-000000000001";
+        let now = SystemTime::now();
+        let jwt = s.sign(id, now);
+        let base = "https://assisted-image.apps.hub1.example";
+        assert_eq!(base.len(), 40);
+        let long = format!("{base}/byapikey/{jwt}/4.20/x86_64/full.iso");
+        let short = s.shorten(&long, false, now).unwrap();
+        assert!(short.len() <= 128, "{} characters: {short}", short.len());
+        assert!(short.starts_with(&format!("{base}/s/")) && short.ends_with("/4.20/x86_64/full.iso"), "{short}");
+        assert_eq!(without_token(&short), without_token(&long), "the same image");
+        let claims = s.verify_short(short_token_of_url(&short).unwrap(), now).unwrap();
+        assert_eq!((claims.infra_env_id.as_str(), claims.exp), (id, s.verify(&jwt, now).unwrap().exp));
+        let lasting = s.shorten(&long, true, now).unwrap();
+        assert_eq!(s.verify_short(short_token_of_url(&lasting).unwrap(), now).unwrap().exp, None);
+        // Not a signed ISO URL, or a token that is not valid: no short form.
+        for url in [
+            format!("{base}/byid/{id}/4.20/x86_64/full.iso"),
+            format!("{base}/byapikey/{jwt}/4.20/x86_64/full.iso?x=1"),
+            format!("{base}/byapikey/{jwt}/x86_64/full.iso"),
+            format!("{base}/byapikey/{}/4.20/x86_64/full.iso", s.sign(id, now - TOKEN_LIFETIME)),
+            format!("{base}/byapikey/{}/4.20/x86_64/full.iso", s.sign_cluster(id)),
+        ] {
+            assert_eq!(s.shorten(&url, false, now), None, "{url}");
+        }
     }
 
     #[test]

@@ -482,6 +482,7 @@ async fn hub<S: crate::store::Store>(
             store,
             clock,
             image_cooldown: std::time::Duration::from_secs(args.image_cooldown_seconds),
+            url_signer: svc.images.config.url_signer.clone(),
         }),
         controllers,
     ));

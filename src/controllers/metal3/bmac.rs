@@ -57,23 +57,35 @@ pub struct BmacContext<S: Store> {
 }
 
 impl<S: Store> BmacContext<S> {
-    /// The URL a BareMetalHost boots `infraenv`'s ISO from: the status URL with a token that does not
-    /// expire. The status URL's token lasts 4 hours, but metal3 (or a BMC reading virtual media) may
-    /// fetch the image again days later, and giving a provisioned host a new URL would deprovision
-    /// and reboot it.
+    /// The URL a BareMetalHost boots `infraenv`'s ISO from: the short form of the status URL (BMCs reading
+    /// virtual media take short URLs only: Dell iDRAC at most 255 characters, no query string), with a
+    /// token that does not expire. The status URL's token lasts 4 hours, but metal3 (or a BMC reading
+    /// virtual media) may fetch the image again days later, and giving a provisioned host a new URL would
+    /// deprovision and reboot it.
     fn host_image_url(&self, infraenv_id: &str, iso_url: &str) -> String {
-        match (&self.url_signer, crate::auth::urlsign::token_of_url(iso_url)) {
-            (Some(signer), Some(token)) => iso_url.replacen(token, &signer.sign_lasting(infraenv_id), 1),
-            _ => iso_url.to_string(),
+        let Some(signer) = &self.url_signer else { return iso_url.to_string() };
+        if let Some(short) = signer.shorten(iso_url, true, std::time::SystemTime::now()) {
+            return short;
+        }
+        match crate::auth::urlsign::token_of_url(iso_url) {
+            Some(token) => iso_url.replacen(token, &signer.sign_lasting(infraenv_id), 1),
+            None => iso_url.to_string(),
         }
     }
 
-    /// Whether `url` carries a token of ours for `infraenv_id` that does not expire.
+    /// Whether `url` carries a token of ours for `infraenv_id` that does not expire (short or long: BMHs
+    /// given a long URL before short ones existed keep it).
     fn is_lasting_url(&self, infraenv_id: &str, url: &str) -> bool {
-        let (Some(signer), Some(token)) = (&self.url_signer, crate::auth::urlsign::token_of_url(url)) else {
-            return false;
+        let Some(signer) = &self.url_signer else { return false };
+        let now = std::time::SystemTime::now();
+        let claims = match crate::auth::urlsign::short_token_of_url(url) {
+            Some(short) => signer.verify_short(short, now),
+            None => match crate::auth::urlsign::token_of_url(url) {
+                Some(token) => signer.verify_for(token, infraenv_id, now),
+                None => return false,
+            },
         };
-        signer.verify_for(token, infraenv_id, std::time::SystemTime::now()).is_ok_and(|c| c.exp.is_none())
+        claims.is_ok_and(|c| c.infra_env_id == infraenv_id && c.exp.is_none())
     }
 }
 

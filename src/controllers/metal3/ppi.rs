@@ -35,6 +35,9 @@ pub struct PpiContext<S: Store> {
     pub clock: Arc<dyn Clock>,
     /// How old an InfraEnv image must be before it is published ([`super::bmac::IMAGE_COOLDOWN`]).
     pub image_cooldown: Duration,
+    /// Where image URLs are signed: the ISO URL a PPI publishes is the short form of the InfraEnv's (BMCs
+    /// take short URLs only), with the same expiry and refresh.
+    pub url_signer: Option<Arc<crate::auth::urlsign::UrlSigner>>,
 }
 
 impl<S: Store> Reconciler for PpiContext<S> {
@@ -142,7 +145,11 @@ async fn image_status<S: Store>(
     st.architecture = infraenv_arch;
     if formats.iter().any(|f| f == "iso") {
         st.format = "iso".into();
-        st.image_url = status.iso_download_url.clone();
+        st.image_url = ctx
+            .url_signer
+            .as_ref()
+            .and_then(|s| s.shorten(&status.iso_download_url, false, std::time::SystemTime::now()))
+            .unwrap_or_else(|| status.iso_download_url.clone());
         st.kernel_url.clear();
         st.extra_kernel_params.clear();
     } else {

@@ -31,7 +31,7 @@ fn bmac_ctx<S: Store>(w: &World<S>, converged: bool) -> BmacContext<S> {
 
 fn ppi_ctx<S: Store>(w: &World<S>) -> PpiContext<S> {
     let clock: Arc<dyn Clock> = w.clock.clone();
-    PpiContext { store: w.store.clone(), clock, image_cooldown: bmac::IMAGE_COOLDOWN }
+    PpiContext { store: w.store.clone(), clock, image_cooldown: bmac::IMAGE_COOLDOWN, url_signer: None }
 }
 
 /// The MAC `crate::hosts::simulated::inventory(index)` gives the host's NIC.
@@ -723,10 +723,12 @@ async fn a_refreshed_url_token_is_not_a_new_image<S: Store>(w: World<S>) {
     assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None, "no reboot for a new token");
 }
 
-/// Where URLs are signed, a BareMetalHost boots from a URL whose token does not expire: the status
-/// URL's lasts 4 hours, but metal3 and BMCs fetch the image again days later. Refreshed status tokens
-/// leave it alone; a host that was given an expiring URL before (not provisioned) gets a lasting one.
+/// Where URLs are signed, a BareMetalHost boots from a short URL (BMCs take short URLs only) whose token
+/// does not expire: the status URL's lasts 4 hours, but metal3 and BMCs fetch the image again days later.
+/// Refreshed status tokens leave it alone; a host that was given an expiring URL before (not provisioned)
+/// gets a lasting one; a host given a long lasting URL by an earlier version keeps it.
 async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
+    use crate::auth::urlsign::{short_token_of_url, token_of_url, without_token};
     use std::time::{Duration, SystemTime};
     let dir = tempfile::tempdir().unwrap();
     let signer = Arc::new(crate::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap());
@@ -744,10 +746,13 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     w.metal3_reports("bmh-0", "available", "OK").await;
     w.run_bmac(&ctx, "bmh-0").await;
     let url = w.get_bmh("bmh-0").await.spec.image.unwrap().url;
-    assert_eq!(crate::auth::urlsign::without_token(&url), crate::auth::urlsign::without_token(&first));
-    let token = crate::auth::urlsign::token_of_url(&url).unwrap();
+    assert_eq!(without_token(&url), without_token(&first));
+    let short = short_token_of_url(&url).unwrap_or_else(|| panic!("not a short URL: {url}"));
+    assert!(url.starts_with("http://hub.example:8090/s/") && url.ends_with("/4.16/x86_64/full.iso"), "{url}");
+    assert!(!url.contains('?') && url.len() <= 128 - 17, "{} characters: {url}", url.len());
     let in_a_year = SystemTime::now() + Duration::from_secs(365 * 24 * 3600);
-    assert_eq!(signer.verify_for(token, &id, in_a_year).unwrap().exp, None, "the BMH's token expires");
+    let claims = signer.verify_short(short, in_a_year).unwrap();
+    assert_eq!((claims.infra_env_id.as_str(), claims.exp), (id.as_str(), None), "the BMH's token expires");
 
     // A refreshed status token changes nothing, provisioned or not.
     for state in ["available", "provisioned"] {
@@ -767,10 +772,74 @@ async fn a_bmh_boots_from_a_url_that_does_not_expire<S: Store>(w: World<S>) {
     w.run_bmac(&ctx, "bmh-0").await;
     let again = w.get_bmh("bmh-0").await.spec.image.unwrap().url;
     assert_ne!(again, first);
+    assert_eq!(signer.verify_short(short_token_of_url(&again).unwrap(), in_a_year).unwrap().exp, None);
+
+    // A long lasting URL an earlier version gave is the same image under a lasting token: kept, even where
+    // the host is not provisioned (a new URL would make metal3 boot it again).
+    let long_lasting = status_url(&signer.sign_lasting(&id));
+    let mut bmh = w.get_bmh("bmh-0").await;
+    bmh.spec.image.as_mut().unwrap().url = long_lasting.clone();
+    w.store.update(&bmh).await.unwrap();
+    w.run_bmac(&ctx, "bmh-0").await;
+    assert_eq!(w.get_bmh("bmh-0").await.spec.image.unwrap().url, long_lasting);
+    assert!(token_of_url(&long_lasting).is_some());
+}
+
+/// Issue 43: BMCs take short ISO URLs only (Dell iDRAC: at most 255 characters, no query string, a path
+/// ending in `.iso`). Where URLs are signed, a PPI publishes the short form of the InfraEnv's ISO URL: at
+/// most 128 characters with a 40-character base URL, expiring when the status URL's token does, and
+/// refreshed with it without a reboot.
+async fn a_ppi_publishes_a_short_iso_url_that_expires_with_the_status_one<S: Store>(w: World<S>) {
+    use crate::auth::urlsign::{REFRESH_BEFORE, TOKEN_LIFETIME, short_token_of_url};
+    use std::time::{Duration, SystemTime};
+    const BASE: &str = "https://assisted-image.apps.hub1.example";
+    assert_eq!(BASE.len(), 40);
+    let dir = tempfile::tempdir().unwrap();
+    let signer = Arc::new(crate::auth::urlsign::UrlSigner::load_or_create(dir.path(), &[]).unwrap());
+    let ctx = PpiContext { url_signer: Some(signer.clone()), ..ppi_ctx(&w) };
+    let id = w.ie_uid("pool").await;
+    let set_status_token = async |token: &str| {
+        let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
+        ie.status.as_mut().unwrap().iso_download_url = format!("{BASE}/byapikey/{token}/4.16/x86_64/full.iso");
+        w.store.update_status(&ie).await.unwrap();
+        for _ in 0..3 {
+            ppi::reconcile(&ctx, ns(), "bmh-0").await.unwrap();
+        }
+        get_ppi(&w).await.status.unwrap().image_url
+    };
+    w.image_created("pool", SignedDuration::from_mins(5)).await;
+    w.bmh("bmh-0", 0, json!({})).await;
+    w.metal3_reports("bmh-0", "available", "OK").await;
+    ppi(&w, &["iso"], "x86_64").await;
+    ironic_image_made(&w).await;
+
+    let now = SystemTime::now();
+    let status_token = signer.sign(&id, now);
+    let url = set_status_token(&status_token).await;
+    assert!(url.len() <= 128, "{} characters: {url}", url.len());
+    assert!(url.starts_with(&format!("{BASE}/s/")) && url.ends_with("/4.16/x86_64/full.iso"), "{url}");
+    assert!(!url.contains(['?', '&', '#']), "{url}");
+    let short = short_token_of_url(&url).unwrap();
+    let claims = signer.verify_short(short, now).unwrap();
+    assert_eq!(claims.infra_env_id, id);
+    assert_eq!(claims.exp, signer.verify(&status_token, now).unwrap().exp, "expires with the status URL");
+    assert!(signer.verify_short(short, now + TOKEN_LIFETIME + Duration::from_secs(1)).is_err());
+
+    // The status token refreshed (an hour before it expires): a new short URL, the same image, no reboot.
+    // (The move from the test's first base URL to BASE was a new image: its reboot request goes first.)
+    let mut bmh = w.get_bmh("bmh-0").await;
+    if let Some(a) = bmh.metadata.annotations.as_mut() {
+        a.remove(REBOOT_ANNOTATION);
+    }
+    w.store.update(&bmh).await.unwrap();
+    let refreshed = signer.sign(&id, now + TOKEN_LIFETIME - REFRESH_BEFORE);
+    let again = set_status_token(&refreshed).await;
+    assert_ne!(again, url);
     assert_eq!(
-        signer.verify_for(crate::auth::urlsign::token_of_url(&again).unwrap(), &id, in_a_year).unwrap().exp,
-        None
+        signer.verify_short(short_token_of_url(&again).unwrap(), now).unwrap().exp,
+        signer.verify(&refreshed, now).unwrap().exp
     );
+    assert_eq!(annotation(&w.get_bmh("bmh-0").await, REBOOT_ANNOTATION), None, "no reboot for a new token");
 }
 
 async fn scenario_73_an_initrd_ppi_gets_kernel_and_parameters<S: Store>(w: World<S>) {
@@ -922,6 +991,7 @@ on_both_stores! {
     scenario_72_a_new_image_url_reboots_a_bmh_that_is_not_provisioned,
     a_refreshed_url_token_is_not_a_new_image,
     a_bmh_boots_from_a_url_that_does_not_expire,
+    a_ppi_publishes_a_short_iso_url_that_expires_with_the_status_one,
     scenario_73_an_initrd_ppi_gets_kernel_and_parameters,
     scenario_75_a_ppi_for_another_architecture_is_refused,
     a_ppi_without_a_usable_infraenv_or_format_says_why,

@@ -252,3 +252,62 @@ fn allow_converged_flow_false_in_the_environment_boots_bare_metal_hosts_from_the
     let bmh = wait_for(&s, "bmh", "host-0", "the ISO", |b| b["spec"]["image"]["url"] == iso_url.as_str());
     assert_eq!(bmh["spec"]["image"]["format"], "live-iso");
 }
+
+/// Issue 43: BMCs that mount virtual media take short URLs only (Dell iDRAC: at most 255 characters, no
+/// query string, no redirect, a path ending in `.iso`). With signed URLs (the default) and a 40-character
+/// base URL, the PreprovisioningImage's ISO URL is at most 128 characters, path only, and serves the bytes
+/// the InfraEnv's long URL serves; a forged short URL is refused.
+#[test]
+fn a_preprovisioning_image_gets_a_short_signed_iso_url_a_bmc_accepts() {
+    const BASE: &str = "https://assisted-image.apps.hub1.example";
+    assert_eq!(BASE.len(), 40);
+    let s = Server::start_signed(&[
+        "--base-url",
+        BASE,
+        "--image-cooldown-seconds",
+        "1",
+        "--ironic-base-url",
+        "https://ironic.example:6385",
+        "--ironic-agent-image",
+        "quay.io/example/ironic-agent:1",
+    ]);
+    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
+    s.apply_ok(&bmh_yaml("host-0"));
+    s.wait_image_created(NS, "pool", "True");
+    metal3_reports_available(&s, "host-0");
+    let uid = s.get_json("bmh", NS, "host-0")["metadata"]["uid"].as_str().unwrap().to_string();
+    s.apply_ok(&format!(
+        "apiVersion: metal3.io/v1alpha1\nkind: PreprovisioningImage\nmetadata:\n  name: host-0\n  namespace: {NS}\n  labels:\n    infraenvs.agent-install.openshift.io: pool\n  ownerReferences:\n  - apiVersion: metal3.io/v1alpha1\n    kind: BareMetalHost\n    name: host-0\n    uid: {uid}\nspec:\n  acceptFormats: [iso]\n  architecture: x86_64\n"
+    ));
+    let ppi = wait_for(&s, "preprovisioningimage", "host-0", "an image", |p| p["status"]["imageUrl"].is_string());
+    let short = ppi["status"]["imageUrl"].as_str().unwrap().to_string();
+    assert!(short.len() <= 128, "{} characters: {short}", short.len());
+    assert!(short.starts_with(&format!("{BASE}/s/")) && short.ends_with(".iso"), "{short}");
+    assert!(!short.contains(['?', '&', '#']), "{short}");
+
+    // The long URL of the InfraEnv's status keeps working, and both serve the same image.
+    let ie = s.get_json("infraenv", NS, "pool");
+    let long = ie["status"]["isoDownloadURL"].as_str().unwrap().to_string();
+    assert!(long.contains("/byapikey/") && long.len() > 255, "{} characters: {long}", long.len());
+    let (by_short, by_long) = (s.get(&s.path_of(&short)), s.get(&s.path_of(&long)));
+    assert_eq!((by_short.status, by_long.status), (200, 200), "{}", by_short.text());
+    assert_eq!(by_short.header("etag"), by_long.header("etag"));
+    assert!(by_short.body == by_long.body && by_short.body.len() > 32 * 1024, "the same ISO bytes");
+    // A BMC reads virtual media in ranges.
+    let r = s.request("GET", &s.path_of(&short), &[("Range", "bytes=32768-32773")]);
+    assert_eq!((r.status, &r.body[..]), (206, &by_long.body[32768..32774]));
+
+    // Any changed character of the token is refused, and says why.
+    let path = s.path_of(&short);
+    let token = path.split('/').nth(2).unwrap().to_string();
+    for i in [0, 20, 29, 50] {
+        let mut forged: Vec<char> = token.chars().collect();
+        forged[i] = if forged[i] == 'A' { 'B' } else { 'A' };
+        let forged: String = forged.into_iter().collect();
+        let r = s.get(&path.replacen(&token, &forged, 1));
+        assert!(matches!(r.status, 401 | 403), "{i}: {} {}", r.status, r.text());
+    }
+    let r = s.get(&path.replacen(&token, "short", 1));
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.text().contains("short token"), "{}", r.text());
+}
