@@ -448,6 +448,7 @@ async fn hub<S: crate::store::Store>(
             backend: backend.clone(),
             auth: svc.agent_auth.clone(),
             service_base_url: svc.base_url.clone(),
+            service_ca_cert_pem: svc.images.config.service_ca_cert_pem.clone(),
             agent_image: args.agent_image.clone(),
             metal3: true,
             own_writes: Default::default(),

@@ -49,6 +49,10 @@ pub struct SimulateArgs {
     /// within it. 0 boots them all at once.
     #[arg(long, default_value_t = 0.0)]
     pub boot_seconds: f64,
+    /// PEM CA bundle the machines trust for --server besides the system's, as a host's agent trusts the
+    /// CA its discovery image carries (`serve --service-ca-cert`).
+    #[arg(long, value_name = "PATH")]
+    pub cacert: Option<std::path::PathBuf>,
 }
 
 /// Timing of a simulated fleet.
@@ -616,13 +620,22 @@ pub fn simulated_logs(host_id: &str) -> Vec<u8> {
 
 /// A client suited to many concurrent agents on one server.
 pub fn client() -> reqwest::Client {
+    client_builder().build().expect("HTTP client")
+}
+
+fn client_builder() -> reqwest::ClientBuilder {
     // The process may not have chosen a TLS provider yet (benchmarks and tests call this directly).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("HTTP client")
+    reqwest::Client::builder().pool_max_idle_per_host(1024).timeout(Duration::from_secs(30))
+}
+
+/// [`client`] trusting the CA certificates in the PEM file `cacert` too.
+fn client_trusting(cacert: &std::path::Path) -> anyhow::Result<reqwest::Client> {
+    let pem = std::fs::read(cacert).with_context(|| format!("reading --cacert {}", cacert.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .with_context(|| format!("--cacert {}: not PEM certificates", cacert.display()))?;
+    anyhow::ensure!(!certs.is_empty(), "--cacert {}: no certificate in it", cacert.display());
+    Ok(client_builder().tls_certs_merge(certs).build()?)
 }
 
 /// Starts `hosts` machines; returns their tasks.
@@ -634,7 +647,20 @@ pub fn start_fleet(
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let client = client();
+    start_fleet_with(&client(), target, seed, hosts, timing, stats, stop)
+}
+
+/// Starts `hosts` machines talking to the agent API through `client` (one from [`client`], which may trust
+/// more CAs); returns their tasks.
+pub fn start_fleet_with(
+    client: &reqwest::Client,
+    target: &Target,
+    seed: &str,
+    hosts: std::ops::Range<usize>,
+    timing: Timing,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     hosts
         .map(|i| {
             let m = Machine::new(i, host_id(seed, i), client.clone(), target.clone(), stats.clone(), timing);
@@ -653,7 +679,10 @@ pub struct Api {
 }
 
 pub async fn run(args: SimulateArgs, api: Api) -> anyhow::Result<std::process::ExitCode> {
-    let client = client();
+    let client = match &args.cacert {
+        Some(path) => client_trusting(path)?,
+        None => client(),
+    };
     let target =
         Target::discover_through(&api.http, &client, &api.server, &args.server, &args.infraenv, api.token.as_deref())
             .await?;
@@ -665,7 +694,7 @@ pub async fn run(args: SimulateArgs, api: Api) -> anyhow::Result<std::process::E
         reboot_check_seconds: args.reboot_check_seconds,
         boot_seconds: args.boot_seconds,
     };
-    let tasks = start_fleet(&target, &args.seed, 0..args.hosts, timing, stats.clone(), stop.clone());
+    let tasks = start_fleet_with(&client, &target, &args.seed, 0..args.hosts, timing, stats.clone(), stop.clone());
     eprintln!("{} simulated hosts booting from {} ({})", args.hosts, args.infraenv, target.infra_env_id);
     match args.duration {
         Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,

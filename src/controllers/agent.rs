@@ -16,7 +16,7 @@ use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconcil
 use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient, SpokeError};
 use crate::errors::chain;
 use crate::hosts::{Host, HostKind, HostStatus};
-use crate::pool::{ApiError, Backend};
+use crate::pool::{ApiError, Backend, Unbind};
 use crate::resources::agent::*;
 use crate::resources::hive::{AgentClusterInstall, ClusterDeployment};
 use crate::resources::{Condition, INFRAENV_NAME_LABEL, InfraEnv, Time, set_condition};
@@ -29,6 +29,9 @@ pub struct AgentContext<S: Store> {
     pub auth: AgentAuth,
     /// Where the reclaim agent on a spoke node reaches the agent API.
     pub service_base_url: String,
+    /// The CA that verifies `service_base_url`'s certificate where no public CA signed it (`serve
+    /// --service-ca-cert`): the reclaim agent gets it, as the discovery image's agent does.
+    pub service_ca_cert_pem: Option<String>,
     pub agent_image: String,
     /// BareMetalHosts are managed here (the BMAC runs): an Agent whose BMH exists is returned to the
     /// pool by rebooting it through metal3 (spec-controllers.md §5.5), not by the reclaim agent.
@@ -548,11 +551,19 @@ async fn unbind<S: Store>(
     host: &mut Host,
     infraenv: Option<&InfraEnv>,
 ) -> Result<(), SyncError> {
+    let ie_cluster =
+        infraenv.and_then(|ie| ie.spec.cluster_ref.as_ref()).map(|r| format!("{}/{}", r.namespace, r.name));
+    // An unbind the pool refuses (the InfraEnv names a cluster) is refused before anything is written to the
+    // spoke: upstream started the privileged reclaim DaemonSet there first and left it running.
+    if let Some(refused) = crate::pool::unbind_refusal(host, ie_cluster.as_deref()) {
+        return Err(SyncError::Api(refused));
+    }
     let cluster = match &host.cluster_id {
         Some(cid) => ctx.backend.cluster(cid).await,
         None => None,
     };
-    let mut reclaim = false;
+    let mut how = Unbind::WaitForReboot { not_reclaimed: None };
+    let not_reclaimed;
     let mut deprovision = None;
     // A cluster being deleted is left as it is ("the installed OCP cluster, if exists, will not be
     // affected by the deletion of the ClusterDeployment"): its hosts are unbound without reclaim and
@@ -569,9 +580,15 @@ async fn unbind<S: Store>(
         let node_name = agent.spec.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| host.hostname());
         if installed && has_bare_metal_host(ctx, agent).await {
             tracing::info!(host = %host.id, "not reclaiming: the BareMetalHost returns the host to its InfraEnv");
+        } else if installed && let Some(why) = no_discovery_agent(agent, infraenv) {
+            // The node would leave its cluster for an image whose agent never registers, and come back only
+            // through a BMC or a person after the reclaim timeout: better keep it where it is and say why.
+            tracing::info!(host = %host.id, "not reclaiming: {why}");
+            not_reclaimed = why;
+            how = Unbind::WaitForReboot { not_reclaimed: Some(&not_reclaimed) };
         } else if installed {
             match run_reclaim_agent(ctx, &cluster.namespace, &cluster.name, host, &node_name).await {
-                Ok(()) => reclaim = true,
+                Ok(()) => how = Unbind::Reclaim,
                 Err(e) => {
                     tracing::info!(host = %host.id, "not reclaiming, the host waits for a reboot: {}", chain(&e))
                 }
@@ -584,15 +601,33 @@ async fn unbind<S: Store>(
             message: "Waiting for host to unbind to do spoke cleanup".to_string(),
         });
     }
-    let ie_cluster =
-        infraenv.and_then(|ie| ie.spec.cluster_ref.as_ref()).map(|r| format!("{}/{}", r.namespace, r.name));
-    *host = ctx.backend.unbind_host(&host.key(), reclaim, ie_cluster.as_deref()).await.map_err(SyncError::Api)?;
+    *host = ctx.backend.unbind_host(&host.key(), how, ie_cluster.as_deref()).await.map_err(SyncError::Api)?;
     let status = agent.status.get_or_insert_default();
     if deprovision.is_some() {
         status.deprovision_info = deprovision;
     }
     status.csr_status = Default::default();
     Ok(())
+}
+
+/// Why the host's InfraEnv image would not bring the node back into the pool, if it would not: reclaim reboots the
+/// node into that image, and only an image whose discovery agent starts registers it again.
+fn no_discovery_agent(agent: &Agent, infraenv: Option<&InfraEnv>) -> Option<String> {
+    let Some(ie) = infraenv else {
+        let name = agent.metadata.labels.as_ref().and_then(|l| l.get(INFRAENV_NAME_LABEL));
+        return Some(format!(
+            "not reclaimed: its InfraEnv {} is not found, so there is no discovery image to reboot it into",
+            name.map(String::as_str).unwrap_or("(none labelled)")
+        ));
+    };
+    crate::content::ironic::enabled(ie).then(|| {
+        format!(
+            "not reclaimed: InfraEnv {} boots the ironic agent ({}), which does not start the discovery agent; \
+             return the host through its BareMetalHost, or reboot it into another InfraEnv's image",
+            ie.metadata.name.as_deref().unwrap_or_default(),
+            crate::content::ironic::ENABLE_IRONIC_AGENT_ANNOTATION
+        )
+    })
 }
 
 /// spec-controllers.md §2.7 `shouldReclaimOnUnbind`: with metal3, an Agent labelled with an existing BMH (or whose BMH
@@ -631,8 +666,9 @@ async fn run_reclaim_agent<S: Store>(
         service_base_url: ctx.service_base_url.clone(),
         agent_image: ctx.agent_image.clone(),
         auth_token: ctx.auth.token(&host.infra_env_id),
+        // As the discovery image's agent: bootstream never turns the agent's certificate check off.
         skip_cert_verification: false,
-        ca_cert: None,
+        ca_cert: ctx.service_ca_cert_pem.clone(),
     };
     client.ensure_reclaim_agent(&cfg).await
 }

@@ -169,11 +169,15 @@ pub fn bound(host: &Host) -> Condition {
     let (status, reason, message) = match host.status {
         Binding => ("False", "Binding", BINDING_MSG),
         Unbinding => ("False", "Unbinding", UNBINDING_MSG),
-        UnbindingPendingUserAction => (
-            "False",
-            "UnbindingPendingUserAction",
-            "The agent is currently unbinding; Pending host reboot from infraenv image",
-        ),
+        UnbindingPendingUserAction => {
+            let waiting = "The agent is currently unbinding; Pending host reboot from infraenv image";
+            // Upstream's message, and why the host was not reclaimed where the controller decided against it.
+            let message = match host.not_reclaimed.as_str() {
+                "" => waiting.to_string(),
+                why => format!("{waiting}; {why}"),
+            };
+            return cond(BOUND, "False", "UnbindingPendingUserAction", message);
+        }
         DisconnectedUnbound | KnownUnbound | InsufficientUnbound | DisabledUnbound | DiscoveringUnbound => {
             ("False", "Unbound", "The agent is not bound to any cluster deployment")
         }

@@ -221,6 +221,7 @@ async fn world<S: Store>(
             backend: backend.clone(),
             auth: crate::auth::AgentAuth::from_key([7; 32]),
             service_base_url: "http://hub.example:8090".into(),
+            service_ca_cert_pem: None,
             agent_image: "quay.io/example/agent:v1".into(),
             metal3: true,
             own_writes: Default::default(),
@@ -642,6 +643,103 @@ async fn scenario_30_reclaim_falls_back_to_a_plain_unbind<S: Store>(w: World<S>)
     w.set_cluster(&c, None).await;
     assert_eq!(w.status(&c).await, HostStatus::UnbindingPendingUserAction);
     assert_eq!(cond(&w.agent(&c).await, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+}
+
+/// Issue 43: the reclaim agent reaches a hub whose certificate a private CA signed (`serve --service-ca-cert`): it
+/// gets that CA, as the discovery image's agent does, and keeps verifying.
+async fn the_reclaim_agent_gets_the_service_ca<S: Store>(mut w: World<S>) {
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBprivate\n-----END CERTIFICATE-----\n";
+    w.hub.agents.service_ca_cert_pem = Some(CA.into());
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    let node = w.hostname(&id).await;
+    let spoke = w.spoke_for("c1", &node).await;
+    w.set_cluster(&id, None).await;
+    assert_eq!(w.status(&id).await, HostStatus::Reclaiming);
+    let cm = spoke.get("/api/v1/namespaces/assisted-installer/configmaps/reclaim-config").expect("the CA ConfigMap");
+    assert_eq!(cm["data"]["service-ca-cert.crt"], CA);
+    let ds = spoke
+        .get(&format!("/apis/apps/v1/namespaces/assisted-installer/daemonsets/{}-reclaim", node.replace('.', "-")))
+        .expect("the reclaim DaemonSet");
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(args.contains(&"-cacert=/etc/assisted-service/service-ca-cert.crt"), "{args:?}");
+    assert!(args.contains(&"-insecure=false"), "{args:?}");
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/etc/assisted-service"), "{mounts:?}");
+}
+
+/// The requests that changed something on a spoke (anything but reads).
+fn spoke_writes(spoke: &SpokeCluster) -> Vec<String> {
+    spoke.requests().into_iter().filter(|r| !r.starts_with("GET ")).collect()
+}
+
+/// Issue 43: reclaim reboots a node into its InfraEnv's image, where the ironic agent runs instead of the
+/// discovery agent: the node would never register again. It waits for a reboot instead, and says why.
+async fn an_installed_host_of_an_ironic_agent_infraenv_is_not_reclaimed_and_says_why<S: Store>(w: World<S>) {
+    w.cluster_deployment("c1", true).await;
+    let id = w.installed_host("c1", 0).await;
+    let node = w.hostname(&id).await;
+    let spoke = w.spoke_for("c1", &node).await;
+    let mut ie = w.store.get::<InfraEnv>(ns(), "pool").await.unwrap().unwrap();
+    ie.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(crate::content::ironic::ENABLE_IRONIC_AGENT_ANNOTATION.into(), "true".into());
+    w.api.update(&ie).await;
+    w.settle().await;
+
+    w.set_cluster(&id, None).await;
+    assert_eq!(w.status(&id).await, HostStatus::UnbindingPendingUserAction);
+    assert_eq!(spoke_writes(&spoke), Vec::<String>::new(), "nothing is started on the spoke");
+    let agent = w.agent(&id).await;
+    assert_eq!(cond(&agent, SPEC_SYNCED), ("True", REASON_SYNC_OK.into()));
+    assert_eq!(cond(&agent, BOUND), ("False", "UnbindingPendingUserAction".into()));
+    assert_eq!(
+        cond_message(&agent, BOUND),
+        format!(
+            "The agent is currently unbinding; Pending host reboot from infraenv image; not reclaimed: InfraEnv pool \
+             boots the ironic agent ({}), which does not start the discovery agent; return the host through its \
+             BareMetalHost, or reboot it into another InfraEnv's image",
+            crate::content::ironic::ENABLE_IRONIC_AGENT_ANNOTATION
+        )
+    );
+
+    // Rebooted into discovery by a person: the note goes with the wait.
+    w.register_again(&id).await;
+    w.reconcile(&id).await;
+    assert_eq!(cond(&w.agent(&id).await, BOUND), ("False", "Unbound".into()));
+    assert!(w.backend.host_of_agent(ns(), &id).await.unwrap().not_reclaimed.is_empty());
+}
+
+/// Issue 43: an unbind the pool refuses (the host's InfraEnv names its cluster) is refused before the reclaim
+/// agent is started: nothing is written to the spoke.
+async fn a_refused_unbind_writes_nothing_to_the_spoke<S: Store>(w: World<S>) {
+    let cid = w.cluster_deployment("c1", true).await.unwrap();
+    w.infraenv("c1-hosts", Some("c1")).await;
+    let ie_uid = w.ie_uid("c1-hosts").await;
+    let id = uuid::Uuid::new_v4().to_string();
+    w.backend.register_host(&ie_uid, ns(), &id, "v1", Some(cid)).await.unwrap();
+    w.backend.update_inventory(&w.key(&id).await, crate::hosts::simulated::inventory(0).to_string()).await.unwrap();
+    w.apply(
+        Kind::Agent,
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+               "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "c1-hosts"}},
+               "spec": {"approved": true, "clusterDeploymentName": {"name": "c1", "namespace": ns()}}}),
+    )
+    .await;
+    w.reconcile(&id).await;
+    w.set_host(&id, HostStatus::Installed, "Done").await;
+    w.reconcile(&id).await;
+    let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
+
+    w.set_cluster(&id, None).await;
+    assert_eq!(w.status(&id).await, HostStatus::Installed);
+    let agent = w.agent(&id).await;
+    assert_eq!(cond(&agent, SPEC_SYNCED).0, "False");
+    let message = cond_message(&agent, SPEC_SYNCED);
+    assert!(message.contains(&format!("Cannot unbind Host {id}. InfraEnv {ie_uid} is bound to Cluster")), "{message}");
+    assert_eq!(spoke_writes(&spoke), Vec::<String>::new(), "nothing is written to the spoke");
 }
 
 /// A FIFO that tells whether anything opened it for reading: a thread opens it for writing (which
@@ -1632,6 +1730,9 @@ on_both_stores! {
     scenario_28_unbinding_a_day1_host_mid_installation_is_refused_a_day2_host_is_not,
     scenario_29_unbinding_an_installed_host_reclaims_it_through_the_spoke,
     scenario_30_reclaim_falls_back_to_a_plain_unbind,
+    an_installed_host_of_an_ironic_agent_infraenv_is_not_reclaimed_and_says_why,
+    a_refused_unbind_writes_nothing_to_the_spoke,
+    the_reclaim_agent_gets_the_service_ca,
     a_spoke_kubeconfig_that_names_a_program_or_hub_files_runs_and_reads_nothing,
     scenario_32_no_spoke_cleanup_while_the_host_is_unbinding,
     scenario_33_skip_spoke_cleanup_clears_deprovision_info_without_the_spoke,

@@ -590,6 +590,7 @@ fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context, insuff
             host.logs_sha256.clear();
             host.ntp_sources.clear();
             host.images_status.clear();
+            host.not_reclaimed.clear();
             host.status_info = INFO_DISCOVERING.into();
         }
         Post::RegisterKeep => {
@@ -606,10 +607,12 @@ fn post_action(post: Post, host: &mut Host, event: &Event, ctx: &Context, insuff
             host.inventory = None;
             host.bootstrap = false;
             host.images_status.clear();
+            host.not_reclaimed.clear();
             host.status_info = INFO_BINDING.into();
         }
         Post::Unbind => {
             host.status_info = INFO_UNBINDING.into();
+            host.not_reclaimed.clear();
             host.progress = Progress::default();
             host.inventory = None;
             host.bootstrap = false;

@@ -225,6 +225,12 @@ pub struct Host {
     pub api_vip_connectivity: String,
     #[serde(default)]
     pub ntp_sources: String,
+    /// Why this installed host, unbound from its running cluster, was not reclaimed but waits for a
+    /// reboot (the Bound condition says it): set with the unbind, cleared by the next unbind, bind
+    /// or registration. Empty when reclaim was not possible for an ordinary reason (no kubeconfig, no
+    /// node), as upstream's condition does not say those either.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub not_reclaimed: String,
 }
 
 /// A host record's identity: the InfraEnv it registered with and the id its agent gave (the
@@ -294,6 +300,7 @@ impl Host {
             free_addresses: String::new(),
             api_vip_connectivity: String::new(),
             ntp_sources: String::new(),
+            not_reclaimed: String::new(),
         }
     }
 

@@ -58,6 +58,32 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// How [`Backend::unbind_host`] lets an installed host go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unbind<'a> {
+    /// The reclaim agent runs on the node and reboots it into discovery (`ReclaimHost`).
+    Reclaim,
+    /// The node waits for a reboot into discovery by a person or a BMC (`UnbindHost`); `not_reclaimed`
+    /// says why reclaim was not tried where that is worth telling the user.
+    WaitForReboot { not_reclaimed: Option<&'a str> },
+}
+
+/// Why `UnbindHostInternal` refuses to unbind `host` (spec-controllers.md §1.6), before anything is done:
+/// callers that would act on the host's cluster first (start the reclaim agent on it) ask this and do
+/// nothing when it refuses. `infra_env_cluster` is the cluster the host's InfraEnv references, if any.
+pub fn unbind_refusal(host: &Host, infra_env_cluster: Option<&str>) -> Option<ApiError> {
+    let host_id = &host.id;
+    if host.cluster_id.is_none() {
+        return Some(ApiError::new(409, format!("Host {host_id} is already unbound")));
+    }
+    infra_env_cluster.map(|ie_cluster| {
+        ApiError::new(
+            409,
+            format!("Cannot unbind Host {host_id}. InfraEnv {} is bound to Cluster {ie_cluster}", host.infra_env_id),
+        )
+    })
+}
+
 /// A cluster record: what assisted creates for an AgentClusterInstall + ClusterDeployment pair.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Cluster {
@@ -718,12 +744,13 @@ impl Backend {
         Ok(host)
     }
 
-    /// `UnbindHostInternal` (spec-controllers.md §1.6): `reclaim` asks for the installed node to be rebooted into
-    /// discovery by the reclaim agent. `infra_env_cluster` is the cluster the host's InfraEnv references, if any.
+    /// `UnbindHostInternal` (spec-controllers.md §1.6): `how` says whether the installed node is rebooted into
+    /// discovery by the reclaim agent, or waits for a reboot (and why, where the caller decided against
+    /// reclaim). `infra_env_cluster` is the cluster the host's InfraEnv references, if any.
     pub async fn unbind_host(
         &self,
         key: &HostKey,
-        reclaim: bool,
+        how: Unbind<'_>,
         infra_env_cluster: Option<&str>,
     ) -> Result<Host, ApiError> {
         #[cfg(test)]
@@ -731,22 +758,20 @@ impl Backend {
         let host_id = &key.host_id;
         let (host, ()) = self
             .mutate(key, |host, ctx| {
-                let Some(cid) = host.cluster_id.clone() else {
-                    return Err(ApiError::new(409, format!("Host {host_id} is already unbound")));
-                };
-                if let Some(ie_cluster) = infra_env_cluster {
-                    return Err(ApiError::new(
-                        409,
-                        format!(
-                            "Cannot unbind Host {host_id}. InfraEnv {} is bound to Cluster {ie_cluster}",
-                            host.infra_env_id
-                        ),
-                    ));
+                if let Some(refused) = unbind_refusal(host, infra_env_cluster) {
+                    return Err(refused);
                 }
-                let event = if reclaim { Event::ReclaimHost } else { Event::UnbindHost };
+                let cid = host.cluster_id.clone().unwrap_or_default();
+                let event = if matches!(how, Unbind::Reclaim) { Event::ReclaimHost } else { Event::UnbindHost };
                 Self::fire(host, &event, ctx).map_err(|e| {
                     ApiError::new(500, format!("Failed to unbind host {host_id} from cluster {cid}: {}", e.message))
-                })
+                })?;
+                if let Unbind::WaitForReboot { not_reclaimed: Some(why) } = how
+                    && host.status == HostStatus::UnbindingPendingUserAction
+                {
+                    host.not_reclaimed = why.to_string();
+                }
+                Ok(())
             })
             .await?;
         Ok(host)

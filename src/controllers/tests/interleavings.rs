@@ -630,6 +630,7 @@ fn clone_agents<S: Store>(a: &AgentContext<S>) -> AgentContext<S> {
         backend: a.backend.clone(),
         auth: crate::auth::AgentAuth::from_key([7; 32]),
         service_base_url: a.service_base_url.clone(),
+        service_ca_cert_pem: a.service_ca_cert_pem.clone(),
         agent_image: a.agent_image.clone(),
         metal3: a.metal3,
         own_writes: Default::default(),

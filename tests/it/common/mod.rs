@@ -80,6 +80,8 @@ pub struct Server {
     /// Where the server's standard error goes, when the test reads it ([`Server::start_logged`]);
     /// otherwise it is the test's.
     log: Option<tempfile::NamedTempFile>,
+    /// The CA (PEM) that verifies the main listener, for a server with `--tls-cert` ([`Server::start_tls`]).
+    tls_ca: Option<Vec<u8>>,
 }
 
 impl Server {
@@ -126,6 +128,22 @@ impl Server {
     pub fn log(&self) -> String {
         let log = self.log.as_ref().expect("a server started with Server::start_logged");
         String::from_utf8_lossy(&std::fs::read(log.path()).unwrap()).into_owned()
+    }
+
+    /// `bootstream serve` over HTTPS, signed URLs on: `--tls-cert` (a chain ending in the CA, so that the
+    /// kubeconfig serve writes trusts that CA), `--tls-key` and `--service-ca-cert` from `certs`.
+    pub fn start_tls(certs: &Certs, extra: &[&str]) -> Server {
+        let data_dir = tempfile::tempdir().unwrap();
+        let chain = data_dir.path().join("tls-chain.pem");
+        let mut pem = std::fs::read(&certs.cert).unwrap();
+        pem.extend(std::fs::read(&certs.ca).unwrap());
+        std::fs::write(&chain, pem).unwrap();
+        let (chain, key, ca) = (chain.to_str().unwrap(), certs.key.to_str().unwrap(), certs.ca.to_str().unwrap());
+        let args = [&["--tls-cert", chain, "--tls-key", key, "--service-ca-cert", ca][..], extra].concat();
+        let mut server = Self::spawn_full(data_dir, "127.0.0.1:0", &args, None, &[]);
+        server.tls_ca = Some(std::fs::read(&certs.ca).unwrap());
+        server.wait_ready();
+        server
     }
 
     /// [`Server::start`] with `env` set in the server's environment (settings a deployment gives
@@ -187,6 +205,7 @@ impl Server {
         let addr = line
             .split("http://")
             .nth(1)
+            .or_else(|| line.split("https://").nth(1))
             .and_then(|s| s.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected first line from serve: {line:?}"))
             .to_string();
@@ -205,8 +224,13 @@ impl Server {
             }
         }
         let kubeconfig = data_dir.path().join("kubeconfig").to_string_lossy().into_owned();
-        let server = Server { child, url: format!("http://{addr}"), addr, api_addr, kubeconfig, data_dir, log };
-        server.wait_ready();
+        let tls = extra.contains(&"--tls-cert");
+        let url = format!("{}://{addr}", if tls { "https" } else { "http" });
+        let server = Server { child, url, addr, api_addr, kubeconfig, data_dir, log, tls_ca: None };
+        // An HTTPS server is waited for once its CA is known (Server::start_tls).
+        if !tls {
+            server.wait_ready();
+        }
         server
     }
 
@@ -226,7 +250,11 @@ impl Server {
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            if let Ok(r) = try_request(&self.addr, "GET", "/ready", &[], b"")
+            let ready = match &self.tls_ca {
+                Some(ca) => tls_request(&self.addr, ca, "GET", "/ready", &[], b""),
+                None => try_request(&self.addr, "GET", "/ready", &[], b""),
+            };
+            if let Ok(r) = ready
                 && r.status == 200
             {
                 return;
@@ -289,6 +317,10 @@ impl Server {
             if self.api_addr.is_some() {
                 return self.api_request(method, path, &headers, b"");
             }
+        }
+        if let Some(ca) = &self.tls_ca {
+            return tls_request(&self.addr, ca, method, path, &headers, b"")
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         }
         request(&self.addr, method, path, &headers, b"")
     }

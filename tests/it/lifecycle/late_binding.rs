@@ -513,6 +513,102 @@ fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
     assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none());
 }
 
+/// Issue 43: reclaim from a hub whose HTTPS certificate a private CA signed (`serve --tls-cert
+/// --service-ca-cert`). The reclaim agent on the node knows only what bootstream wrote to the spoke: the
+/// test plays its pod from the DaemonSet's arguments, the CA ConfigMap and the token Secret, over TLS that
+/// trusts that CA alone (without it the hub is not trusted), through the download and the reboot; the
+/// machine then boots into discovery and is back in the pool, its node removed.
+#[test]
+fn a_host_is_reclaimed_from_a_hub_whose_certificate_a_private_ca_signed() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let spoke = rt.block_on(bootstream::testkit::spoke::SpokeCluster::start());
+    let certs_dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(certs_dir.path(), "hub");
+    let cacert = certs.ca.to_str().unwrap();
+    let s = Server::start_tls(&certs, &[]);
+    setup(&s);
+    s.apply_ok(&cluster_yaml(NS, "spoke", 1));
+    let fleet = simulate(&s, &format!("{NS}/pool"), 1, &["--cacert", cacert]);
+    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let n = name(&list[0]);
+    bind(&s, &n, "spoke");
+    let list = wait_agents(&s, "installed", 60, |l| state(&l[0]) == "installed");
+    // The node runs its installed OS: no discovery agent any more.
+    drop(fleet);
+    let node = list[0]["status"]["inventory"]["hostname"].as_str().unwrap().to_string();
+    spoke.put(
+        &format!("/api/v1/nodes/{node}"),
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+    );
+    let kubeconfig: String = spoke.kubeconfig().lines().map(|l| format!("    {l}\n")).collect();
+    s.apply_ok(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke-admin-kubeconfig\n  namespace: {NS}\nstringData:\n  kubeconfig: |\n{kubeconfig}"
+    ));
+
+    let out = patch(&s, "agent", &n, r#"{"spec":{"clusterDeploymentName":null}}"#);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_agents(&s, "reclaiming", 60, |l| state(&l[0]) == "reclaiming");
+
+    // The reclaim pod, from what the spoke holds.
+    let ds = spoke
+        .get(&format!("/apis/apps/v1/namespaces/assisted-installer/daemonsets/{}-reclaim", node.replace('.', "-")))
+        .unwrap_or_else(|| panic!("no reclaim DaemonSet: {:#?}", spoke.paths()));
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let arg = |flag: &str| {
+        args.iter().find_map(|a| a.strip_prefix(&format!("-{flag}="))).unwrap_or_else(|| panic!("-{flag} in {args:?}"))
+    };
+    assert_eq!(arg("insecure"), "false");
+    assert_eq!(arg("cacert"), "/etc/assisted-service/service-ca-cert.crt");
+    let url = arg("url");
+    assert_eq!(url, s.url, "the hub's HTTPS URL");
+    let addr = url.strip_prefix("https://").unwrap();
+    let (ie_id, host_id) = (arg("infra-env-id"), arg("host-id"));
+    let cm = spoke.get("/api/v1/namespaces/assisted-installer/configmaps/reclaim-config").expect("the CA ConfigMap");
+    let ca = cm["data"]["service-ca-cert.crt"].as_str().expect("the service CA").as_bytes().to_vec();
+    let secret = spoke
+        .get(&format!("/api/v1/namespaces/assisted-installer/secrets/reclaim-{ie_id}-token"))
+        .expect("the token Secret");
+    let token = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        secret["data"]["auth-token"].as_str().expect("the agent token"),
+    )
+    .unwrap();
+    let token = String::from_utf8(token).unwrap();
+    let instructions = format!("/api/assisted-install/v2/infra-envs/{ie_id}/hosts/{host_id}/instructions");
+    let pod = |method: &str, path: &str, body: &[u8]| {
+        let headers = [("X-Secret-Key", token.as_str()), ("Content-Type", "application/json")];
+        tls_request(addr, &ca, method, path, &headers, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    };
+    // Without that CA the hub is not trusted: the CA is what makes the reclaim possible.
+    let other = make_certs(certs_dir.path(), "other");
+    assert!(tls_request(addr, &std::fs::read(&other.ca).unwrap(), "GET", &instructions, &[], b"").is_err());
+
+    let steps: Value = serde_json::from_slice(&pod("GET", &instructions, b"").body).unwrap();
+    let step = &steps["instructions"][0];
+    assert_eq!(step["step_type"], "download-boot-artifacts", "{steps:#}");
+    let download: Value = serde_json::from_str(step["args"][0].as_str().unwrap()).unwrap();
+    for which in ["kernel_url", "initrd_url"] {
+        let artifact = download[which].as_str().unwrap();
+        assert!(artifact.starts_with(&s.url), "{which}: {artifact}");
+        let r = pod("GET", &s.path_of(artifact), b"");
+        assert_eq!(r.status, 200, "{which}: {}", r.text());
+    }
+    let reply = serde_json::json!({"step_type": "download-boot-artifacts", "step_id": step["step_id"],
+                                   "exit_code": 0, "output": ""});
+    let r = pod("POST", &instructions, reply.to_string().as_bytes());
+    assert!(r.status < 300, "{} {}", r.status, r.text());
+    let steps: Value = serde_json::from_slice(&pod("GET", &instructions, b"").body).unwrap();
+    assert_eq!(steps["instructions"][0]["step_type"], "reboot-for-reclaim", "{steps:#}");
+
+    // The node reboots into discovery: its agent registers, and the host is back in the pool.
+    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &["--cacert", cacert]);
+    wait_agents(&s, "back in the pool", 90, |l| {
+        state(&l[0]) == "known-unbound" && l[0]["status"].get("deprovisionInfo").is_none()
+    });
+    assert!(spoke.get(&format!("/api/v1/nodes/{node}")).is_none(), "the node is removed");
+}
+
 /// Scenario 78: a PXE-booting host that is already installed gets a 404 for its MAC, so that iPXE
 /// boots its disk; a host of the pool gets the discovery script.
 #[test]
