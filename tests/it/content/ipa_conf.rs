@@ -291,3 +291,15 @@ fn without_an_inspector_ipa_sends_inspection_data_to_ironic_itself() {
         );
     }
 }
+
+#[test]
+fn ipa_reads_a_dollar_in_a_url_as_a_dollar() {
+    // oslo.config substitutes `$name` in values with other options' values (`$$` is a `$`): left
+    // alone, `$b` stopped the agent at start (no option b) and `$insecure` became `True`.
+    let mut cfg = base();
+    cfg.base_url = "https://ipa:pa$word@ironic.example/a$b".into();
+    cfg.inspector_url = Some("https://inspector.example/x$insecure".into());
+    let r = agent_reads(&cfg);
+    assert_eq!(r["api_urls"], json!(["https://ipa:pa$word@ironic.example:6385/a$b"]));
+    assert_eq!(r["inspection_urls"], json!(["https://inspector.example:5050/x$insecure/v1/continue"]));
+}
