@@ -145,14 +145,22 @@ fn exec_word_safe(what: &str, v: &str) -> Result<String, IronicError> {
     unit_safe(what, v)
 }
 
+/// A value for the agent's configuration file: oslo.config reads `$name` and `${name}` in a value
+/// as the value of option `name` (and fails on a name it has no option for), `$$` as `$`. The URL
+/// parser leaves `$` as it is in a path, query or password, so it is doubled here. (The file's other
+/// specials cannot occur in a parsed URL's text: a line break, or quotes around the whole value.)
+fn conf_value(v: &str) -> String {
+    v.replace('$', "$$")
+}
+
 /// The Ignition 3.2 fragment as JSON text.
 pub fn ignition_fragment(cfg: &IronicConfig) -> Result<String, IronicError> {
     let api_url = with_port(&cfg.base_url, IRONIC_API_PORT, "")?;
-    let mut conf = format!("[DEFAULT]\napi_url = {api_url}\n");
+    let mut conf = format!("[DEFAULT]\napi_url = {}\n", conf_value(&api_url));
     if let Some(inspector) = cfg.inspector_url.as_deref().filter(|s| !s.trim().is_empty()) {
         conf.push_str(&format!(
             "inspection_callback_url = {}\n",
-            with_port(inspector, INSPECTOR_PORT, "/v1/continue")?
+            conf_value(&with_port(inspector, INSPECTOR_PORT, "/v1/continue")?)
         ));
     }
     conf.push_str("insecure = True\n");
@@ -267,6 +275,14 @@ mod tests {
         assert_eq!(callback("https://insp.example/v1/continue"), "https://insp.example:5050/v1/continue");
         assert_eq!(callback("https://insp.example:443/inspector"), "https://insp.example/inspector/v1/continue");
         assert_eq!(conf_urls("https://10.0.0.5", None).1, None);
+    }
+
+    #[test]
+    fn a_dollar_in_a_url_is_doubled_for_oslo_config() {
+        // The agent's config parser substitutes `$name`; `$$` is its literal `$`.
+        let (api, callback) = conf_urls("https://ipa:pa$word@ironic.example/a$b", Some("https://insp.example/$x"));
+        assert_eq!(api, "https://ipa:pa$$word@ironic.example:6385/a$$b");
+        assert_eq!(callback.unwrap(), "https://insp.example:5050/$$x/v1/continue");
     }
 
     #[test]
