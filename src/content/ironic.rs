@@ -97,6 +97,13 @@ fn with_port(urls: &str, port: u16, path: &str) -> Result<String, IronicError> {
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
             return Err(IronicError::Invalid(format!("ironic URL {u:?}: must be http(s)://host[:port]")));
         }
+        // The agent appends its API paths to the URL's text (and we append /v1/continue): after a query
+        // or a fragment they would land in it, and the agent would call another URL than intended.
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(IronicError::Invalid(format!(
+                "ironic URL {u:?}: a query or fragment is not allowed (the agent appends paths to the URL)"
+            )));
+        }
         let mut parsed = parsed;
         if parsed.port().is_none() && !names_a_port(u) {
             let _ = parsed.set_port(Some(port));
@@ -315,5 +322,13 @@ mod tests {
         let mut c = cfg();
         c.base_url = "ftp://x".into();
         assert!(ignition_fragment(&c).is_err());
+        // The agent would call https://insp:5050/x?a=b/v1/continue.
+        for (base, inspector) in [("https://ironic?a=b", None), ("https://ironic", Some("https://insp/x#f"))] {
+            let mut c = cfg();
+            c.base_url = base.into();
+            c.inspector_url = inspector.map(str::to_string);
+            let e = ignition_fragment(&c).unwrap_err().to_string();
+            assert!(e.contains("a query or fragment is not allowed"), "{e}");
+        }
     }
 }
