@@ -63,7 +63,7 @@ struct HostProgress {
 }
 
 /// The swagger `error` model.
-fn error(status: u16, reason: &str) -> Response<Body> {
+pub(super) fn error(status: u16, reason: &str) -> Response<Body> {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     crate::http::json(
         code,
@@ -72,7 +72,7 @@ fn error(status: u16, reason: &str) -> Response<Body> {
 }
 
 /// The swagger `infra_error` model (401/403).
-fn infra_error(status: StatusCode, message: &str) -> Response<Body> {
+pub(super) fn infra_error(status: StatusCode, message: &str) -> Response<Body> {
     crate::http::json(status, &json!({"code": status.as_u16(), "message": message}))
 }
 

@@ -4,10 +4,11 @@
 //!
 //! A request's path is parsed once into a [`route::Route`]; [`App`] admits its body by route, then
 //! hands it to the area's handlers: `images` (downloads), [`agent`] (the agent API), `logs`
-//! (host logs), `resources` (the resource API), and `/metrics` ([`metrics`]).
+//! (host logs), [`events`] (the events behind the eventsURLs), `resources` (the resource API), and `/metrics` ([`metrics`]).
 
 pub mod admission;
 pub mod agent;
+pub mod events;
 mod images;
 pub mod kube;
 mod logs;
@@ -210,7 +211,7 @@ pub const PLAIN_HTTP_REFUSAL: &str =
 fn controller_only() -> Response<Body> {
     text(
         StatusCode::NOT_FOUND,
-        "this image server has no host records: the agent API, host logs and per-host iPXE answers are served by `bootstream controller`",
+        "this image server has no host records: the agent API, host logs, events and per-host iPXE answers are served by `bootstream controller`",
     )
 }
 
@@ -294,6 +295,7 @@ impl<S: Store> App<S> {
                     ),
                 }
             }
+            Route::Events => self.list_events(&req).await,
             Route::Unmatched { .. }
             | Route::Agent { .. }
             | Route::ClusterLogs { .. }

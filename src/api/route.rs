@@ -22,6 +22,9 @@ pub enum Route<'a> {
     ClusterLogs {
         cluster_id: &'a str,
     },
+    /// `/api/assisted-install/v2/events`: the events of hosts, InfraEnvs and clusters (the
+    /// eventsURLs of their statuses).
+    Events,
     /// `/api/assisted-install/v2/clusters/{id}/uploads/credentials?file_name=`: the admin kubeconfig
     /// and kubeadmin password of a cluster, uploaded (PUT) by its bootstrap host's installer.
     ClusterCredentials {
@@ -119,6 +122,7 @@ impl<'a> Route<'a> {
                 Route::Agent { infra_env_id, call }
             }
             ["api", "assisted-install", "v2", "clusters", cluster_id, "logs"] => Route::ClusterLogs { cluster_id },
+            ["api", "assisted-install", "v2", "events"] => Route::Events,
             ["api", "assisted-install", "v2", "clusters", cluster_id, "uploads", "credentials"] => {
                 Route::ClusterCredentials { cluster_id }
             }
@@ -172,6 +176,7 @@ impl<'a> Route<'a> {
                 AgentCall::Unknown => "other",
             },
             Route::ClusterLogs { .. } => "/v2/clusters/:id/logs",
+            Route::Events => "/v2/events",
             Route::ClusterCredentials { .. } => "/v2/clusters/:id/uploads/credentials",
             Route::Image { .. } => "/images/:imageID",
             Route::PxeInitrd { .. } => "/images/:imageID/pxe-initrd",
@@ -215,7 +220,8 @@ impl<'a> Route<'a> {
             | Route::VersionedRootfs { .. }
             | Route::BootArtifact { .. }
             | Route::InfraEnvFiles { .. }
-            | Route::ClusterLogs { .. } => true,
+            | Route::ClusterLogs { .. }
+            | Route::Events => true,
             Route::Unmatched { image_family, .. } => *image_family,
             _ => false,
         }
@@ -242,13 +248,14 @@ pub fn served_over_plain_http(_method: &http::Method, uri: &http::Uri, _headers:
 }
 
 /// Whether a request is one for the server's API token (the bearer token of
-/// `DATA_DIR/api-token`): the Kubernetes API, discovery and OpenAPI included, and host-log
-/// downloads that do not come with the signed URL of an Agent's logsURL (or that carry an
-/// `Authorization` header, which would be compared with the token). Decided from the head alone.
+/// `DATA_DIR/api-token`): the Kubernetes API, discovery and OpenAPI included, and host-log and
+/// event reads that do not come with the signed URL of a status's logsURL or eventsURL (or that
+/// carry an `Authorization` header, which would be compared with the token). Decided from the head
+/// alone.
 pub fn takes_api_token(method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> bool {
     match Route::parse(uri.path()) {
         Route::Resources => true,
-        Route::ClusterLogs { .. } if method == http::Method::GET || method == http::Method::HEAD => {
+        Route::ClusterLogs { .. } | Route::Events if method == http::Method::GET || method == http::Method::HEAD => {
             headers.contains_key(http::header::AUTHORIZATION) || !query_map(uri).contains_key("api_key")
         }
         _ => false,
@@ -283,6 +290,8 @@ mod tests {
             ("/api/assisted-install/v2/infra-envs/E/hosts/H/x/y", "other"),
             ("/api/assisted-install/v2/clusters/C/logs", "/v2/clusters/:id/logs"),
             ("/api/assisted-install/v2/clusters/C/uploads/credentials", "/v2/clusters/:id/uploads/credentials"),
+            ("/api/assisted-install/v2/events", "/v2/events"),
+            ("/api/assisted-install/v2/events/x", "other"),
             ("/api/assisted-install/v2/clusters/C/uploads/other", "other"),
             ("/images/E", "/images/:imageID"),
             ("/images/E/pxe-initrd", "/images/:imageID/pxe-initrd"),
@@ -347,6 +356,12 @@ mod tests {
         let signed = "/api/assisted-install/v2/clusters/C/logs?logs_type=host&host_id=H&api_key=jwt";
         assert!(ok(http::Method::GET, signed, &none));
         assert!(!ok(http::Method::GET, signed, &bearer));
+        // Events likewise: the eventsURL's api_key, or the API token (never beside its listener).
+        let events = "/api/assisted-install/v2/events?host_id=H";
+        assert!(!ok(http::Method::GET, events, &none));
+        assert!(!ok(http::Method::HEAD, events, &bearer));
+        assert!(ok(http::Method::GET, "/api/assisted-install/v2/events?host_id=H&api_key=jwt", &none));
+        assert!(!ok(http::Method::GET, "/api/assisted-install/v2/events?host_id=H&api_key=jwt", &bearer));
         // The installer's uploads, the agent API, images and health stay.
         assert!(ok(http::Method::POST, "/api/assisted-install/v2/clusters/C/logs?infra_env_id=E", &none));
         assert!(ok(http::Method::GET, "/api/assisted-install/v2/infra-envs/E/hosts", &none));

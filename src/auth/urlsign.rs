@@ -55,19 +55,25 @@ pub enum TokenError {
     OtherInfraEnv,
     #[error("the token is for another cluster")]
     OtherCluster,
+    #[error("the token is for reading events only")]
+    EventsOnly,
 }
 
 impl TokenError {
     pub fn http_status(&self) -> http::StatusCode {
         match self {
-            TokenError::OtherInfraEnv | TokenError::OtherCluster => http::StatusCode::FORBIDDEN,
+            TokenError::OtherInfraEnv | TokenError::OtherCluster | TokenError::EventsOnly => {
+                http::StatusCode::FORBIDDEN
+            }
             _ => http::StatusCode::UNAUTHORIZED,
         }
     }
 }
 
 /// The claims of a token: assisted-service's local-auth claim (`infra_env_id`, or `cluster_id` for a
-/// cluster's logs), `sub` naming the same, as its image-token flavor has, and the expiry if any.
+/// cluster's logs), `sub` naming the same, as its image-token flavor has, the expiry if any, and a
+/// scope that narrows what the token opens: [`EVENTS_SCOPE`] for the lasting tokens of the
+/// eventsURLs, which must not open images or logs.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Claims {
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -77,7 +83,12 @@ pub struct Claims {
     pub sub: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exp: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
 }
+
+/// The scope of the tokens in eventsURLs: they read events, and open nothing else.
+pub const EVENTS_SCOPE: &str = "events";
 
 /// A verification key, named by `kid`.
 struct VerifyingKey {
@@ -220,6 +231,7 @@ impl UrlSigner {
             cluster_id: String::new(),
             sub: infra_env_id.into(),
             exp,
+            scope: String::new(),
         })
     }
 
@@ -230,6 +242,7 @@ impl UrlSigner {
             cluster_id: String::new(),
             sub: infra_env_id.into(),
             exp: None,
+            scope: String::new(),
         })
     }
 
@@ -240,6 +253,32 @@ impl UrlSigner {
             cluster_id: cluster_id.into(),
             sub: cluster_id.into(),
             exp: None,
+            scope: String::new(),
+        })
+    }
+
+    /// A token that reads the events of InfraEnv `infra_env_id` (and its hosts') and opens
+    /// nothing else, without expiry: for the InfraEnv's and its Agents' eventsURL, which are set
+    /// once (spec-controllers.md §2.2, §3).
+    pub fn sign_infra_env_events(&self, infra_env_id: &str) -> String {
+        self.encode(&Claims {
+            infra_env_id: infra_env_id.into(),
+            cluster_id: String::new(),
+            sub: infra_env_id.into(),
+            exp: None,
+            scope: EVENTS_SCOPE.into(),
+        })
+    }
+
+    /// A token that reads the events of cluster `cluster_id` and opens nothing else, without
+    /// expiry: for the AgentClusterInstall's eventsURL.
+    pub fn sign_cluster_events(&self, cluster_id: &str) -> String {
+        self.encode(&Claims {
+            infra_env_id: String::new(),
+            cluster_id: cluster_id.into(),
+            sub: cluster_id.into(),
+            exp: None,
+            scope: EVENTS_SCOPE.into(),
         })
     }
 
@@ -265,8 +304,27 @@ impl UrlSigner {
         verified.insert(token.to_string(), claims);
     }
 
-    /// The claims of `token` if one of our keys signed it and it has not expired at `now`.
+    /// The claims of `token` if one of our keys signed it, it has not expired at `now`, and it is
+    /// not narrowed to a scope (an events token opens no image and no logs).
     pub fn verify(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let claims = self.verify_any_scope(token, now)?;
+        if !claims.scope.is_empty() {
+            return Err(TokenError::EventsOnly);
+        }
+        Ok(claims)
+    }
+
+    /// The claims of `token` for reading events: one of ours, not expired, unscoped (an image or
+    /// logs token reads the events of what it names) or of the events scope.
+    pub fn verify_events(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
+        let claims = self.verify_any_scope(token, now)?;
+        if !claims.scope.is_empty() && claims.scope != EVENTS_SCOPE {
+            return Err(TokenError::Malformed(format!("unknown scope {:?}", claims.scope)));
+        }
+        Ok(claims)
+    }
+
+    fn verify_any_scope(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
         let known = self.verified.lock().unwrap().get(token).cloned();
         let claims = match known {
             Some(claims) => claims,
@@ -503,6 +561,29 @@ mod tests {
         // A key rotated out takes them with it.
         let other = tempfile::tempdir().unwrap();
         assert_eq!(signer(other.path()).verify_cluster(&logs, "c-1", years), Err(TokenError::UnknownKey));
+    }
+
+    #[test]
+    fn events_tokens_read_events_and_open_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = signer(dir.path());
+        let years = SystemTime::now() + Duration::from_secs(3 * 365 * 24 * 3600);
+        let ie = s.sign_infra_env_events("ie-a");
+        let claims = s.verify_events(&ie, years).unwrap();
+        assert_eq!((claims.infra_env_id.as_str(), claims.exp, claims.scope.as_str()), ("ie-a", None, EVENTS_SCOPE));
+        // Not an image token (the ISO carries the pull secret), nor a logs token.
+        assert_eq!(s.verify_for(&ie, "ie-a", years), Err(TokenError::EventsOnly));
+        assert_eq!(s.verify(&ie, years), Err(TokenError::EventsOnly));
+        let cluster = s.sign_cluster_events("c-1");
+        assert_eq!(s.verify_cluster(&cluster, "c-1", years), Err(TokenError::EventsOnly));
+        assert_eq!(s.verify_events(&cluster, years).unwrap().cluster_id, "c-1");
+        // Image and logs tokens read events of what they name.
+        assert_eq!(s.verify_events(&s.sign_cluster("c-1"), years).unwrap().scope, "");
+        let image = s.sign("ie-a", SystemTime::now());
+        assert!(matches!(s.verify_events(&image, years), Err(TokenError::Expired(_))), "expiry still holds");
+        // A key rotated out takes them with it.
+        let other = tempfile::tempdir().unwrap();
+        assert_eq!(signer(other.path()).verify_events(&ie, years), Err(TokenError::UnknownKey));
     }
 
     #[test]

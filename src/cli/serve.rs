@@ -454,7 +454,12 @@ async fn hub<S: crate::store::Store>(
             own_writes: Default::default(),
             url_signer: svc.images.config.url_signer.clone(),
         },
-        clusters: crate::controllers::cluster::ClusterContext { store: store.clone(), backend: backend.clone() },
+        clusters: crate::controllers::cluster::ClusterContext {
+            store: store.clone(),
+            backend: backend.clone(),
+            service_base_url: svc.base_url.clone(),
+            url_signer: svc.images.config.url_signer.clone(),
+        },
     });
     let infraenvs = Arc::new(crate::controllers::runtime::WorkQueue::default());
     tokio::spawn(crate::controllers::run_infraenv_controller_with(

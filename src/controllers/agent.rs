@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use crate::auth::AgentAuth;
 use crate::controllers::agent_conditions::*;
+use crate::controllers::events_url::{EventsOf, events_url};
 use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconciler, finalizer};
 use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient, SpokeError};
 use crate::errors::chain;
@@ -967,10 +968,13 @@ async fn update_status<S: Store>(
             status.validations_info = h.validations_info.as_deref().and_then(|v| serde_json::from_str(v).ok());
             status.installation_disk_id = h.installation_disk_id.clone();
             status.kind = h.kind.as_str().to_string();
-            if status.debug_info.events_url.is_empty() {
-                status.debug_info.events_url =
-                    format!("{}/api/assisted-install/v2/events?host_id={}", ctx.service_base_url, h.id);
-            }
+            // spec-controllers.md §2.2, signed with a token that reads events only.
+            status.debug_info.events_url = events_url(
+                &status.debug_info.events_url,
+                &ctx.service_base_url,
+                EventsOf::Host { host_id: &h.id, infra_env_id: &h.infra_env_id },
+                ctx.url_signer.as_deref(),
+            );
             // Set once, when the installer has uploaded the host's logs (spec-controllers.md §2.2).
             if status.debug_info.logs_url.is_empty()
                 && h.logs_collected_at.is_some()

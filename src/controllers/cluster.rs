@@ -30,6 +30,9 @@ pub const ACI_FINALIZER: &str = "agentclusterinstall.agent-install.openshift.io/
 pub struct ClusterContext<S: Store> {
     pub store: S,
     pub backend: Arc<Backend>,
+    /// Where the AgentClusterInstall's eventsURL points, and what signs it.
+    pub service_base_url: String,
+    pub url_signer: Option<Arc<crate::auth::urlsign::UrlSigner>>,
 }
 
 const REQUEUE_ON_ERROR: Duration = Duration::from_secs(10);
@@ -618,6 +621,14 @@ async fn update_aci_status<S: Store>(
         Some((cluster, Observed { facts, validations })) => {
             status.debug_info.state = cluster.status.clone();
             status.debug_info.state_info = cluster.status_info.clone();
+            // As assisted-service's, with a token for the cluster that reads its events only; also
+            // for a cluster first seen installed (a day-2 one), whose hosts' events are as useful.
+            status.debug_info.events_url = crate::controllers::events_url::events_url(
+                &status.debug_info.events_url,
+                &ctx.service_base_url,
+                crate::controllers::events_url::EventsOf::Cluster(&cluster.id),
+                ctx.url_signer.as_deref(),
+            );
             if let Some(v) = validations {
                 status.validations_info = Some(BTreeMap::from([("hosts-data".to_string(), v.clone())]));
             }

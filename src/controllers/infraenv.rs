@@ -39,6 +39,17 @@ pub async fn desired_status<S: Store>(
         last_heartbeat_time: None,
         last_probe_time: None,
     };
+    // Whether or not the image builds (spec-controllers.md §3.3 steps 4 and 5), with a token that
+    // reads the InfraEnv's events only.
+    if let Some(uid) = ie.metadata.uid.as_deref().filter(|u| !u.is_empty()) {
+        let debug = status.debug_info.get_or_insert_with(Default::default);
+        debug.events_url = crate::controllers::events_url::events_url(
+            &debug.events_url,
+            &images.config.base_url,
+            crate::controllers::events_url::EventsOf::InfraEnv(uid),
+            images.config.url_signer.as_deref(),
+        );
+    }
     let token = images.status_token(ie, std::time::SystemTime::now());
     match build(images, ie, token.as_ref().map(|(t, _)| t.as_str())).await {
         Ok(built) => {

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod agent_conditions;
 pub mod cluster;
 pub mod cluster_conditions;
+pub mod events_url;
 pub mod infraenv;
 pub mod leader;
 pub mod metal3;

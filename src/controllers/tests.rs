@@ -227,7 +227,12 @@ async fn world<S: Store>(
             own_writes: Default::default(),
             url_signer: None,
         },
-        clusters: ClusterContext { store: store.clone(), backend: backend.clone() },
+        clusters: ClusterContext {
+            store: store.clone(),
+            backend: backend.clone(),
+            service_base_url: "http://hub.example:8090".into(),
+            url_signer: None,
+        },
     };
     let w = World { store, admin, api, backend, clock, hub, _cluster: cluster, settle };
     w.apply(

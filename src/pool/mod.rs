@@ -12,6 +12,7 @@
 //! Where the pool sits between agents and Agents: docs/design.md §4.1, §4.3.
 
 pub mod clock;
+pub mod events;
 #[cfg(test)]
 pub mod gate;
 pub mod logs;
@@ -343,9 +344,12 @@ impl Backend {
         ctx
     }
 
-    async fn persist(&self, host: &Host) -> Result<(), ApiError> {
+    /// Writes a host's record with the events of its change, in one transaction.
+    async fn persist(&self, host: &Host, events: Vec<crate::store::sqlite::EventRow>) -> Result<(), ApiError> {
         let body = serde_json::to_string(host).map_err(|e| ApiError::new(500, e.to_string()))?;
-        self.db.put_record(HOSTS, record_key_of(&host.key()), body).await?;
+        self.db
+            .put_record_with_events(HOSTS, record_key_of(&host.key()), body, events, events::HOST_EVENTS_KEPT)
+            .await?;
         Ok(())
     }
 
@@ -460,6 +464,17 @@ impl Backend {
         key: &HostKey,
         change: impl FnOnce(&mut Host, &Context) -> Result<T, ApiError>,
     ) -> Result<(Host, T), ApiError> {
+        self.mutate_noting(key, false, change).await
+    }
+
+    /// [`Self::mutate`]; `registered` when the change is a registration, which is recorded as an
+    /// event (and so written) even when the record is otherwise the same.
+    async fn mutate_noting<T>(
+        &self,
+        key: &HostKey,
+        registered: bool,
+        change: impl FnOnce(&mut Host, &Context) -> Result<T, ApiError>,
+    ) -> Result<(Host, T), ApiError> {
         let slot = self.slot(key).ok_or_else(|| not_found(key))?;
         let mut guard = slot.lock().await;
         let Some(current) = guard.as_ref() else {
@@ -472,8 +487,8 @@ impl Backend {
         let ctx = self.context(cluster.as_ref());
         let mut host = current.clone();
         let out = change(&mut host, &ctx)?;
-        if !same_record(&mut host, current) {
-            self.persist(&host).await?;
+        if registered || !same_record(&mut host, current) {
+            self.persist(&host, events::host_change(Some(current), &host, registered, ctx.now)).await?;
             let announce = host.status != current.status
                 || host.cluster_id != current.cluster_id
                 || host.inventory != current.inventory
@@ -519,7 +534,7 @@ impl Backend {
         bound_cluster: Option<String>,
     ) -> Result<(Host, Option<HostKey>), ApiError> {
         let key = HostKey::new(infra_env_id, host_id);
-        let register = |host: &mut Host, ctx: &Context| {
+        let register = |host: &mut Host, ctx: &Context| -> Result<(), ApiError> {
             Self::fire(host, &Event::RegisterHost { agent_version: agent_version.to_string() }, ctx)
                 .map_err(|e| ApiError::new(409, format!("Cannot register host {host_id}: {}", e.message)))?;
             host.checked_in_at = Some(ctx.now);
@@ -528,7 +543,7 @@ impl Backend {
         // A registration again (every agent start) takes no lock but the host's. If the record went
         // meanwhile (moved to another InfraEnv of its namespace), it is created anew below.
         if self.has_host(&key).await {
-            match self.mutate(&key, register).await {
+            match self.mutate_noting(&key, true, register).await {
                 Err(e) if e.status == 404 => {}
                 other => return Ok((other?.0, None)),
             }
@@ -536,7 +551,7 @@ impl Backend {
         let _turn = self.agent_turn(namespace, host_id).await;
         // Registered meanwhile by a retry of the same agent.
         if self.has_host(&key).await {
-            return Ok((self.mutate(&key, register).await?.0, None));
+            return Ok((self.mutate_noting(&key, true, register).await?.0, None));
         }
         let agent = (namespace.to_string(), host_id.to_string());
         let other = self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).cloned();
@@ -586,7 +601,8 @@ impl Backend {
     /// members, the change feed. The caller holds the record's Agent turn.
     async fn insert_host(&self, host: Host) -> Result<(), ApiError> {
         let key = host.key();
-        self.persist(&host).await?;
+        let registered = events::host_change(None, &host, true, self.clock.now());
+        self.persist(&host, registered).await?;
         let slot = Arc::new(tokio::sync::Mutex::new(Some(host.clone())));
         self.hosts.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), slot);
         if !host.namespace.is_empty() {
@@ -815,7 +831,8 @@ impl Backend {
         let Some(slot) = self.slot(key) else { return Ok(()) };
         let mut guard = slot.lock().await;
         let Some(host) = guard.take() else { return Ok(()) };
-        self.db.delete_record(HOSTS, record_key_of(key)).await?;
+        // Its events go with it, in the same transaction.
+        self.db.delete_host_record(HOSTS, record_key_of(key), key.infra_env_id.clone(), key.host_id.clone()).await?;
         self.hosts.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         {
             let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
@@ -897,11 +914,13 @@ impl Backend {
         #[cfg(test)]
         let _turn = gate::enter("backend.put_cluster").await;
         let _writing = self.cluster_writes.lock().await;
-        if self.cluster_map().get(&cluster.id) == Some(&cluster) {
+        let before = self.cluster_map().get(&cluster.id).cloned();
+        if before.as_ref() == Some(&cluster) {
             return Ok(cluster);
         }
         let body = serde_json::to_string(&cluster).map_err(|e| ApiError::new(500, e.to_string()))?;
-        self.db.put_record(CLUSTERS, cluster.id.clone(), body).await?;
+        let events = events::cluster_change(before.as_ref(), &cluster, self.clock.now());
+        self.db.put_record_with_events(CLUSTERS, cluster.id.clone(), body, events, events::CLUSTER_EVENTS_KEPT).await?;
         self.cluster_map().insert(cluster.id.clone(), cluster.clone());
         Ok(cluster)
     }
@@ -913,7 +932,8 @@ impl Backend {
         {
             let _writing = self.cluster_writes.lock().await;
             if self.cluster_map().contains_key(id) {
-                self.db.delete_record(CLUSTERS, id.to_string()).await?;
+                // Its own events go with it; its hosts' stay with the hosts.
+                self.db.delete_cluster_record(CLUSTERS, id.to_string()).await?;
                 self.cluster_map().remove(id);
             }
             if self.credentials.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id) {
@@ -948,6 +968,14 @@ impl Backend {
     /// The admin credentials reported for cluster `cluster_id` so far.
     pub fn credentials(&self, cluster_id: &str) -> ClusterCredentials {
         self.credentials.lock().unwrap_or_else(|p| p.into_inner()).get(cluster_id).cloned().unwrap_or_default()
+    }
+
+    /// A page of the recorded events (`pool/events.rs`) that `query` selects.
+    pub async fn events(
+        &self,
+        query: crate::store::sqlite::EventQuery,
+    ) -> Result<crate::store::sqlite::EventPage, ApiError> {
+        Ok(self.db.select_events(query).await?)
     }
 
     pub async fn cluster_hosts(&self, cluster_id: &str) -> Vec<Host> {
@@ -1107,6 +1135,66 @@ mod tests {
         let err = backend.bind_host(&a, "c1", "x86_64").await.unwrap_err();
         assert_eq!(err.status, 409, "{err}");
         assert_eq!(backend.cluster_hosts("c1").await.iter().map(Host::key).collect::<Vec<_>>(), vec![b]);
+    }
+
+    /// Every change of a host is an event written with it, in order; a host that flaps keeps its
+    /// newest events only; a registration is recorded even when it changes nothing else; and a
+    /// deregistered host's events go with it.
+    #[tokio::test]
+    async fn a_hosts_events_follow_its_changes_within_their_bound_and_go_with_it() {
+        use crate::store::sqlite::EventQuery;
+        let backend = backend().await;
+        let key = HostKey::new("ie-a", HOST);
+        let of_host = || EventQuery {
+            infra_env_id: Some("ie-a".into()),
+            host_ids: Some(vec![HOST.into()]),
+            limit: 10_000,
+            ..Default::default()
+        };
+        backend.register_host("ie-a", "tenant-a", HOST, "v1", None).await.unwrap();
+        backend.register_host("ie-a", "tenant-a", HOST, "v1", None).await.unwrap();
+        let page = backend.events(of_host()).await.unwrap();
+        let names: Vec<&str> = page.events.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["host_registration_succeeded", "host_registration_succeeded"], "{page:?}");
+
+        let flaps = 1000;
+        for i in 0..flaps {
+            let status = if i % 2 == 0 { HostStatus::KnownUnbound } else { HostStatus::DisconnectedUnbound };
+            backend
+                .update_host(&key, |h| {
+                    h.status = status;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        let page = backend.events(of_host()).await.unwrap();
+        assert_eq!(page.events.len(), events::HOST_EVENTS_KEPT.0 as usize);
+        assert_eq!(page.count, events::HOST_EVENTS_KEPT.0 as u64);
+        // In the order of the changes: each one starts where the one before ended, and the last is
+        // the host's state.
+        let transitions: Vec<(String, String)> = page
+            .events
+            .iter()
+            .map(|e| {
+                let rest = e.message.split_once("updated status from ").unwrap().1;
+                let (from, to) = rest.split_once(" to ").unwrap();
+                let to = to.split_once(" (").map_or(to, |(state, _info)| state);
+                (from.to_string(), to.to_string())
+            })
+            .collect();
+        for pair in transitions.windows(2) {
+            assert_eq!(pair[0].1, pair[1].0, "{pair:?}");
+        }
+        let host = backend.host(&key).await.unwrap();
+        assert_eq!(transitions.last().unwrap().1, host.status.as_str());
+
+        // Another tenant's host of the same id has its own history.
+        backend.register_host("ie-b", "tenant-b", HOST, "v1", None).await.unwrap();
+        backend.deregister_host(&key).await.unwrap();
+        assert!(backend.events(of_host()).await.unwrap().events.is_empty());
+        let other = EventQuery { infra_env_id: Some("ie-b".into()), limit: 10, ..Default::default() };
+        assert_eq!(backend.events(other).await.unwrap().events.len(), 1);
     }
 
     /// Records written under the host id alone, before hosts were keyed by InfraEnv too, are found

@@ -639,7 +639,12 @@ fn clone_agents<S: Store>(a: &AgentContext<S>) -> AgentContext<S> {
 }
 
 fn clone_clusters<S: Store>(c: &ClusterContext<S>) -> ClusterContext<S> {
-    ClusterContext { store: c.store.clone(), backend: c.backend.clone() }
+    ClusterContext {
+        store: c.store.clone(),
+        backend: c.backend.clone(),
+        service_base_url: c.service_base_url.clone(),
+        url_signer: c.url_signer.clone(),
+    }
 }
 
 fn tracing_enabled() -> bool {

@@ -9,10 +9,12 @@
 
 mod cache;
 mod documents;
+mod events;
 mod semantics;
 mod writer;
 
 pub use documents::kind_resource;
+pub use events::{EventPage, EventQuery, EventRow, Keep};
 pub use semantics::NewObject;
 pub use writer::{TRANSACTION_BUCKET_MICROS, WriterStats};
 
@@ -99,6 +101,7 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
         conn.pragma_update(None, "busy_timeout", 5000).map_err(backend)?;
         conn.execute_batch(SCHEMA).map_err(backend)?;
+        conn.execute_batch(events::SCHEMA).map_err(backend)?;
         let mut cache = Cache::default();
         {
             let mut stmt = conn

@@ -31,10 +31,12 @@ pub fn is_resource_api(path: &str) -> bool {
 }
 
 /// Whether a request needs the API token, and so goes to the server's HTTPS API listener when it
-/// has one (serve without --tls-cert): the resource API, and host-log downloads without a signed
-/// `api_key`.
+/// has one (serve without --tls-cert): the resource API, and host-log downloads and event reads
+/// without a signed `api_key`.
 pub fn takes_api_token(method: &str, path: &str) -> bool {
-    if path.starts_with("/api/assisted-install/v2/clusters/") {
+    if path.starts_with("/api/assisted-install/v2/events") {
+        (method == "GET" || method == "HEAD") && !path.contains("api_key=")
+    } else if path.starts_with("/api/assisted-install/v2/clusters/") {
         let route = path.split('?').next().unwrap_or(path);
         (method == "GET" || method == "HEAD") && route.ends_with("/logs") && !path.contains("api_key=")
     } else {

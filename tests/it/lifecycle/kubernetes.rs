@@ -229,6 +229,28 @@ async fn controller_and_image_server_replicas_work_against_a_cluster() {
             .unwrap()
     })
     .await;
+    // Its eventsURL is the controller's to serve (deploy/ingress.yaml sends /api/ there): a replica
+    // has no host records, and says who has.
+    let agent = wait_for("the Agent's eventsURL", async || {
+        let a = cluster
+            .get_document(bootstream::resources::Kind::Agent, "fleet", "9e2a43c4-5a7a-4a53-9d0a-6d4f0a7f0c11")
+            .await
+            .unwrap()?;
+        a["status"]["debugInfo"]["eventsURL"].is_string().then_some(a)
+    })
+    .await;
+    let events_path = path_of(&agent["status"]["debugInfo"]["eventsURL"]);
+    assert!(events_path.contains("&api_key="), "{events_path}");
+    let (c, r) = (controller.clone(), image_server.clone());
+    let (on_controller, on_replica) =
+        blocking(move || (request(&c, "GET", &events_path, &[], b""), request(&r, "GET", &events_path, &[], b"")))
+            .await
+            .unwrap();
+    assert_eq!(on_controller.status, 200, "{}", on_controller.text());
+    let events: Vec<Value> = serde_json::from_slice(&on_controller.body).unwrap();
+    assert_eq!(events[0]["name"], "host_registration_succeeded", "{events:#?}");
+    assert_eq!(on_replica.status, 404);
+    assert!(on_replica.text().contains("bootstream controller"), "{}", on_replica.text());
     // The pull secret the controller follows carries the watch label, so its cache holds it; the
     // controller's /metrics shows what it holds and what it asked of the API server.
     let secret = cluster.get_document(bootstream::resources::Kind::Secret, "fleet", "pull-secret").await.unwrap();
