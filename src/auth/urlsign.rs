@@ -440,7 +440,8 @@ impl UrlSigner {
         {
             return Err(TokenError::Expired(exp));
         }
-        Ok(Claims { infra_env_id: id.clone(), cluster_id: String::new(), sub: id, exp })
+        // Short tokens open images only (an events token is never shortened: `shorten` verifies as for images).
+        Ok(Claims { infra_env_id: id.clone(), cluster_id: String::new(), sub: id, exp, scope: String::new() })
     }
 
     /// The short form of a signed ISO URL (`<base>/byapikey/<JWT>/<version>/<arch>/<file>.iso`, as an
@@ -677,7 +678,13 @@ mod tests {
         assert_eq!(SHORT_TOKEN_CHARS, 51);
         assert_eq!(
             s.verify_short(&t, now).unwrap(),
-            Claims { infra_env_id: id.into(), cluster_id: String::new(), sub: id.into(), exp: Some(exp) }
+            Claims {
+                infra_env_id: id.into(),
+                cluster_id: String::new(),
+                sub: id.into(),
+                exp: Some(exp),
+                scope: String::new()
+            }
         );
         assert_eq!(s.verify_short(&t, now + TOKEN_LIFETIME), Err(TokenError::Expired(exp)));
         let lasting = s.sign_short(id, None).unwrap();
@@ -748,6 +755,7 @@ mod tests {
             format!("{base}/byapikey/{jwt}/x86_64/full.iso"),
             format!("{base}/byapikey/{}/4.20/x86_64/full.iso", s.sign(id, now - TOKEN_LIFETIME)),
             format!("{base}/byapikey/{}/4.20/x86_64/full.iso", s.sign_cluster(id)),
+            format!("{base}/byapikey/{}/4.20/x86_64/full.iso", s.sign_infra_env_events(id)),
         ] {
             assert_eq!(s.shorten(&url, false, now), None, "{url}");
         }
