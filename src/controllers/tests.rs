@@ -364,6 +364,23 @@ impl<S: Store> World<S> {
         id
     }
 
+    /// A host registered with InfraEnv `ie` made for ClusterDeployment `cd` (backend cluster `cid`), bound
+    /// to it from the start, with its Agent reconciled.
+    async fn host_of_cluster_infraenv(&self, ie: &str, cd: &str, cid: &str) -> String {
+        let ie_uid = self.ie_uid(ie).await;
+        let id = uuid::Uuid::new_v4().to_string();
+        self.backend.register_host(&ie_uid, ns(), &id, "v1", Some(cid.to_string())).await.unwrap();
+        self.apply(
+            Kind::Agent,
+            json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+                   "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: ie}},
+                   "spec": {"approved": true, "clusterDeploymentName": {"name": cd, "namespace": ns()}}}),
+        )
+        .await;
+        self.reconcile(&id).await;
+        id
+    }
+
     /// The key of the record of the Agent `id` of the test namespace.
     async fn key(&self, id: &str) -> crate::hosts::HostKey {
         self.backend.host_of_agent(ns(), id).await.expect("the host exists").key()
@@ -723,17 +740,8 @@ async fn a_refused_unbind_writes_nothing_to_the_spoke<S: Store>(w: World<S>) {
     let cid = w.cluster_deployment("c1", true).await.unwrap();
     w.infraenv("c1-hosts", Some("c1")).await;
     let ie_uid = w.ie_uid("c1-hosts").await;
-    let id = uuid::Uuid::new_v4().to_string();
-    w.backend.register_host(&ie_uid, ns(), &id, "v1", Some(cid)).await.unwrap();
+    let id = w.host_of_cluster_infraenv("c1-hosts", "c1", &cid).await;
     w.backend.update_inventory(&w.key(&id).await, crate::hosts::simulated::inventory(0).to_string()).await.unwrap();
-    w.apply(
-        Kind::Agent,
-        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
-               "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "c1-hosts"}},
-               "spec": {"approved": true, "clusterDeploymentName": {"name": "c1", "namespace": ns()}}}),
-    )
-    .await;
-    w.reconcile(&id).await;
     w.set_host(&id, HostStatus::Installed, "Done").await;
     w.reconcile(&id).await;
     let spoke = w.spoke_for("c1", &w.hostname(&id).await).await;
@@ -972,17 +980,7 @@ async fn scenario_55_deleting_the_install_unbinds_late_bound_agents<S: Store>(w:
 async fn scenario_56_agents_of_an_infraenv_of_the_cluster_are_deleted<S: Store>(w: World<S>) {
     let cid = w.cluster_deployment("c1", true).await.unwrap();
     w.infraenv("c1-hosts", Some("c1")).await;
-    let ie_uid = w.ie_uid("c1-hosts").await;
-    let id = uuid::Uuid::new_v4().to_string();
-    w.backend.register_host(&ie_uid, ns(), &id, "v1", Some(cid)).await.unwrap();
-    w.apply(
-        Kind::Agent,
-        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
-               "metadata": {"name": id, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: "c1-hosts"}},
-               "spec": {"approved": true, "clusterDeploymentName": {"name": "c1", "namespace": ns()}}}),
-    )
-    .await;
-    w.reconcile(&id).await;
+    let id = w.host_of_cluster_infraenv("c1-hosts", "c1", &cid).await;
     w.admin.delete::<crate::resources::ClusterDeployment>(ns(), "c1").await.unwrap();
     w.settle().await;
     w.reconcile_cluster("c1").await;

@@ -161,7 +161,10 @@ fn adding_changing_and_deleting_nmstateconfigs_changes_the_image() {
         listing.contains("-rw------- ") && listing.contains("etc/assisted/network/host0/eth0.nmconnection"),
         "{listing}"
     );
-    assert!(before["status"].get("debugInfo").is_none(), "no static network URL without static network");
+    assert!(
+        before["status"]["debugInfo"].get("staticNetworkDownloadURL").is_none(),
+        "no static network URL without static network"
+    );
 
     // Changing it changes the image again.
     std::thread::sleep(std::time::Duration::from_millis(1100));

@@ -19,7 +19,9 @@ fn kubectl_describes_edits_patches_labels_and_annotates() {
         "Kind:         InfraEnv",
         "    Reason:                InfraEnvAvailable",
         "    Type:                  ImageCreated",
-        "Events:                    <none>",
+        // kubectl aligns the last section's keys with the section before it (Status, ending in the
+        // debug info's events URL).
+        "Events:              <none>",
     ] {
         assert!(described.lines().any(|l| l == line), "describe lacks {line:?}:\n{described}");
     }

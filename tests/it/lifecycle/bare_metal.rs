@@ -206,30 +206,41 @@ fn metal3_reports_available(s: &Server, name: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The converged flow's settings: the ironic agent's URL and image.
+const CONVERGED: &[&str] = &[
+    "--image-cooldown-seconds",
+    "1",
+    "--ironic-base-url",
+    "https://ironic.example:6385",
+    "--ironic-agent-image",
+    "quay.io/example/ironic-agent:1",
+];
+
+/// The pool InfraEnv's image made, and BMH host-0 available as metal3 reports it.
+fn available_host_0(s: &Server) {
+    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
+    s.apply_ok(&bmh_yaml("host-0"));
+    s.wait_image_created(NS, "pool", "True");
+    metal3_reports_available(s, "host-0");
+}
+
+/// metal3 asks for host-0's image (an ISO, x86_64): the PreprovisioningImage once it has one.
+fn preprovisioning_image_of_host_0(s: &Server) -> Value {
+    let uid = s.get_json("bmh", NS, "host-0")["metadata"]["uid"].as_str().unwrap().to_string();
+    s.apply_ok(&format!(
+        "apiVersion: metal3.io/v1alpha1\nkind: PreprovisioningImage\nmetadata:\n  name: host-0\n  namespace: {NS}\n  labels:\n    infraenvs.agent-install.openshift.io: pool\n  ownerReferences:\n  - apiVersion: metal3.io/v1alpha1\n    kind: BareMetalHost\n    name: host-0\n    uid: {uid}\nspec:\n  acceptFormats: [iso]\n  architecture: x86_64\n"
+    ));
+    wait_for(s, "preprovisioningimage", "host-0", "an image", |p| p["status"]["imageUrl"].is_string())
+}
+
 /// The converged flow is on unless turned off: with no flag, an available BMH gets no ISO; metal3's
 /// PreprovisioningImage for it gets the InfraEnv's image (with the ironic agent), and the BMH the
 /// custom deploy method that starts the discovery agent.
 #[test]
 fn by_default_bare_metal_hosts_boot_through_their_preprovisioning_image() {
-    let s = Server::start(&[
-        "--image-cooldown-seconds",
-        "1",
-        "--ironic-base-url",
-        "https://ironic.example:6385",
-        "--ironic-agent-image",
-        "quay.io/example/ironic-agent:1",
-    ]);
-    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
-    s.apply_ok(&bmh_yaml("host-0"));
-    s.wait_image_created(NS, "pool", "True");
-    metal3_reports_available(&s, "host-0");
-    let bmh = s.get_json("bmh", NS, "host-0");
-    let uid = bmh["metadata"]["uid"].as_str().unwrap().to_string();
-    // metal3 asks for the host's image.
-    s.apply_ok(&format!(
-        "apiVersion: metal3.io/v1alpha1\nkind: PreprovisioningImage\nmetadata:\n  name: host-0\n  namespace: {NS}\n  labels:\n    infraenvs.agent-install.openshift.io: pool\n  ownerReferences:\n  - apiVersion: metal3.io/v1alpha1\n    kind: BareMetalHost\n    name: host-0\n    uid: {uid}\nspec:\n  acceptFormats: [iso]\n  architecture: x86_64\n"
-    ));
-    let ppi = wait_for(&s, "preprovisioningimage", "host-0", "an image", |p| p["status"]["imageUrl"].is_string());
+    let s = Server::start(CONVERGED);
+    available_host_0(&s);
+    let ppi = preprovisioning_image_of_host_0(&s);
     assert_eq!(ppi["status"]["format"], "iso", "{ppi:#}");
     let ie = s.get_json("infraenv", NS, "pool");
     assert_eq!(ie["metadata"]["annotations"]["infraenv.agent-install.openshift.io/enable-ironic-agent"], "true");
@@ -261,25 +272,9 @@ fn allow_converged_flow_false_in_the_environment_boots_bare_metal_hosts_from_the
 fn a_preprovisioning_image_gets_a_short_signed_iso_url_a_bmc_accepts() {
     const BASE: &str = "https://assisted-image.apps.hub1.example";
     assert_eq!(BASE.len(), 40);
-    let s = Server::start_signed(&[
-        "--base-url",
-        BASE,
-        "--image-cooldown-seconds",
-        "1",
-        "--ironic-base-url",
-        "https://ironic.example:6385",
-        "--ironic-agent-image",
-        "quay.io/example/ironic-agent:1",
-    ]);
-    s.apply_ok(&format!("{}---\n{}", pull_secret_yaml(NS), infraenv_yaml(NS, "pool", "")));
-    s.apply_ok(&bmh_yaml("host-0"));
-    s.wait_image_created(NS, "pool", "True");
-    metal3_reports_available(&s, "host-0");
-    let uid = s.get_json("bmh", NS, "host-0")["metadata"]["uid"].as_str().unwrap().to_string();
-    s.apply_ok(&format!(
-        "apiVersion: metal3.io/v1alpha1\nkind: PreprovisioningImage\nmetadata:\n  name: host-0\n  namespace: {NS}\n  labels:\n    infraenvs.agent-install.openshift.io: pool\n  ownerReferences:\n  - apiVersion: metal3.io/v1alpha1\n    kind: BareMetalHost\n    name: host-0\n    uid: {uid}\nspec:\n  acceptFormats: [iso]\n  architecture: x86_64\n"
-    ));
-    let ppi = wait_for(&s, "preprovisioningimage", "host-0", "an image", |p| p["status"]["imageUrl"].is_string());
+    let s = Server::start_signed(&[&["--base-url", BASE][..], CONVERGED].concat());
+    available_host_0(&s);
+    let ppi = preprovisioning_image_of_host_0(&s);
     let short = ppi["status"]["imageUrl"].as_str().unwrap().to_string();
     assert!(short.len() <= 128, "{} characters: {short}", short.len());
     assert!(short.starts_with(&format!("{BASE}/s/")) && short.ends_with(".iso"), "{short}");

@@ -474,21 +474,20 @@ fn an_agents_bad_installer_args_or_ignition_overrides_are_named_in_its_condition
     synced("synced again", &|c| c["status"] == "True");
 }
 
-/// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
-/// reclaimed when unbound. bootstream starts the reclaim agent there (a SpokeCluster plays the
-/// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
-#[test]
-fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let spoke = rt.block_on(bootstream::testkit::spoke::SpokeCluster::start());
-    let s = Server::start(&[]);
-    setup(&s);
+/// One simulated host (`simulate` with `sim_args`) bound to ClusterDeployment `spoke` and installed, its
+/// node in `spoke`, whose admin kubeconfig secret reaches it: the fleet, the Agent's name and the node's.
+fn installed_on_spoke(
+    s: &Server,
+    spoke: &bootstream::testkit::spoke::SpokeCluster,
+    sim_args: &[&str],
+) -> (KillOnDrop, String, String) {
+    setup(s);
     s.apply_ok(&cluster_yaml(NS, "spoke", 1));
-    let _fleet = simulate(&s, &format!("{NS}/pool"), 1, &[]);
-    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
+    let fleet = simulate(s, &format!("{NS}/pool"), 1, sim_args);
+    let list = wait_agents(s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
     let n = name(&list[0]);
-    bind(&s, &n, "spoke");
-    let list = wait_agents(&s, "installed", 60, |l| state(&l[0]) == "installed");
+    bind(s, &n, "spoke");
+    let list = wait_agents(s, "installed", 60, |l| state(&l[0]) == "installed");
     let node = list[0]["status"]["inventory"]["hostname"].as_str().unwrap().to_string();
     spoke.put(
         &format!("/api/v1/nodes/{node}"),
@@ -498,6 +497,18 @@ fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
     s.apply_ok(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke-admin-kubeconfig\n  namespace: {NS}\nstringData:\n  kubeconfig: |\n{kubeconfig}"
     ));
+    (fleet, n, node)
+}
+
+/// §7 end to end: an installed host whose cluster's admin kubeconfig reaches the installed cluster is
+/// reclaimed when unbound. bootstream starts the reclaim agent there (a SpokeCluster plays the
+/// cluster), the simulated node runs its steps and reboots into discovery, and its Node is removed.
+#[test]
+fn an_unbound_installed_host_is_reclaimed_through_its_cluster() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let spoke = rt.block_on(bootstream::testkit::spoke::SpokeCluster::start());
+    let s = Server::start(&[]);
+    let (_fleet, n, node) = installed_on_spoke(&s, &spoke, &[]);
 
     let out = patch(&s, "agent", &n, r#"{"spec":{"clusterDeploymentName":null}}"#);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -526,24 +537,9 @@ fn a_host_is_reclaimed_from_a_hub_whose_certificate_a_private_ca_signed() {
     let certs = make_certs(certs_dir.path(), "hub");
     let cacert = certs.ca.to_str().unwrap();
     let s = Server::start_tls(&certs, &[]);
-    setup(&s);
-    s.apply_ok(&cluster_yaml(NS, "spoke", 1));
-    let fleet = simulate(&s, &format!("{NS}/pool"), 1, &["--cacert", cacert]);
-    let list = wait_agents(&s, "a known-unbound agent", 60, |l| l.len() == 1 && state(&l[0]) == "known-unbound");
-    let n = name(&list[0]);
-    bind(&s, &n, "spoke");
-    let list = wait_agents(&s, "installed", 60, |l| state(&l[0]) == "installed");
+    let (fleet, n, node) = installed_on_spoke(&s, &spoke, &["--cacert", cacert]);
     // The node runs its installed OS: no discovery agent any more.
     drop(fleet);
-    let node = list[0]["status"]["inventory"]["hostname"].as_str().unwrap().to_string();
-    spoke.put(
-        &format!("/api/v1/nodes/{node}"),
-        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
-    );
-    let kubeconfig: String = spoke.kubeconfig().lines().map(|l| format!("    {l}\n")).collect();
-    s.apply_ok(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke-admin-kubeconfig\n  namespace: {NS}\nstringData:\n  kubeconfig: |\n{kubeconfig}"
-    ));
 
     let out = patch(&s, "agent", &n, r#"{"spec":{"clusterDeploymentName":null}}"#);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
