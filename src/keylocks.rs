@@ -1,9 +1,41 @@
 //! Async locks by key, for work that must run one at a time per key (the host records behind one
 //! Agent name) while other keys go on side by side. A key's lock exists only
 //! while someone holds or waits for it.
+//!
+//! Also the crate's one policy for a poisoned `std::sync` lock ([`Locked`]): take it anyway. Every
+//! critical section in the crate is a few assignments, a push or a map insert: a panic inside one
+//! leaves the data as it was before or after a whole step, never half-made, so refusing every later
+//! caller would turn one bug into an outage of everything that shares the lock. Production code
+//! takes `std::sync` locks only through [`Locked`]; tests may `unwrap`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// `std::sync` locks taken by the crate's policy (module docs): a poisoned lock is taken anyway.
+pub trait Locked<T> {
+    fn locked(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> Locked<T> for Mutex<T> {
+    fn locked(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// [`Locked`] for readers-writer locks.
+pub trait LockedRw<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T>;
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T>;
+}
+
+impl<T> LockedRw<T> for RwLock<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T> {
+        self.read().unwrap_or_else(PoisonError::into_inner)
+    }
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T> {
+        self.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// Async locks by key, kept only while someone holds or waits for one.
 #[derive(Default)]
@@ -19,14 +51,14 @@ pub struct KeyGuard<'a> {
 
 impl KeyLocks {
     pub async fn lock(&self, key: String) -> KeyGuard<'_> {
-        let mutex = self.0.lock().unwrap().entry(key.clone()).or_default().clone();
+        let mutex = self.0.locked().entry(key.clone()).or_default().clone();
         let guard = mutex.clone().lock_owned().await;
         KeyGuard { locks: self, key, mutex, guard: Some(guard) }
     }
 
     /// Keys locked or waited for (tests).
     pub fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
+        self.0.locked().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -37,7 +69,7 @@ impl KeyLocks {
 impl Drop for KeyGuard<'_> {
     fn drop(&mut self) {
         self.guard.take();
-        let mut map = self.locks.0.lock().unwrap();
+        let mut map = self.locks.0.locked();
         // Only the map and this guard hold it (clones are made under the map's lock): nobody waits.
         if Arc::strong_count(&self.mutex) == 2 {
             map.remove(&self.key);

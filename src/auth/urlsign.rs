@@ -20,6 +20,7 @@
 //! URLs it signed working until they expire (at most [`TOKEN_LIFETIME`]); after that it can be
 //! dropped from the configuration.
 
+use crate::keylocks::Locked as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -297,7 +298,7 @@ impl UrlSigner {
     }
 
     fn remember(&self, token: &str, claims: Claims) {
-        let mut verified = self.verified.lock().unwrap();
+        let mut verified = self.verified.locked();
         if verified.len() >= MAX_VERIFIED {
             verified.clear();
         }
@@ -325,7 +326,7 @@ impl UrlSigner {
     }
 
     fn verify_any_scope(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
-        let known = self.verified.lock().unwrap().get(token).cloned();
+        let known = self.verified.locked().get(token).cloned();
         let claims = match known {
             Some(claims) => claims,
             None => {

@@ -7,6 +7,7 @@
 //!
 //! Servers hold a socket per client, so they raise the open-files limit and cap connections below it.
 
+use crate::keylocks::Locked as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -987,12 +988,12 @@ pub(super) async fn controller(cmd: ControllerCommand) -> anyhow::Result<ExitCod
         tokio::select! {
             _ = shutdown_signal() => {}
             why = lost_rx => {
-                *lost_reason.lock().unwrap_or_else(|p| p.into_inner()) = why.ok();
+                *lost_reason.locked() = why.ok();
             }
         }
     };
     run(svc, app, stop, None, None).await;
-    if let Some(why) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
+    if let Some(why) = lost.locked().take() {
         anyhow::bail!("lost the leadership ({why}); stopping so that only the leader writes");
     }
     release_lease(&store, &lease).await;

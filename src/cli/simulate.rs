@@ -7,6 +7,7 @@
 //!
 //! Used by `bootstream simulate` and by the fleet benchmark, which drives bind/unbind through the API.
 
+use crate::keylocks::Locked as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,11 +92,11 @@ pub const SLOW_CALL: Duration = Duration::from_millis(50);
 impl Stats {
     fn record(&self, op: &'static str, took: Duration) {
         let us = took.as_micros().min(u32::MAX as u128) as u32;
-        self.samples.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default().push(us);
-        let phase = *self.phase.lock().unwrap_or_else(|p| p.into_inner());
-        self.by_phase.lock().unwrap_or_else(|p| p.into_inner()).entry(phase).or_default().push(us);
+        self.samples.locked().entry(op).or_default().push(us);
+        let phase = *self.phase.locked();
+        self.by_phase.locked().entry(phase).or_default().push(us);
         let second = self.epoch.get_or_init(Instant::now).elapsed().as_secs() as usize;
-        let mut seconds = self.seconds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seconds = self.seconds.locked();
         if seconds.len() <= second {
             seconds.resize(second + 1, (0, 0, 0));
         }
@@ -106,17 +107,17 @@ impl Stats {
     }
     /// Per second since the first phase began: (calls that ended, calls over [`SLOW_CALL`], slowest ms).
     pub fn timeline(&self) -> Vec<(u32, u32, f64)> {
-        let seconds = self.seconds.lock().unwrap_or_else(|p| p.into_inner());
+        let seconds = self.seconds.locked();
         seconds.iter().map(|&(n, slow, max)| (n, slow, max as f64 / 1000.0)).collect()
     }
     /// Calls that end from now on count toward `phase`.
     pub fn set_phase(&self, phase: &'static str) {
         self.epoch.get_or_init(Instant::now);
-        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
+        *self.phase.locked() = phase;
     }
     /// (phase, count, p50 ms, p99 ms, max ms) of all operations, in the order the phases began.
     pub fn phase_summary(&self, order: &[&'static str]) -> Vec<(String, usize, f64, f64, f64)> {
-        let by_phase = self.by_phase.lock().unwrap_or_else(|p| p.into_inner());
+        let by_phase = self.by_phase.locked();
         order
             .iter()
             .filter_map(|phase| {
@@ -127,11 +128,11 @@ impl Stats {
             .collect()
     }
     fn error(&self, what: String) {
-        *self.errors.lock().unwrap_or_else(|p| p.into_inner()).entry(what).or_default() += 1;
+        *self.errors.locked().entry(what).or_default() += 1;
     }
     /// (operation, count, p50 ms, p99 ms, max ms), all operations together last.
     pub fn summary(&self) -> Vec<(String, usize, f64, f64, f64)> {
-        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let samples = self.samples.locked();
         let mut all: Vec<u32> = Vec::new();
         let mut out = Vec::new();
         let mut ops: Vec<_> = samples.keys().copied().collect();
@@ -147,7 +148,7 @@ impl Stats {
         out
     }
     pub fn errors(&self) -> HashMap<String, u64> {
-        self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.errors.locked().clone()
     }
 }
 

@@ -11,6 +11,7 @@
 //! Pieces are `Bytes`: shared, never copied here. A piece is released (its bytes leave the budget)
 //! when the writer drops it, after writing it; on the hyper path that is when hyper has sent it.
 
+use crate::keylocks::Locked as _;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,7 +60,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     fn release(&self, state: &mut State, amount: u64) {
@@ -315,7 +316,7 @@ pub struct Feed(Arc<Mutex<Option<FeedReceiver>>>);
 impl Feed {
     /// The receiver, once: a second writer of the same response gets an empty body.
     pub fn take(&self) -> Option<FeedReceiver> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.0.locked().take()
     }
 }
 

@@ -2,6 +2,7 @@
 //! kernel, rootfs, Ignition, static-network config and iPXE script; and the one verdict on whether
 //! an InfraEnv's image can be made, which the status and every download share.
 
+use crate::keylocks::Locked as _;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -132,13 +133,13 @@ impl<S: Store> Images<S> {
     ) -> Result<(), ImageError> {
         let kind = self.image_type(ie);
         let key = (base.file.sha256, kind);
-        if content.verified.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
+        if content.verified.locked().contains(&key) {
             return Ok(());
         }
         self.iso(ie, base, content, kind).await?;
         self.pxe_initrd(ie, base, content)?;
         ipxe_kernel_arguments(&self.urls_with_token(ie, base, None).rootfs, content)?;
-        let mut verified = content.verified.lock().unwrap_or_else(|p| p.into_inner());
+        let mut verified = content.verified.locked();
         if !verified.contains(&key) {
             verified.push(key);
         }

@@ -9,6 +9,7 @@
 //! the one we loaded (device, inode, size, mtime); if not, the image is answered with 503 until restart,
 //! never with bytes we did not validate.
 
+use crate::keylocks::{Locked as _, LockedRw as _};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -237,7 +238,7 @@ impl DigestCache {
 
     /// The SHA-256 of `file` (at `path`, with `identity`): from the cache, else read and remembered.
     pub fn get_or_compute(&self, path: &Path, identity: FileIdentity, file: &File) -> std::io::Result<[u8; 32]> {
-        if let Some((id, sha)) = self.entries.lock().unwrap().get(path)
+        if let Some((id, sha)) = self.entries.locked().get(path)
             && *id == identity
             && let Ok(bytes) = hex::decode(sha)
             && let Ok(arr) = <[u8; 32]>::try_from(bytes.as_slice())
@@ -252,7 +253,7 @@ impl DigestCache {
     }
 
     pub fn insert(&self, path: &Path, identity: FileIdentity, digest: [u8; 32]) {
-        let mut entries = self.entries.lock().unwrap();
+        let mut entries = self.entries.locked();
         entries.insert(path.to_path_buf(), (identity, hex::encode(digest)));
         if let Some(cache_path) = &self.path {
             let list: Vec<DigestEntry> = entries
@@ -331,12 +332,12 @@ impl Catalog {
     }
 
     pub fn entries(&self) -> Vec<Entry> {
-        self.entries.read().unwrap().clone()
+        self.entries.read_locked().clone()
     }
 
     /// True once every image finished loading (successfully or not).
     pub fn is_settled(&self) -> bool {
-        self.entries.read().unwrap().iter().all(|e| !matches!(e.state, EntryState::Loading))
+        self.entries.read_locked().iter().all(|e| !matches!(e.state, EntryState::Loading))
     }
 
     /// Notified (with a new epoch) whenever an image finishes loading.
@@ -346,7 +347,7 @@ impl Catalog {
 
     pub fn set_state(&self, index: usize, state: EntryState) {
         {
-            let mut entries = self.entries.write().unwrap();
+            let mut entries = self.entries.write_locked();
             let e = &mut entries[index];
             match &state {
                 EntryState::Ready(img) => tracing::info!(
@@ -366,7 +367,7 @@ impl Catalog {
 
     /// One line per image: `VERSION ARCH ready PATH`, `... loading SOURCE`, `... failed: REASON`.
     pub fn report(&self) -> String {
-        let entries = self.entries.read().unwrap();
+        let entries = self.entries.read_locked();
         let mut out = String::new();
         for e in entries.iter() {
             let (v, a) = (&e.spec.version, &e.spec.arch);
@@ -383,14 +384,14 @@ impl Catalog {
 
     /// "4.18 (x86_64), 4.19 (x86_64)": what exists, for error messages.
     pub fn available(&self) -> String {
-        self.available_locked(&self.entries.read().unwrap())
+        self.available_locked(&self.entries.read_locked())
     }
 
     /// Finds the image for `version` (empty ⇒ the latest) and `arch`, as assisted-service's
     /// `GetOsImageOrLatest`: exact version, then `x.y`, then the highest patch release within `x.y`.
     pub fn lookup(&self, version: &str, arch: &str) -> Result<Arc<BaseImage>, LookupError> {
         let arch = normalize_arch(arch);
-        let entries = self.entries.read().unwrap();
+        let entries = self.entries.read_locked();
         let same_arch: Vec<&Entry> = entries.iter().filter(|e| e.spec.arch == arch).collect();
         let available = || format!("; available: {}", self.available_locked(&entries));
         let pick = |candidates: Vec<&Entry>| -> Option<Result<Arc<BaseImage>, LookupError>> {
@@ -528,6 +529,7 @@ pub mod download {
     use tokio::io::AsyncWriteExt;
 
     use super::{DigestCache, FileIdentity};
+    use crate::keylocks::Locked as _;
 
     /// Why an image could not be downloaded; its Display says what failed, its source why.
     #[derive(Debug, thiserror::Error)]
@@ -558,7 +560,7 @@ pub mod download {
     /// or from different URLs); the first to finish provides it to the others.
     fn digest_lock(sha256: &str) -> Arc<tokio::sync::Mutex<()>> {
         static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
-        let mut locks = LOCKS.get_or_init(Default::default).lock().unwrap();
+        let mut locks = LOCKS.get_or_init(Default::default).locked();
         locks.entry(sha256.to_string()).or_default().clone()
     }
 

@@ -3,6 +3,7 @@
 //! (the InfraEnv, its pull secret, the NMStateConfigs it selects, the ironic settings) and shared by
 //! all its artifacts, cached in [`Images`] by content.
 
+use crate::keylocks::Locked as _;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
@@ -230,7 +231,7 @@ impl<S: Store> Images<S> {
             return Ok(NamespaceConfigs::new(0, self.selected_configs(ns).await?).select(selector));
         };
         let list = {
-            let mut lists = self.nmstate_lists.lock().unwrap();
+            let mut lists = self.nmstate_lists.locked();
             match lists.get(ns) {
                 Some(list) => list.clone(),
                 None => {
@@ -276,13 +277,13 @@ impl<S: Store> Images<S> {
     /// Drops the content of the InfraEnv `namespace/name`, which is gone. The cache holds one content
     /// per InfraEnv; without this, every InfraEnv ever deleted would keep its Ignition and ramdisk.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.contents.lock().unwrap().retain(|_, e| e.infraenv.0 != namespace || e.infraenv.1 != name);
+        self.contents.locked().retain(|_, e| e.infraenv.0 != namespace || e.infraenv.1 != name);
     }
 
     /// Drops the content kept for the InfraEnv of uid `uid`: one [`Images::prebuild`] built for an
     /// InfraEnv whose create did not happen.
     pub fn forget_uid(&self, uid: &str) {
-        self.contents.lock().unwrap().remove(uid);
+        self.contents.locked().remove(uid);
     }
 
     /// Builds the discovery content of `ie`, an InfraEnv being created, as it will be stored (with
@@ -300,13 +301,13 @@ impl<S: Store> Images<S> {
 
     /// How many InfraEnvs' contents the cache holds.
     pub fn cached_contents(&self) -> usize {
-        self.contents.lock().unwrap().len()
+        self.contents.locked().len()
     }
 
     /// The InfraEnvs of `namespace` (namespace, name) whose content was last built, or tried, with
     /// the NMStateConfig `config` among its hosts.
     pub fn infraenvs_built_with(&self, namespace: &str, config: &str) -> Vec<(String, String)> {
-        let contents = self.contents.lock().unwrap();
+        let contents = self.contents.locked();
         contents
             .values()
             .filter(|e| e.infraenv.0 == namespace && e.configs.contains(config))
@@ -376,7 +377,7 @@ impl<S: Store> Images<S> {
         // One build per key: callers that arrive while it runs (the controller and the first downloads
         // of a new InfraEnv) wait for it instead of building the same content again.
         let cell = {
-            let mut contents = self.contents.lock().unwrap();
+            let mut contents = self.contents.locked();
             match contents.get(&uid) {
                 Some(entry) if entry.key == key => entry.cell.clone(),
                 _ => {
@@ -594,13 +595,13 @@ impl<S: Store> Images<S> {
         let (Some(uid), Some(rv)) = (c.metadata.uid.as_deref(), c.metadata.resource_version.as_deref()) else {
             return Arc::new(host_static_config(c));
         };
-        if let Some((seen, host)) = self.static_hosts.lock().unwrap().get(uid)
+        if let Some((seen, host)) = self.static_hosts.locked().get(uid)
             && seen == rv
         {
             return host.clone();
         }
         let host = Arc::new(host_static_config(c));
-        let mut hosts = self.static_hosts.lock().unwrap();
+        let mut hosts = self.static_hosts.locked();
         if hosts.len() >= MAX_STATIC_HOSTS {
             hosts.clear();
         }
@@ -611,7 +612,7 @@ impl<S: Store> Images<S> {
     /// One copy of each distinct part in memory, however many InfraEnvs share it.
     pub(super) fn shared_part(&self, bytes: Vec<u8>) -> Arc<Part> {
         let sha: [u8; 32] = Sha256::digest(&bytes).into();
-        let mut parts = self.parts.lock().unwrap();
+        let mut parts = self.parts.locked();
         if let Some(p) = parts.get(&sha).and_then(Weak::upgrade) {
             return p;
         }

@@ -7,6 +7,7 @@
 //! Either way the template's karg areas still hold the full ISO's arguments; the image code rewrites
 //! them per request from `kargs_without_liveiso` plus `coreos.live.rootfs_url`.
 
+use crate::keylocks::Locked as _;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -58,7 +59,7 @@ impl Templates {
         if base.arch == "s390x" {
             return Err(ImageError::NotAvailable("minimal ISOs are not available for s390x; use the full ISO".into()));
         }
-        let cell = self.cells.lock().unwrap().entry(base.file.sha256).or_default().clone();
+        let cell = self.cells.locked().entry(base.file.sha256).or_default().clone();
         let (base, data_dir) = (base.clone(), data_dir.to_path_buf());
         cell.get_or_try_init(|| async move {
             tokio::task::spawn_blocking(move || build(&base, &data_dir))

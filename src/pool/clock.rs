@@ -1,6 +1,7 @@
 //! Time as the backend sees it. Monitors compare it with host timestamps (3 minutes to disconnect,
 //! 60 minutes to give up a reclaim), so tests inject a clock they can move instead of waiting.
 
+use crate::keylocks::Locked as _;
 use std::sync::Mutex;
 
 use jiff::{SignedDuration, Timestamp};
@@ -26,13 +27,13 @@ impl ManualClock {
         ManualClock(Mutex::new(start))
     }
     pub fn advance(&self, by: SignedDuration) {
-        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.0.locked();
         *t = t.checked_add(by).expect("clock in range");
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *self.0.locked()
     }
 }

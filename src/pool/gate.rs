@@ -12,6 +12,7 @@
 //! A call nested in another gated call (a backend method calling another) does not stop again: a
 //! participant never parks while it holds a lock of the backend.
 
+use crate::keylocks::Locked as _;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -86,7 +87,7 @@ pub async fn enter(at: &'static str) -> Turn {
 
 impl Gates {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Participant>> {
-        self.participants.lock().unwrap_or_else(|p| p.into_inner())
+        self.participants.locked()
     }
 
     fn park(&self, id: u64, at: &'static str) -> oneshot::Receiver<()> {
@@ -107,7 +108,7 @@ impl Gates {
         task: impl Future<Output = T> + Send + 'static,
     ) -> (u64, tokio::task::JoinHandle<T>) {
         let id = {
-            let mut next = self.next_id.lock().unwrap_or_else(|p| p.into_inner());
+            let mut next = self.next_id.locked();
             *next += 1;
             *next
         };

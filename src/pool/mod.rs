@@ -17,6 +17,7 @@ pub mod events;
 pub mod gate;
 pub mod logs;
 
+use crate::keylocks::Locked as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -333,7 +334,7 @@ impl Backend {
     }
 
     fn slot(&self, key: &HostKey) -> Option<Slot> {
-        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+        self.hosts.locked().get(key).cloned()
     }
 
     fn context(&self, cluster: Option<&Cluster>) -> Context {
@@ -357,7 +358,7 @@ impl Backend {
         if old == new {
             return;
         }
-        let mut m = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.members.locked();
         if let Some(old) = old
             && let Some(set) = m.get_mut(old)
         {
@@ -389,8 +390,7 @@ impl Backend {
     pub async fn host_of_agent(&self, namespace: &str, name: &str) -> Option<Host> {
         #[cfg(test)]
         let _turn = gate::enter("backend.host_of_agent").await;
-        let key =
-            self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&(namespace.into(), name.into())).cloned()?;
+        let key = self.agents.locked().get(&(namespace.into(), name.into())).cloned()?;
         self.host(&key).await.filter(|h| h.namespace == namespace)
     }
 
@@ -410,7 +410,7 @@ impl Backend {
     pub async fn set_namespace(&self, key: &HostKey, namespace: &str) -> Result<(), ApiError> {
         let _turn = self.agent_turn(namespace, &key.host_id).await;
         let agent = (namespace.to_string(), key.host_id.clone());
-        if self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).is_some_and(|k| k != key) {
+        if self.agents.locked().get(&agent).is_some_and(|k| k != key) {
             return Err(ApiError::new(
                 409,
                 format!("the Agent {namespace}/{} belongs to another host record", key.host_id),
@@ -421,7 +421,7 @@ impl Backend {
             Ok(())
         })
         .await?;
-        self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(agent, key.clone());
+        self.agents.locked().insert(agent, key.clone());
         Ok(())
     }
 
@@ -429,7 +429,7 @@ impl Backend {
     pub async fn hosts(&self, filter: impl Fn(&Host) -> bool) -> Vec<Host> {
         #[cfg(test)]
         let _turn = gate::enter("backend.hosts").await;
-        let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let slots: Vec<Slot> = self.hosts.locked().values().cloned().collect();
         let mut out = Vec::new();
         for slot in slots {
             if let Some(h) = slot.lock().await.as_ref()
@@ -444,7 +444,7 @@ impl Backend {
 
     /// How many hosts are in each state (every state listed, zeros included).
     pub async fn count_by_status(&self) -> Vec<(HostStatus, usize)> {
-        let slots: Vec<Slot> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let slots: Vec<Slot> = self.hosts.locked().values().cloned().collect();
         let mut counts: HashMap<HostStatus, usize> = HostStatus::ALL.iter().map(|s| (*s, 0)).collect();
         for slot in slots {
             if let Some(h) = slot.lock().await.as_ref() {
@@ -455,7 +455,7 @@ impl Backend {
     }
 
     pub async fn host_count(&self) -> usize {
-        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.hosts.locked().len()
     }
 
     /// Applies `change` to a host under its lock; persists and announces it if it changed anything.
@@ -554,7 +554,7 @@ impl Backend {
             return Ok((self.mutate_noting(&key, true, register).await?.0, None));
         }
         let agent = (namespace.to_string(), host_id.to_string());
-        let other = self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).cloned();
+        let other = self.agents.locked().get(&agent).cloned();
         let replaced = match other {
             Some(other) => match self.host(&other).await {
                 Some(h) if h.cluster_id.is_some() => {
@@ -604,7 +604,7 @@ impl Backend {
         let registered = events::host_change(None, &host, true, self.clock.now());
         self.persist(&host, registered).await?;
         let slot = Arc::new(tokio::sync::Mutex::new(Some(host.clone())));
-        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), slot);
+        self.hosts.locked().insert(key.clone(), slot);
         if !host.namespace.is_empty() {
             self.agents
                 .lock()
@@ -619,7 +619,7 @@ impl Backend {
     /// One machine joins a cluster once: a host id already among the cluster's hosts (through
     /// another InfraEnv) cannot be bound to it again.
     fn check_not_in_cluster(&self, key: &HostKey, cluster_id: &str) -> Result<(), ApiError> {
-        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let members = self.members.locked();
         match members.get(cluster_id).and_then(|m| m.iter().find(|k| k.host_id == key.host_id && *k != key)) {
             Some(other) => Err(ApiError::new(
                 409,
@@ -833,9 +833,9 @@ impl Backend {
         let Some(host) = guard.take() else { return Ok(()) };
         // Its events go with it, in the same transaction.
         self.db.delete_host_record(HOSTS, record_key_of(key), key.infra_env_id.clone(), key.host_id.clone()).await?;
-        self.hosts.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.hosts.locked().remove(key);
         {
-            let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+            let mut agents = self.agents.locked();
             let agent = (host.namespace.clone(), host.id.clone());
             if agents.get(&agent) == Some(key) {
                 agents.remove(&agent);
@@ -854,7 +854,7 @@ impl Backend {
         let _turn = self.agent_turn(&host.namespace, &host.id).await;
         let key = host.key();
         let agent = (host.namespace.clone(), host.id.clone());
-        let holder = self.agents.lock().unwrap_or_else(|p| p.into_inner()).get(&agent).cloned();
+        let holder = self.agents.locked().get(&agent).cloned();
         if self.has_host(&key).await || holder.is_some() {
             let existing = holder.unwrap_or(key);
             return Err(ApiError::new(
@@ -869,7 +869,7 @@ impl Backend {
     /// The monitors (spec-controllers.md §1.5): refreshes every host whose state depends on time — pool hosts, hosts
     /// being bound or reclaimed, and hosts of clusters. Returns how many changed.
     pub async fn refresh_all(&self) -> usize {
-        let keys: Vec<HostKey> = self.hosts.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        let keys: Vec<HostKey> = self.hosts.locked().keys().cloned().collect();
         let mut changed = 0;
         for key in keys {
             let before = self.host(&key).await;
@@ -894,7 +894,7 @@ impl Backend {
     // ---- clusters ----
 
     fn cluster_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cluster>> {
-        self.clusters.lock().unwrap_or_else(|p| p.into_inner())
+        self.clusters.locked()
     }
 
     pub async fn cluster(&self, id: &str) -> Option<Cluster> {
@@ -936,9 +936,9 @@ impl Backend {
                 self.db.delete_cluster_record(CLUSTERS, id.to_string()).await?;
                 self.cluster_map().remove(id);
             }
-            if self.credentials.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id) {
+            if self.credentials.locked().contains_key(id) {
                 self.db.delete_record(CREDENTIALS, id.to_string()).await?;
-                self.credentials.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+                self.credentials.locked().remove(id);
             }
         }
         if let Some(logs) = &self.config.host_logs {
@@ -961,13 +961,13 @@ impl Backend {
         }
         let body = serde_json::to_string(&creds).map_err(|e| ApiError::new(500, e.to_string()))?;
         self.db.put_record(CREDENTIALS, cluster_id.to_string(), body).await?;
-        self.credentials.lock().unwrap_or_else(|p| p.into_inner()).insert(cluster_id.to_string(), creds);
+        self.credentials.locked().insert(cluster_id.to_string(), creds);
         Ok(())
     }
 
     /// The admin credentials reported for cluster `cluster_id` so far.
     pub fn credentials(&self, cluster_id: &str) -> ClusterCredentials {
-        self.credentials.lock().unwrap_or_else(|p| p.into_inner()).get(cluster_id).cloned().unwrap_or_default()
+        self.credentials.locked().get(cluster_id).cloned().unwrap_or_default()
     }
 
     /// A page of the recorded events (`pool/events.rs`) that `query` selects.

@@ -23,6 +23,7 @@ pub fn tenant_kubeconfig(cluster: &str, user: &str) -> String {
     )
 }
 
+use crate::keylocks::Locked as _;
 use std::sync::Arc;
 
 /// The product's HTTP server with `handler` on a free loopback port (needs a tokio runtime): the
@@ -46,5 +47,5 @@ fn kubeconfig(cluster: &str, url: &str, token: &str) -> String {
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }

@@ -15,6 +15,7 @@
 //! a namespace of its own ([`RealHub::namespace`]), so tests running at once do not meet.
 //! Without the corpus a test that needs the hub fails saying where it looked: it never skips.
 
+use crate::keylocks::Locked as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -97,7 +98,7 @@ impl RealHub {
     /// 5 s, then the manifests); call it from a blocking context or through [`RealHub::shared`].
     pub fn shared_blocking() -> Arc<RealHub> {
         static HUB: OnceLock<Mutex<Option<Arc<RealHub>>>> = OnceLock::new();
-        let mut held = HUB.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = HUB.get_or_init(Default::default).locked();
         if let Some(hub) = held.as_ref() {
             return hub.clone();
         }

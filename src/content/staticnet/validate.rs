@@ -4,6 +4,7 @@
 //! nobody defined, and copies any string into a keyfile as it is, line breaks included), plus
 //! MACs shared between hosts.
 
+use crate::keylocks::Locked as _;
 use std::collections::{HashMap, HashSet};
 
 use yaml_serde::Value;
@@ -180,11 +181,11 @@ fn yaml_outcome(config: &HostStaticConfig) -> std::sync::Arc<YamlOutcome> {
     // Whether the map is empty changes the outcome (no "missing mapping" problems then).
     h.update([u8::from(config.mac_interface_map.is_empty())]);
     let key: [u8; 32] = h.finalize().into();
-    if let Some(found) = OUTCOMES.lock().unwrap().as_ref().and_then(|m| m.get(&key)) {
+    if let Some(found) = OUTCOMES.locked().as_ref().and_then(|m| m.get(&key)) {
         return found.clone();
     }
     let outcome = std::sync::Arc::new(check_yaml(config, &names.into_iter().collect()));
-    let mut memo = OUTCOMES.lock().unwrap();
+    let mut memo = OUTCOMES.locked();
     let memo = memo.get_or_insert_with(Default::default);
     if memo.len() >= MAX_OUTCOMES {
         memo.clear();
