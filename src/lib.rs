@@ -1,10 +1,12 @@
 //! bootstream: a discovery-image server and late-binding host pool for bare-metal fleets.
 //!
 //! Layers, lowest first; a module uses only the layers below it (checked by `tests/it/layers.rs`):
-//! - [`errors`], [`plan`], [`keylocks`], [`auth`]: the bottom. How errors are shown (each with its
+//! - [`keylocks`]: per-key async locks, and the crate's one policy for poisoned `std::sync` locks
+//!   ([`keylocks::Locked`]), which every layer above follows.
+//! - [`errors`], [`plan`], [`auth`]: the bottom. How errors are shown (each with its
 //!   chain of causes, [`errors::chain`]). A plan is a response or a file as an ordered list
 //!   of byte segments (ranges of immutable base files, small in-memory parts); the formats read and
-//!   write images through plans, so it sits below them. Per-key async locks. The keys that sign agent
+//!   write images through plans, so it sits below them. The keys that sign agent
 //!   tokens and image URLs.
 //! - [`formats`]: byte formats of CoreOS live images (ISO 9660, embed areas, initrds, minimal ISO).
 //! - [`hosts`]: the host record, its state machine as a table, agent steps and validations. Pure.

@@ -606,10 +606,7 @@ impl Backend {
         let slot = Arc::new(tokio::sync::Mutex::new(Some(host.clone())));
         self.hosts.locked().insert(key.clone(), slot);
         if !host.namespace.is_empty() {
-            self.agents
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((host.namespace.clone(), host.id.clone()), key.clone());
+            self.agents.locked().insert((host.namespace.clone(), host.id.clone()), key.clone());
         }
         self.index(&key, None, host.cluster_id.as_deref());
         self.announce(&host, false);
@@ -981,13 +978,8 @@ impl Backend {
     pub async fn cluster_hosts(&self, cluster_id: &str) -> Vec<Host> {
         #[cfg(test)]
         let _turn = gate::enter("backend.cluster_hosts").await;
-        let keys: Vec<HostKey> = self
-            .members
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(cluster_id)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
+        let keys: Vec<HostKey> =
+            self.members.locked().get(cluster_id).map(|s| s.iter().cloned().collect()).unwrap_or_default();
         let mut out = Vec::new();
         for key in keys {
             if let Some(h) = self.host(&key).await

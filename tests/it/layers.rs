@@ -12,21 +12,21 @@ use std::path::Path;
 /// The layers, lowest first. A layer may use those of a lower rank only; layers of one rank are
 /// independent of each other.
 const LAYERS: &[(&str, u32)] = &[
-    ("errors", 0),
-    ("plan", 0),
     ("keylocks", 0),
-    ("auth", 0),
-    ("formats", 1),
-    ("hosts", 1),
-    ("resources", 2),
-    ("content", 3),
-    ("store", 3),
-    ("image", 4),
-    ("http", 5),
-    ("pool", 6),
-    ("controllers", 7),
-    ("api", 8),
-    ("cli", 9),
+    ("errors", 1),
+    ("plan", 1),
+    ("auth", 1),
+    ("formats", 2),
+    ("hosts", 2),
+    ("resources", 3),
+    ("content", 4),
+    ("store", 4),
+    ("image", 5),
+    ("http", 6),
+    ("pool", 7),
+    ("controllers", 8),
+    ("api", 9),
+    ("cli", 10),
 ];
 
 /// Compiled for tests only: nothing in a layer may use it outside test code.
@@ -76,6 +76,45 @@ fn the_check_finds_an_upward_use_a_testkit_use_and_a_cycle() {
 struct Module {
     code: String,
     test_only: bool,
+}
+
+/// The crate's one policy for poisoned `std::sync` locks (`src/keylocks.rs`): production code takes
+/// them through `Locked`/`LockedRw`, never by unwrapping (a panic elsewhere would then fail every later
+/// caller) nor by recovering by hand (the policy in many spellings).
+#[test]
+fn production_code_takes_std_locks_only_through_the_policy() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = lock_policy_breaches(&load(&src));
+    assert!(problems.is_empty(), "locks taken outside keylocks::Locked:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_lock_policy_check_finds_an_unwrap_and_a_hand_recovery() {
+    let module = |code: &str| Module { code: blank_comments_and_literals(code), test_only: false };
+    let modules = BTreeMap::from([
+        ("a".to_string(), module("fn f(m: &Mutex<u8>) { let g = m.lock().unwrap(); }")),
+        ("b".to_string(), module("fn f(m: &RwLock<u8>) { m.write().unwrap_or_else(|p| p.into_inner()); }")),
+        ("c".to_string(), module("fn f(m: &Mutex<u8>) { let g = m.locked(); } // m.lock().unwrap()")),
+    ]);
+    assert_eq!(lock_policy_breaches(&modules), ["a: .lock().unwrap()", "b: p.into_inner()"]);
+}
+
+fn lock_policy_breaches(modules: &BTreeMap<String, Module>) -> Vec<String> {
+    const TAKEN_BY_HAND: [&str; 5] =
+        [".lock().unwrap()", ".read().unwrap()", ".write().unwrap()", "p.into_inner()", "PoisonError::into_inner"];
+    let mut problems = Vec::new();
+    for (path, module) in modules {
+        if module.test_only || path == "keylocks" || path.starts_with("testkit") {
+            continue;
+        }
+        let code: String = module.code.split_whitespace().collect::<Vec<_>>().join("");
+        for pattern in TAKEN_BY_HAND {
+            if code.contains(&pattern.replace(' ', "")) {
+                problems.push(format!("{path}: {pattern}"));
+            }
+        }
+    }
+    problems
 }
 
 fn check(src: &Path) -> Vec<String> {
