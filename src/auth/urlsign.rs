@@ -20,7 +20,6 @@
 //! URLs it signed working until they expire (at most [`TOKEN_LIFETIME`]); after that it can be
 //! dropped from the configuration.
 
-use crate::keylocks::Locked as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,6 +30,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::keylocks::Locked as _;
 
 /// How long a signed URL is valid (assisted-service's ISO token expiry).
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(4 * 3600);

@@ -7,7 +7,6 @@
 //!
 //! Servers hold a socket per client, so they raise the open-files limit and cap connections below it.
 
-use crate::keylocks::Locked as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +15,7 @@ use std::sync::Arc;
 use clap::ValueEnum;
 
 use crate::image::catalog::{Catalog, DigestCache, ImageSource, OsImageSpec};
+use crate::keylocks::Locked as _;
 use crate::resources::Kind;
 
 const DEFAULT_AGENT_IMAGE: &str = "quay.io/edge-infrastructure/assisted-installer-agent:latest";

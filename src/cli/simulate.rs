@@ -7,7 +7,6 @@
 //!
 //! Used by `bootstream simulate` and by the fleet benchmark, which drives bind/unbind through the API.
 
-use crate::keylocks::Locked as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use sha2::Digest;
+
+use crate::keylocks::Locked as _;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SimulateArgs {

@@ -11,7 +11,6 @@
 //! Pieces are `Bytes`: shared, never copied here. A piece is released (its bytes leave the budget)
 //! when the writer drops it, after writing it; on the hyper path that is when hyper has sent it.
 
-use crate::keylocks::Locked as _;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+
+use crate::keylocks::Locked as _;
 
 /// What one queued piece costs at least, whatever its length: the queue's own bookkeeping, so that
 /// a flood of empty pieces is bounded too.

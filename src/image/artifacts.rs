@@ -2,7 +2,6 @@
 //! kernel, rootfs, Ignition, static-network config and iPXE script; and the one verdict on whether
 //! an InfraEnv's image can be made, which the status and every download share.
 
-use crate::keylocks::Locked as _;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,6 +11,7 @@ use super::content::kib;
 use super::{DiscoveryContent, ImageError, Images, StaticNetworkFiles, ipxe_kernel_arguments, render_ipxe_script};
 use crate::formats::liveiso::{Area, LiveIso};
 use crate::image::catalog::BaseImage;
+use crate::keylocks::Locked as _;
 use crate::plan::Representation;
 use crate::plan::{Part, Plan, PlanBuilder, Segment};
 use crate::resources::{ImageType, InfraEnv};

@@ -9,7 +9,6 @@
 //! the one we loaded (device, inode, size, mtime); if not, the image is answered with 503 until restart,
 //! never with bytes we did not validate.
 
-use crate::keylocks::{Locked as _, LockedRw as _};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -23,6 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::errors::chain;
 use crate::formats::liveiso::{LiveIso, LiveIsoError};
+use crate::keylocks::{Locked as _, LockedRw as _};
 use crate::plan::BaseFile;
 use crate::resources::normalize_arch;
 

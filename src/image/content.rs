@@ -3,7 +3,6 @@
 //! (the InfraEnv, its pull secret, the NMStateConfigs it selects, the ironic settings) and shared by
 //! all its artifacts, cached in [`Images`] by content.
 
-use crate::keylocks::Locked as _;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
@@ -13,6 +12,7 @@ use sha2::{Digest, Sha256};
 use super::{CONTENT_BUILDS, ImageError, Images, check_unsupported};
 use crate::content::ironic;
 use crate::formats::kargs::KargOp;
+use crate::keylocks::Locked as _;
 use crate::plan::Part;
 use crate::resources::{
     DOCKER_CONFIG_JSON_KEY, ImageType, InfraEnv, KernelArgumentOperation, NMStateConfig, secret_value,

@@ -7,7 +7,6 @@
 //! Either way the template's karg areas still hold the full ISO's arguments; the image code rewrites
 //! them per request from `kargs_without_liveiso` plus `coreos.live.rootfs_url`.
 
-use crate::keylocks::Locked as _;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -15,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use super::ImageError;
 use crate::formats::liveiso::LiveIso;
 use crate::image::catalog::BaseImage;
+use crate::keylocks::Locked as _;
 use crate::plan::{BaseFile, Plan};
 
 /// Bumped whenever the re-master output changes, so old files in the data directory are not reused.

@@ -1,10 +1,11 @@
 //! Time as the backend sees it. Monitors compare it with host timestamps (3 minutes to disconnect,
 //! 60 minutes to give up a reclaim), so tests inject a clock they can move instead of waiting.
 
-use crate::keylocks::Locked as _;
 use std::sync::Mutex;
 
 use jiff::{SignedDuration, Timestamp};
+
+use crate::keylocks::Locked as _;
 
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Timestamp;

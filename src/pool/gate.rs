@@ -12,7 +12,6 @@
 //! A call nested in another gated call (a backend method calling another) does not stop again: a
 //! participant never parks while it holds a lock of the backend.
 
-use crate::keylocks::Locked as _;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,6 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
+
+use crate::keylocks::Locked as _;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

@@ -17,7 +17,6 @@ pub mod events;
 pub mod gate;
 pub mod logs;
 
-use crate::keylocks::Locked as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -28,6 +27,7 @@ use tokio::sync::broadcast;
 use crate::errors::chain;
 use crate::hosts::machine::{self, Context, Event};
 use crate::hosts::{Host, HostKey, HostKind, HostStatus};
+use crate::keylocks::Locked as _;
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -23,8 +23,9 @@ pub fn tenant_kubeconfig(cluster: &str, user: &str) -> String {
     )
 }
 
-use crate::keylocks::Locked as _;
 use std::sync::Arc;
+
+use crate::keylocks::Locked as _;
 
 /// The product's HTTP server with `handler` on a free loopback port (needs a tokio runtime): the
 /// server's URL, and its task.

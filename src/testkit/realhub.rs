@@ -15,13 +15,14 @@
 //! a namespace of its own ([`RealHub::namespace`]), so tests running at once do not meet.
 //! Without the corpus a test that needs the hub fails saying where it looked: it never skips.
 
-use crate::keylocks::Locked as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Value, json};
+
+use crate::keylocks::Locked as _;
 
 /// How long the hub outlives its last user.
 pub const IDLE_SECS: u32 = 20;

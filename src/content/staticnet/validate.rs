@@ -4,7 +4,6 @@
 //! nobody defined, and copies any string into a keyfile as it is, line breaks included), plus
 //! MACs shared between hosts.
 
-use crate::keylocks::Locked as _;
 use std::collections::{HashMap, HashSet};
 
 use yaml_serde::Value;
@@ -13,6 +12,8 @@ use super::{
     HostStaticConfig, MacInterface, Problem, StaticNetError, YamlProblem, check_generated, generate_from, keyfile,
     parse,
 };
+
+use crate::keylocks::Locked as _;
 
 /// Interface types nmstate 2.2 knows, as written in YAML, plus `802-3-ethernet`, which
 /// assisted-service treats as ethernet (nmstate does the same by accident: it maps every type
