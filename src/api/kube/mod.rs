@@ -1497,7 +1497,7 @@ impl KubeApi {
                 } else if json_patch {
                     patch::json_patch(&mut doc, &patch, max_bytes)?;
                 } else {
-                    patch::merge_patch(&mut doc, &patch);
+                    crate::store::json::merge_patch(&mut doc, &patch);
                 }
                 Ok(doc)
             })
