@@ -5,6 +5,22 @@
 //! Pure functions over `serde_json::Value`. Every fallible function is atomic: on error the
 //! document is left as it was. Error texts follow the wording of the API server (and of the
 //! libraries it uses), so they read naturally inside a `Status` message.
+//!
+//! # Why these are hand-written
+//! Strategic merge patch exists in no Rust crate (it follows the patch strategies of the core
+//! kinds' Go types). JSON patch does: `json_patch::patch`, which kube brings in. It is not used
+//! because it cannot keep what this engine keeps:
+//! - The budget ([`json_patch`]; SECURITY.md, "objects a patch builds past any limit"): a patch
+//!   of a few kilobytes can copy a large subtree thousands of times or insert at the front of a
+//!   long list again and again. Here each operation's growth, copy and shift is checked before the
+//!   value is cloned or moved. The crate takes the whole list and clones a `copy`'s source as it
+//!   applies it, with no hook in between; checking ahead of it, one operation per call, would mean
+//!   resolving every pointer ourselves (the engine again) and losing its undo on error.
+//! - Member order: its `remove` drops an object member with `Map::remove`, which under serde_json's
+//!   `preserve_order` moves the last member into its place, so removing one key would reorder the
+//!   object; here the others stay where they were, as they do through the API server.
+//! - `test` compares numbers by value (`1` equals `1.0`, as the API server decodes both to the same
+//!   number); the crate compares `Value`s, where they differ.
 
 use crate::store::json::remove_members;
 use serde_json::{Map, Value};
