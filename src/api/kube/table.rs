@@ -21,6 +21,9 @@
 //! Serve the result as `Content-Type: application/json`. On a watch, the
 //! first event's Table carries the column definitions and later ones none
 //! ([`strip_headers`]), as kube-apiserver does.
+//!
+//! Hand-written because the printing is the API server's own (its Go printers and apimachinery's
+//! `HumanDuration` rounding) and no crate reproduces it; the calendar under the ages is jiff's.
 
 use serde_json::{Map, Value, json};
 
