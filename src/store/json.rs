@@ -7,23 +7,43 @@ use serde_json::{Map, Value};
 /// Where `kubectl apply` keeps the configuration it applied last.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Applies a JSON merge patch (RFC 7386) to `target`.
+/// Applies a JSON merge patch (RFC 7386): objects merge recursively, `null` removes a member,
+/// anything else (arrays included) replaces the target. Cannot fail. The one implementation in the
+/// crate: the API server's merge patches (`api::kube::patch`), `kubectl apply`'s three-way merge
+/// below and the admission defaults all use it.
+///
+/// Hand-written although `json_patch::merge` (through kube) does the same: that one removes members
+/// with `Map::remove`, which under serde_json's `preserve_order` moves the last member into the
+/// hole, so a patch that deletes a key would reorder the object users read back. Here the members
+/// left keep their order, as they do through the API server.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            let t = target.as_object_mut().expect("made an object");
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let t = target.as_object_mut().expect("made an object");
+    remove_members(t, p.iter().filter(|(_, v)| v.is_null()).map(|(k, _)| k.as_str()));
+    for (k, v) in p {
+        if !v.is_null() {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
         }
-        other => *target = other.clone(),
+    }
+}
+
+/// Removes the members named, keeping the others' order, in one pass over the map (removing them
+/// one by one would shift the members after each: quadratic in a patch of many nulls).
+pub fn remove_members<'k>(target: &mut Map<String, Value>, keys: impl Iterator<Item = &'k str>) {
+    let gone: std::collections::HashSet<&str> = keys.collect();
+    match gone.len() {
+        0 => {}
+        1 => {
+            let key = gone.into_iter().next().expect("one key");
+            target.shift_remove(key);
+        }
+        _ => target.retain(|k, _| !gone.contains(k.as_str())),
     }
 }
 
@@ -104,5 +124,40 @@ mod tests {
             merged,
             json!({"metadata": {"labels": {"mine": "2", "controller": "y"}, "finalizers": ["f"]}, "spec": {"a": 1, "b": 2}})
         );
+    }
+
+    // RFC 7386, appendix A.
+
+    #[test]
+    fn rfc7386_appendix_a() {
+        let cases = [
+            (json!({"a": "b"}), json!({"a": "c"}), json!({"a": "c"})),
+            (json!({"a": "b"}), json!({"b": "c"}), json!({"a": "b", "b": "c"})),
+            (json!({"a": "b"}), json!({"a": null}), json!({})),
+            (json!({"a": "b", "b": "c"}), json!({"a": null}), json!({"b": "c"})),
+            (json!({"a": ["b"]}), json!({"a": "c"}), json!({"a": "c"})),
+            (json!({"a": "c"}), json!({"a": ["b"]}), json!({"a": ["b"]})),
+            (json!({"a": {"b": "c"}}), json!({"a": {"b": "d", "c": null}}), json!({"a": {"b": "d"}})),
+            (json!({"a": [{"b": "c"}]}), json!({"a": [1]}), json!({"a": [1]})),
+            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
+            (json!({"a": "b"}), json!(["c"]), json!(["c"])),
+            (json!({"a": "foo"}), json!(null), json!(null)),
+            (json!({"a": "foo"}), json!("bar"), json!("bar")),
+            (json!({"e": null}), json!({"a": 1}), json!({"e": null, "a": 1})),
+            (json!([1, 2]), json!({"a": "b", "c": null}), json!({"a": "b"})),
+            (json!({}), json!({"a": {"bb": {"ccc": null}}}), json!({"a": {"bb": {}}})),
+        ];
+        for (target, patch, want) in cases {
+            let mut t = target.clone();
+            merge_patch(&mut t, &patch);
+            assert_eq!(t, want, "{target} + {patch}");
+        }
+    }
+
+    #[test]
+    fn merge_patch_keeps_key_order() {
+        let mut t = json!({"a": 1, "b": 2, "c": 3});
+        merge_patch(&mut t, &json!({"a": null, "d": 4}));
+        assert_eq!(serde_json::to_string(&t).unwrap(), r#"{"b":2,"c":3,"d":4}"#);
     }
 }

@@ -14,6 +14,10 @@
 //! keys, like labels) or atomic. [`BuiltinSchema`] knows ObjectMeta and the core kinds served;
 //! a custom schema (e.g. from a CRD's `x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
 //! `x-kubernetes-map-type`, `additionalProperties`) answers first and falls back to it.
+//!
+//! Hand-written because no Rust crate does the server's side of apply: kube-rs sends apply patches
+//! and leaves the merge, the field sets and the conflicts to the API server, whose implementation
+//! (structured-merge-diff) is Go only.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

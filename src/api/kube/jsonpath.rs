@@ -10,6 +10,11 @@
 //!   `true`/`false`, or another `@` path.
 //!
 //! The expression may be wrapped in `{…}` or not.
+//!
+//! Hand-written because the JSONPath crate in the dependency tree (`jsonpath-rust`, through kube)
+//! implements RFC 9535, which is another dialect: paths start at `$`, a dot inside a key cannot be
+//! escaped with `\.`, and there is no `{…}` wrapping. Printer columns and kubectl's `-o jsonpath`
+//! are written in client-go's dialect, so CRDs' columns would not parse or would select otherwise.
 
 use std::cmp::Ordering;
 use std::fmt;

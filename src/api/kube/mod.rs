@@ -17,8 +17,8 @@
 //!   server checks them ([`crate::resources::crds::schema_errors`]), then by the same admission
 //!   rules a hub's webhook applies ([`crate::resources::validate_document`] and friends); other kinds
 //!   only structurally.
-//! - More kinds for a test harness that plays another cluster ([`KubeApi::with_collections`]):
-//!   served like the others, validated only structurally.
+//! - More kinds for a test harness that plays another cluster (`KubeApi::with_collections`, built
+//!   with the `testkit` feature only): served like the others, validated only structurally.
 //!
 //! # What it does not
 //! - Authorization beyond the server's one bearer token (there is one user: the admin); no
@@ -124,7 +124,9 @@ pub struct Creating {
 }
 
 /// What test harnesses may add to the API (request logs, injected failures, authorization by
-/// service-account token): asked first, for every request.
+/// service-account token): asked first, for every request. Test builds only (`testkit`): asking
+/// costs a read lock and a copy of the request's head, which the product never needs.
+#[cfg(any(test, feature = "testkit"))]
 pub trait Interceptor: Send + Sync + 'static {
     /// None lets the request through; a response answers it instead.
     fn intercept(
@@ -441,9 +443,11 @@ pub struct KubeApi {
     openapi_v2: std::sync::OnceLock<Bytes>,
     watches: Arc<Watches>,
     hooks: Arc<dyn Hooks>,
+    #[cfg(any(test, feature = "testkit"))]
     interceptor: std::sync::RwLock<Option<Arc<dyn Interceptor>>>,
     /// Serve as a hub whose CRDs are newer than ours (a test option): fields our schemas lack are
     /// kept, and the rest is validated without them.
+    #[cfg(any(test, feature = "testkit"))]
     keep_unknown_fields: std::sync::atomic::AtomicBool,
     limits: limits::Limits,
     /// The OpenAPI v3 index, made when first asked for (it depends only on what is served).
@@ -456,7 +460,7 @@ const MAX_PAGE: usize = 10_000;
 impl KubeApi {
     /// Serves `store` (needs a tokio runtime: watches follow the store's changes from now on).
     pub fn new(store: SqliteStore, hooks: Arc<dyn Hooks>) -> Arc<KubeApi> {
-        Self::with_collections(store, hooks, Vec::new())
+        Self::build(store, hooks, Vec::new(), limits::Limits::default())
     }
 
     /// [`KubeApi::new`] under other [`limits::Limits`] than the defaults.
@@ -470,6 +474,7 @@ impl KubeApi {
     ///
     /// # Panics
     /// If one of them is already served.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn with_collections(store: SqliteStore, hooks: Arc<dyn Hooks>, extra: Vec<Collection>) -> Arc<KubeApi> {
         Self::build(store, hooks, extra, limits::Limits::default())
     }
@@ -500,21 +505,52 @@ impl KubeApi {
             openapi_v2: Default::default(),
             watches,
             hooks,
+            #[cfg(any(test, feature = "testkit"))]
             interceptor: Default::default(),
+            #[cfg(any(test, feature = "testkit"))]
             keep_unknown_fields: Default::default(),
             limits,
             openapi_v3_index: Default::default(),
         })
     }
 
-    /// See [`KubeApi::keep_unknown_fields`] (the field).
+    /// Serves as a hub whose CRDs are newer than ours (a test option): fields our schemas lack are
+    /// kept, and the rest is validated without them.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn keep_unknown_fields(&self, keep: bool) {
         self.keep_unknown_fields.store(keep, std::sync::atomic::Ordering::Relaxed);
     }
 
+    #[cfg(any(test, feature = "testkit"))]
+    fn keeps_unknown_fields(&self) -> bool {
+        self.keep_unknown_fields.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The product never keeps them: its CRDs are the ones it serves.
+    #[cfg(not(any(test, feature = "testkit")))]
+    fn keeps_unknown_fields(&self) -> bool {
+        false
+    }
+
     /// Puts a test harness's interceptor in front of every request.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn set_interceptor(&self, interceptor: Arc<dyn Interceptor>) {
         *self.interceptor.write().unwrap_or_else(|p| p.into_inner()) = Some(interceptor);
+    }
+
+    /// What the test harness's interceptor answers instead of the API, if one is set; the head is
+    /// copied only then.
+    #[cfg(any(test, feature = "testkit"))]
+    fn intercept(&self, req: &Request<Bytes>, verb: Verb, collection: Option<&Collection>) -> Option<Response<Body>> {
+        let interceptor = self.interceptor.read().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let (head, _) = clone_head(req);
+        interceptor.intercept(&head, verb, collection)
+    }
+
+    /// The product has no interceptor: no lock, no copy of the head.
+    #[cfg(not(any(test, feature = "testkit")))]
+    fn intercept(&self, _: &Request<Bytes>, _: Verb, _: Option<&Collection>) -> Option<Response<Body>> {
+        None
     }
 
     pub fn store(&self) -> &SqliteStore {
@@ -565,20 +601,14 @@ impl KubeApi {
     pub async fn handle(&self, req: &Request<Bytes>) -> Response<Body> {
         let path = req.uri().path();
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let interceptor = self.interceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let (head, _) = clone_head(req);
         if let Some(doc) = self.document(path, req.headers()) {
-            if let Some(i) = &interceptor
-                && let Some(r) = i.intercept(&head, Verb::Discover, None)
-            {
+            if let Some(r) = self.intercept(req, Verb::Discover, None) {
                 return r;
             }
             return doc;
         }
         let Some(t) = self.target(&segs) else {
-            if let Some(i) = &interceptor
-                && let Some(r) = i.intercept(&head, Verb::Other, None)
-            {
+            if let Some(r) = self.intercept(req, Verb::Other, None) {
                 return r;
             }
             return status_error(
@@ -589,9 +619,7 @@ impl KubeApi {
         };
         let q = query(req.uri());
         let verb = verb_of(req.method(), &t, &q);
-        if let Some(i) = &interceptor
-            && let Some(r) = i.intercept(&head, verb, Some(t.collection))
-        {
+        if let Some(r) = self.intercept(req, verb, Some(t.collection)) {
             return r;
         }
         // kubectl's generators (`create namespace`, `create secret`) send protobuf: read as the
@@ -1045,7 +1073,7 @@ impl KubeApi {
         if live.is_none() {
             self.check_names(c, &doc)?;
         }
-        if self.keep_unknown_fields.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.keeps_unknown_fields() {
             let mut ctx = WriteContext {
                 manager: String::new(),
                 dry_run: ctx.dry_run,
@@ -1469,7 +1497,7 @@ impl KubeApi {
                 } else if json_patch {
                     patch::json_patch(&mut doc, &patch, max_bytes)?;
                 } else {
-                    patch::merge_patch(&mut doc, &patch);
+                    crate::store::json::merge_patch(&mut doc, &patch);
                 }
                 Ok(doc)
             })
@@ -1679,6 +1707,7 @@ impl KubeApi {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 fn clone_head(req: &Request<Bytes>) -> (http::request::Parts, ()) {
     let mut b = Request::builder().method(req.method().clone()).uri(req.uri().clone()).version(req.version());
     if let Some(h) = b.headers_mut() {

@@ -1,10 +1,28 @@
-//! The three patch formats of the Kubernetes API: JSON patch (RFC 6902), JSON merge patch
-//! (RFC 7386) and strategic merge patch.
+//! The patch formats of the Kubernetes API besides server-side apply: JSON patch (RFC 6902) and
+//! strategic merge patch. JSON merge patch (RFC 7386) is the store's
+//! ([`crate::store::json::merge_patch`]), one function for the API and the store.
 //!
 //! Pure functions over `serde_json::Value`. Every fallible function is atomic: on error the
 //! document is left as it was. Error texts follow the wording of the API server (and of the
 //! libraries it uses), so they read naturally inside a `Status` message.
+//!
+//! # Why these are hand-written
+//! Strategic merge patch exists in no Rust crate (it follows the patch strategies of the core
+//! kinds' Go types). JSON patch does: `json_patch::patch`, which kube brings in. It is not used
+//! because it cannot keep what this engine keeps:
+//! - The budget ([`json_patch`]; SECURITY.md, "objects a patch builds past any limit"): a patch
+//!   of a few kilobytes can copy a large subtree thousands of times or insert at the front of a
+//!   long list again and again. Here each operation's growth, copy and shift is checked before the
+//!   value is cloned or moved. The crate takes the whole list and clones a `copy`'s source as it
+//!   applies it, with no hook in between; checking ahead of it, one operation per call, would mean
+//!   resolving every pointer ourselves (the engine again) and losing its undo on error.
+//! - Member order: its `remove` drops an object member with `Map::remove`, which under serde_json's
+//!   `preserve_order` moves the last member into its place, so removing one key would reorder the
+//!   object; here the others stay where they were, as they do through the API server.
+//! - `test` compares numbers by value (`1` equals `1.0`, as the API server decodes both to the same
+//!   number); the crate compares `Value`s, where they differ.
 
+use crate::store::json::remove_members;
 use serde_json::{Map, Value};
 
 /// The most operations a JSON patch may hold (the API server's limit).
@@ -555,43 +573,6 @@ fn op_replace(doc: &mut Value, path: &str, v: Value, size: usize, budget: &mut B
     budget.grow(size, old)?;
     *slot = v;
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON merge patch (RFC 7386)
-// ---------------------------------------------------------------------------------------------
-
-/// Applies a JSON merge patch (RFC 7386): objects merge recursively, `null` removes a member,
-/// anything else (arrays included) replaces the target. Cannot fail.
-pub fn merge_patch(doc: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *doc = patch.clone();
-        return;
-    };
-    if !doc.is_object() {
-        *doc = Value::Object(Map::new());
-    }
-    let target = doc.as_object_mut().expect("made an object");
-    remove_members(target, p.iter().filter(|(_, v)| v.is_null()).map(|(k, _)| k.as_str()));
-    for (k, v) in p {
-        if !v.is_null() {
-            merge_patch(target.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
-}
-
-/// Removes the members named, keeping the others' order, in one pass over the map (removing them
-/// one by one would shift the members after each: quadratic in a patch of many nulls).
-fn remove_members<'k>(target: &mut Map<String, Value>, keys: impl Iterator<Item = &'k str>) {
-    let gone: std::collections::HashSet<&str> = keys.collect();
-    match gone.len() {
-        0 => {}
-        1 => {
-            let key = gone.into_iter().next().expect("one key");
-            target.shift_remove(key);
-        }
-        _ => target.retain(|k, _| !gone.contains(k.as_str())),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1304,41 +1285,6 @@ mod tests {
         ]);
         json_patch(&mut d, &ops, 1 << 20).unwrap();
         assert_eq!(d["metadata"]["managedFields"][0]["manager"], "kubectl");
-    }
-
-    // RFC 7386, appendix A.
-
-    #[test]
-    fn rfc7386_examples() {
-        let cases = [
-            (json!({"a": "b"}), json!({"a": "c"}), json!({"a": "c"})),
-            (json!({"a": "b"}), json!({"b": "c"}), json!({"a": "b", "b": "c"})),
-            (json!({"a": "b"}), json!({"a": null}), json!({})),
-            (json!({"a": "b", "b": "c"}), json!({"a": null}), json!({"b": "c"})),
-            (json!({"a": ["b"]}), json!({"a": "c"}), json!({"a": "c"})),
-            (json!({"a": "c"}), json!({"a": ["b"]}), json!({"a": ["b"]})),
-            (json!({"a": {"b": "c"}}), json!({"a": {"b": "d", "c": null}}), json!({"a": {"b": "d"}})),
-            (json!({"a": [{"b": "c"}]}), json!({"a": [1]}), json!({"a": [1]})),
-            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
-            (json!({"a": "b"}), json!(["c"]), json!(["c"])),
-            (json!({"a": "foo"}), json!(null), json!(null)),
-            (json!({"a": "foo"}), json!("bar"), json!("bar")),
-            (json!({"e": null}), json!({"a": 1}), json!({"e": null, "a": 1})),
-            (json!([1, 2]), json!({"a": "b", "c": null}), json!({"a": "b"})),
-            (json!({}), json!({"a": {"bb": {"ccc": null}}}), json!({"a": {"bb": {}}})),
-        ];
-        for (target, patch, want) in cases {
-            let mut t = target.clone();
-            merge_patch(&mut t, &patch);
-            assert_eq!(t, want, "{target} + {patch}");
-        }
-    }
-
-    #[test]
-    fn merge_patch_keeps_key_order() {
-        let mut t = json!({"a": 1, "b": 2, "c": 3});
-        merge_patch(&mut t, &json!({"a": null, "d": 4}));
-        assert_eq!(serde_json::to_string(&t).unwrap(), r#"{"b":2,"c":3,"d":4}"#);
     }
 
     // Strategic merge patch.

@@ -468,20 +468,13 @@ fn rfc3339(seconds: i64) -> Result<String> {
     if !(MIN..=MAX).contains(&seconds) {
         return Err(ProtobufError::TimestampOutOfRange { seconds });
     }
-    let days = seconds.div_euclid(86_400);
-    let secs = seconds.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (proleptic Gregorian), by
-    // counting in 400-year eras that start on 0000-03-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    Ok(format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3_600, secs % 3_600 / 60, secs % 60))
+    // jiff's civil time rather than its `Timestamp`, whose range stops a day short of 9999-12-31
+    // (it leaves room for offsets); the range check above keeps the years at four digits.
+    let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+    let t = epoch
+        .checked_add(jiff::SignedDuration::from_secs(seconds))
+        .map_err(|_| ProtobufError::TimestampOutOfRange { seconds })?;
+    Ok(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 /// meta.v1.ObjectMeta, merged into `out`.

@@ -21,6 +21,9 @@
 //! Serve the result as `Content-Type: application/json`. On a watch, the
 //! first event's Table carries the column definitions and later ones none
 //! ([`strip_headers`]), as kube-apiserver does.
+//!
+//! Hand-written because the printing is the API server's own (its Go printers and apimachinery's
+//! `HumanDuration` rounding) and no crate reproduces it; the calendar under the ages is jiff's.
 
 use serde_json::{Map, Value, json};
 
@@ -168,11 +171,13 @@ pub fn parse_rfc3339(s: &str) -> Option<i128> {
         }
         t.parse().ok()
     };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59 {
-        return None;
-    }
+    // The shape (fixed positions, digits only) is checked here because jiff's own parser also
+    // takes ISO 8601's and RFC 9557's forms (a space for the `T`, no seconds, bracketed zones),
+    // which the API server refuses; the calendar (month lengths, leap years) is jiff's.
+    let field = |r: std::ops::Range<usize>| num(r).and_then(|n| i8::try_from(n).ok());
+    let year = num(0..4).and_then(|n| i16::try_from(n).ok())?;
+    let (mo, d, h, mi, sec) = (field(5..7)?, field(8..10)?, field(11..13)?, field(14..16)?, field(17..19)?);
+    let civil = jiff::civil::DateTime::new(year, mo, d, h, mi, sec, 0).ok()?;
     let mut i = 19;
     let mut nanos: i128 = 0;
     if b.get(i) == Some(&b'.') || b.get(i) == Some(&b',') {
@@ -200,29 +205,8 @@ pub fn parse_rfc3339(s: &str) -> Option<i128> {
         }
         _ => return None,
     };
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86400 + h * 3600 + mi * 60 + sec - offset;
+    let secs = civil.duration_since(jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0)).as_secs() - offset;
     Some(secs as i128 * 1_000_000_000 + nanos)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
 }
 
 /// apimachinery's `duration.HumanDuration` of a duration in nanoseconds:
