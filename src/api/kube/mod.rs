@@ -82,6 +82,8 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::http::Body;
+#[cfg(any(test, feature = "testkit"))]
+use crate::keylocks::LockedRw as _;
 use crate::resources::Kind;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Deletion, StoreError};
@@ -535,14 +537,14 @@ impl KubeApi {
     /// Puts a test harness's interceptor in front of every request.
     #[cfg(any(test, feature = "testkit"))]
     pub fn set_interceptor(&self, interceptor: Arc<dyn Interceptor>) {
-        *self.interceptor.write().unwrap_or_else(|p| p.into_inner()) = Some(interceptor);
+        *self.interceptor.write_locked() = Some(interceptor);
     }
 
     /// What the test harness's interceptor answers instead of the API, if one is set; the head is
     /// copied only then.
     #[cfg(any(test, feature = "testkit"))]
     fn intercept(&self, req: &Request<Bytes>, verb: Verb, collection: Option<&Collection>) -> Option<Response<Body>> {
-        let interceptor = self.interceptor.read().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let interceptor = self.interceptor.read_locked().clone()?;
         let (head, _) = clone_head(req);
         interceptor.intercept(&head, verb, collection)
     }

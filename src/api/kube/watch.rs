@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::http::feed::{self, Feed, FeedSender, SendError};
+use crate::keylocks::Locked as _;
 
 use crate::store::sqlite::SqliteStore;
 
@@ -91,7 +92,7 @@ pub struct Watches {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }
 
 fn rv_of(text: &[u8]) -> i64 {
