@@ -86,7 +86,17 @@ fn sample_image_serves_the_late_binding_example() {
     )));
     assert_eq!(lines[3], "boot");
 
-    // Applying the same files again changes nothing.
+    // Applying the same files again changes nothing, once the controller has labelled the pull secret it
+    // follows (a label write it left to a later reconcile, after a conflict, would otherwise land between).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let secret = server.get_json("secret", "spoke-cluster", "pull-secret");
+        if secret["metadata"]["labels"]["agent-install.openshift.io/watch"] == "true" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the pull secret was never labelled: {secret:#}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert_eq!(server.apply_ok(&example("pullsecret.yaml")).trim(), "secret/pull-secret unchanged");
 }
 
