@@ -244,9 +244,10 @@ mod tests {
     use crate::store::Deletion;
     use crate::store::sqlite::SqliteStore;
 
-    /// A store that counts the objects it hands out (decoded, or lent to a `list_map` closure).
+    /// A store that counts the objects it hands out (decoded, or lent to a `list_map` closure), and
+    /// fails as many reference lookups as its third field says.
     #[derive(Clone)]
-    struct Counting<S>(S, Arc<AtomicUsize>);
+    struct Counting<S>(S, Arc<AtomicUsize>, Arc<AtomicUsize>);
 
     impl<S> Counting<S> {
         fn read(&self, n: usize) {
@@ -280,6 +281,9 @@ mod tests {
             relation: Ref,
             value: &str,
         ) -> Result<Vec<K>, StoreError> {
+            if self.2.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+                return Err(StoreError::Backend("the index is out to lunch".into()));
+            }
             let got = self.0.list_referencing::<K>(namespace, relation, value).await?;
             self.read(got.len());
             Ok(got)
@@ -345,7 +349,7 @@ mod tests {
             "spec": {"bootMACAddress": "00:00:00:00:00:01"}}))
         .unwrap();
         store.create(&bmh).await.unwrap();
-        Counting(store, Arc::new(AtomicUsize::new(0)))
+        Counting(store, Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)))
     }
 
     /// Objects read and keys queued to route `ev` through `triggers`.
@@ -390,5 +394,31 @@ mod tests {
             assert_eq!(read_small, read_large, "objects read for {ev:?} grew with the fleet");
             assert!(read_small <= queued + 2, "{ev:?}: {read_small} objects read for {queued} keys");
         }
+    }
+
+    /// A failed lookup is not "no Agents": the trigger is reported failed, and routed again later
+    /// queues what the lookup finds then.
+    #[tokio::test]
+    async fn a_failed_lookup_is_routed_again_until_it_succeeds() {
+        let store = fleet(3).await;
+        store.2.store(2, Ordering::Relaxed);
+        let queues =
+            Queues { agents: Some(Default::default()), clusters: Some(Default::default()), ..Default::default() };
+        let ev = change(Kind::Secret, "ns", "tok0");
+        let failed = route(&store, None, HOST_TRIGGERS, &queues, &ev).await;
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].map, Mapper::Referencing(Ref::AgentTokenSecret));
+        assert_eq!(queues.agents.as_ref().unwrap().pending(), 0);
+        // Fails once more (after 1 s), then finds both Agents (after 2 s more).
+        retry_later(store.clone(), queues.clone(), ev, failed);
+        let agents = queues.agents.clone().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while agents.pending() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut queued = agents.drain();
+        queued.sort();
+        assert_eq!(queued, [("ns".to_string(), "a0".to_string()), ("ns".into(), "a1".into())]);
+        assert_eq!(store.2.load(Ordering::Relaxed), 0);
     }
 }
