@@ -331,7 +331,13 @@ async fn route_host_change<S: Store>(
                 namespaces.insert(change.infra_env_id.clone(), ns.clone());
                 ns
             }
-            _ => return,
+            // The InfraEnv is gone: its records go with it.
+            Ok(None) => return,
+            // Not routed (left to the next change of the host, or the next start); said, not hidden.
+            Err(e) => {
+                tracing::warn!("host {}: reading its InfraEnv {}: {}", change.host_id, change.infra_env_id, chain(&e));
+                return;
+            }
         },
     };
     agents.push((ns, change.host_id.clone()));
