@@ -421,4 +421,45 @@ mod tests {
         assert_eq!(queued, [("ns".to_string(), "a0".to_string()), ("ns".into(), "a1".into())]);
         assert_eq!(store.2.load(Ordering::Relaxed), 0);
     }
+
+    /// The metal3 triggers: an InfraEnv queues its BMHs and PPIs (by their label, in its namespace
+    /// only), a BMH or PPI itself and its namesake.
+    #[tokio::test]
+    async fn an_infraenv_queues_exactly_its_bare_metal_hosts_and_images() {
+        let store = fleet(3).await;
+        for (ns, name, ie) in [("ns", "p0", "ie0"), ("ns", "p1", "ie2"), ("other", "p2", "ie0")] {
+            let ppi: PreprovisioningImage = serde_json::from_value(json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "PreprovisioningImage",
+                "metadata": {"name": name, "namespace": ns, "labels": {INFRAENV_NAME_LABEL: ie}},
+                "spec": {"acceptFormats": ["iso"]}}))
+            .unwrap();
+            store.create(&ppi).await.unwrap();
+        }
+        let queues = Queues { bmhs: Some(Default::default()), ppis: Some(Default::default()), ..Default::default() };
+        let routed = |ev: ChangeEvent| {
+            let (store, queues) = (&store, &queues);
+            async move {
+                assert!(route(store, None, METAL3_TRIGGERS, queues, &ev).await.is_empty());
+                let names = |q: &Option<Arc<WorkQueue>>| {
+                    let mut n: Vec<String> =
+                        q.as_ref().unwrap().drain().into_iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+                    n.sort();
+                    n
+                };
+                (names(&queues.bmhs), names(&queues.ppis))
+            }
+        };
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(routed(change(Kind::InfraEnv, "ns", "ie0")).await, (s(&["ns/b0"]), s(&["ns/p0"])));
+        assert_eq!(routed(change(Kind::InfraEnv, "ns", "ie2")).await, (s(&[]), s(&["ns/p1"])));
+        assert_eq!(routed(change(Kind::InfraEnv, "elsewhere", "ie0")).await, (s(&[]), s(&[])));
+        assert_eq!(routed(change(Kind::BareMetalHost, "ns", "b0")).await, (s(&["ns/b0"]), s(&["ns/b0"])));
+        assert_eq!(routed(change(Kind::PreprovisioningImage, "ns", "p1")).await, (s(&["ns/p1"]), s(&["ns/p1"])));
+        // Without the PPI controller (not the converged flow), nothing is queued for it.
+        let bmhs_only = Queues { bmhs: Some(Default::default()), ..Default::default() };
+        assert!(
+            route(&store, None, METAL3_TRIGGERS, &bmhs_only, &change(Kind::InfraEnv, "ns", "ie0")).await.is_empty()
+        );
+        assert_eq!(bmhs_only.bmhs.unwrap().pending(), 1);
+    }
 }
