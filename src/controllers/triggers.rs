@@ -462,4 +462,35 @@ mod tests {
         );
         assert_eq!(bmhs_only.bmhs.unwrap().pending(), 1);
     }
+
+    /// The InfraEnv controller's routing: a Secret queues the InfraEnvs of its namespace using it as
+    /// pull secret, by the index, and none elsewhere.
+    #[tokio::test]
+    async fn a_pull_secret_queues_exactly_the_infraenvs_using_it() {
+        use crate::resources::InfraEnv;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
+        let config = crate::image::ServiceConfig::new("http://hub.example", dir.path().into());
+        let images =
+            crate::image::Images::new(store.clone(), crate::image::catalog::Catalog::new(vec![]), Arc::new(config));
+        for (ns, name, ps) in [("ns", "i1", "ps"), ("ns", "i2", "ps"), ("ns", "i3", "other"), ("elsewhere", "i4", "ps")]
+        {
+            let mut ie = InfraEnv::new(name, Default::default());
+            ie.metadata.namespace = Some(ns.into());
+            ie.spec.pull_secret_ref.name = ps.into();
+            store.create(&ie).await.unwrap();
+        }
+        let secrets = Kind::Secret.resource();
+        let affected = |ns: &'static str, name: &'static str| {
+            let (images, secrets) = (&images, &secrets);
+            async move {
+                let keys = super::super::infraenvs_affected_by(images, secrets, ns, name).await.unwrap();
+                keys.into_iter().map(|(ns, n)| format!("{ns}/{n}")).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(affected("ns", "ps").await, ["ns/i1", "ns/i2"]);
+        assert_eq!(affected("ns", "other").await, ["ns/i3"]);
+        assert_eq!(affected("elsewhere", "ps").await, ["elsewhere/i4"]);
+        assert!(affected("elsewhere", "other").await.is_empty());
+    }
 }
