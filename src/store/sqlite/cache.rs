@@ -64,11 +64,11 @@ impl Cache {
             .collect()
     }
 
-    /// Takes `key` out of the reference index and, with `entry`, puts what it references now: work
-    /// proportional to the object's references, whatever the number of objects.
-    fn reindex(&mut self, key: &ObjKey, entry: Option<&Cached>) {
-        for (r, v) in self.indexed.remove(key).unwrap_or_default() {
-            let rv = (r, v);
+    /// Takes `key` out of the reference index and puts `refs` (what it references now, from
+    /// [`references_of`]): work proportional to the object's references, whatever the number of
+    /// objects.
+    fn reindex(&mut self, key: &ObjKey, refs: Vec<(Ref, String)>) {
+        for rv in self.indexed.remove(key).unwrap_or_default() {
             if let Some(set) = self.references.get_mut(&rv) {
                 set.remove(&(key.1.clone(), key.2.clone()));
                 if set.is_empty() {
@@ -76,22 +76,24 @@ impl Cache {
                 }
             }
         }
-        let Some(entry) = entry else { return };
-        let Some(kind) = Kind::from_resource(&key.0).filter(|k| references::relations(*k).next().is_some()) else {
-            return;
-        };
-        let Ok(value) = entry.value() else { return };
-        let values = references::values(kind, &value);
-        for rv in &values {
+        for rv in &refs {
             self.references.entry(rv.clone()).or_default().insert((key.1.clone(), key.2.clone()));
         }
-        if !values.is_empty() {
-            self.indexed.insert(key.clone(), values);
+        if !refs.is_empty() {
+            self.indexed.insert(key.clone(), refs);
         }
     }
 
+    /// [`Cache::put_indexed`] with the references read from `entry` here.
     pub(super) fn put(&mut self, key: ObjKey, entry: Option<Arc<Cached>>) {
-        self.reindex(&key, entry.as_deref());
+        let refs = references_of(&key, entry.as_deref());
+        self.put_indexed(key, entry, refs)
+    }
+
+    /// Puts (None: removes) the object `key`, which references `refs` ([`references_of`], read
+    /// before the cache is locked: the writer holds the lock while it publishes a group).
+    pub(super) fn put_indexed(&mut self, key: ObjKey, entry: Option<Arc<Cached>>, refs: Vec<(Ref, String)>) {
+        self.reindex(&key, refs);
         let old = match entry {
             Some(c) => {
                 self.by_uid.insert(c.uid.clone(), key.clone());
@@ -102,6 +104,19 @@ impl Cache {
         if let Some(old) = old {
             self.by_uid.remove(&old.uid);
         }
+    }
+}
+
+/// The (relation, value) pairs the object `key` holds ([`references`]); none for a removal or a kind
+/// without references.
+pub(super) fn references_of(key: &ObjKey, entry: Option<&Cached>) -> Vec<(Ref, String)> {
+    let Some(entry) = entry else { return Vec::new() };
+    let Some(kind) = Kind::from_resource(&key.0).filter(|k| references::relations(*k).next().is_some()) else {
+        return Vec::new();
+    };
+    match entry.value() {
+        Ok(value) => references::values(kind, &value),
+        Err(_) => Vec::new(),
     }
 }
 
