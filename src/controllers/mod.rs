@@ -1,6 +1,7 @@
 //! Controllers: reconcile functions over the [`Store`](crate::store::Store), run by the [`runtime`] on
 //! changes: each controller's work queue is fed here, from the store's change feed, the catalog and the
-//! host records, by mapping each change to the keys it concerns.
+//! host records, by mapping each change to the keys it concerns; what each controller watches in the
+//! store, and how a change maps to its keys, is declared in `triggers.rs`.
 //!
 //! The runtime and the rules the controllers keep (binding, unbinding, deletion, reclaim): docs/design.md §5 and
 //! §7.4.
