@@ -21,6 +21,7 @@ use crate::resources::agent::Agent;
 use crate::resources::hive::{
     AgentClusterInstall, ClusterDeployment, ClusterImageSet, ClusterMetadata, ValidationResult,
 };
+use crate::resources::references::Ref;
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, LocalObjectReference, Time, set_condition};
 use crate::store::{Store, StoreError};
 
@@ -586,7 +587,7 @@ struct Observed {
 async fn unsynced_agents<S: Store>(ctx: &ClusterContext<S>, aci: &AgentClusterInstall) -> Result<usize, StoreError> {
     let ns = aci.metadata.namespace.clone().unwrap_or_default();
     let cd = aci.spec.cluster_deployment_ref.name.clone();
-    let agents = ctx.store.list_mentioning::<Agent>(None, &format!("\"{cd}\"")).await?;
+    let agents = ctx.store.list_referencing::<Agent>(None, Ref::AgentClusterDeployment, &format!("{ns}/{cd}")).await?;
     Ok(agents
         .iter()
         .filter(|a| a.spec.cluster_deployment_name.as_ref().is_some_and(|r| r.name == cd && r.namespace == ns))
@@ -677,8 +678,9 @@ async fn delete_install<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeploymen
 /// spec-controllers.md §4 `unbindAgents`.
 async fn unbind_agents<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeployment) -> Result<(), StoreError> {
     let (cd_ns, cd_name) = key(&cd.metadata);
-    // Agents naming the ClusterDeployment mention its name; the few that do are checked below.
-    for agent in ctx.store.list_mentioning::<Agent>(None, &format!("\"{cd_name}\"")).await? {
+    // The Agents naming the ClusterDeployment, by the reference index (checked again below).
+    let value = format!("{cd_ns}/{cd_name}");
+    for agent in ctx.store.list_referencing::<Agent>(None, Ref::AgentClusterDeployment, &value).await? {
         let Some(r) = &agent.spec.cluster_deployment_name else { continue };
         if r.namespace != cd_ns || r.name != cd_name {
             continue;

@@ -1,6 +1,7 @@
 //! Controllers: reconcile functions over the [`Store`](crate::store::Store), run by the [`runtime`] on
 //! changes: each controller's work queue is fed here, from the store's change feed, the catalog and the
-//! host records, by mapping each change to the keys it concerns.
+//! host records, by mapping each change to the keys it concerns; what each controller watches in the
+//! store, and how a change maps to its keys, is declared in `triggers.rs`.
 //!
 //! The runtime and the rules the controllers keep (binding, unbinding, deletion, reclaim): docs/design.md §5 and
 //! §7.4.
@@ -17,6 +18,7 @@ pub mod runtime;
 pub mod spoke;
 #[cfg(test)]
 mod tests;
+pub(crate) mod triggers;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use tokio::sync::broadcast;
 use crate::errors::chain;
 use crate::image::Images;
 use crate::pool::Backend;
+use crate::resources::references::Ref;
 use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
 use metal3::{bmac, ppi};
@@ -70,8 +73,14 @@ pub async fn run_infraenv_controller_with<S: Store>(
                     }
                     ev = events.recv() => match ev {
                         Ok(ChangeEvent { resource, namespace, name, .. }) => {
-                            for key in infraenvs_affected_by(&images, &resource, &namespace, &name).await {
-                                queue.push(key);
+                            match infraenvs_affected_by(&images, &resource, &namespace, &name).await {
+                                Ok(keys) => keys.into_iter().for_each(|k| queue.push(k)),
+                                Err(e) => {
+                                    // Not "no InfraEnvs": routed again later (the event, as the
+                                    // other controllers' triggers do; see `triggers`).
+                                    tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e));
+                                    retry_infraenv_event(images.clone(), queue.clone(), resource, namespace, name);
+                                }
                             }
                         }
                         Err(broadcast::error::RecvError::Lagged(missed)) => {
@@ -98,29 +107,46 @@ pub async fn run_infraenv_controller_with<S: Store>(
 const INFRAENV_WORKERS: usize = 4;
 
 async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
-    match images.store.list::<InfraEnv>(None).await {
-        Ok(all) => {
-            for ie in all {
-                queue.push((ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default()));
+    enqueue_every::<S, InfraEnv>(&images.store, queue).await
+}
+
+/// [`infraenvs_affected_by`] again after a delay (doubling up to a minute) until it succeeds.
+fn retry_infraenv_event<S: Store>(
+    images: Arc<Images<S>>,
+    queue: Arc<WorkQueue>,
+    resource: String,
+    namespace: String,
+    name: String,
+) {
+    tokio::spawn(async move {
+        let mut delay = Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(60));
+            match infraenvs_affected_by(&images, &resource, &namespace, &name).await {
+                Ok(keys) => return keys.into_iter().for_each(|k| queue.push(k)),
+                Err(e) => {
+                    tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e))
+                }
             }
         }
-        Err(e) => tracing::warn!("listing InfraEnvs: {}", chain(&e)),
-    }
+    });
 }
 
 /// The InfraEnvs whose image a change to `resource` `namespace/name` may change: the InfraEnv itself,
 /// those using a Secret as pull secret, those with the ironic agent when the image-customization secret
 /// changes, and for an NMStateConfig those of its namespace whose selector matches it now or whose
-/// image was built with it (a relabelled or deleted config leaves those).
+/// image was built with it (a relabelled or deleted config leaves those). A failed lookup is an
+/// error, never "none".
 pub async fn infraenvs_affected_by<S: Store>(
     images: &Images<S>,
     resource: &str,
     namespace: &str,
     name: &str,
-) -> Vec<Key> {
+) -> Result<Vec<Key>, crate::store::StoreError> {
     let store = &images.store;
     if resource == resource_name::<InfraEnv>() {
-        return vec![(namespace.to_string(), name.to_string())];
+        return Ok(vec![(namespace.to_string(), name.to_string())]);
     }
     let key = |ie: InfraEnv| (ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default());
     let mut keys = Vec::new();
@@ -128,9 +154,11 @@ pub async fn infraenvs_affected_by<S: Store>(
         && namespace == crate::content::ironic::ICC_SECRET_NAMESPACE
         && name == crate::content::ironic::ICC_SECRET_NAME
     {
-        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace.
-        let all = store.list::<InfraEnv>(None).await.unwrap_or_default();
-        keys.extend(all.into_iter().filter(crate::content::ironic::enabled).map(key));
+        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace
+        // (one Secret of the whole hub: looking at every InfraEnv is what it concerns).
+        let enabled =
+            store.list_map(None, |ie: &InfraEnv| crate::content::ironic::enabled(ie).then(|| key_of(&ie.metadata)));
+        keys.extend(enabled.await?.into_iter().flatten());
     }
     if resource == resource_name::<NMStateConfig>() {
         // Not every selecting InfraEnv of the namespace: adding a cluster's hosts to a namespace of
@@ -162,19 +190,15 @@ pub async fn infraenvs_affected_by<S: Store>(
                 (built || concerned(ie)).then(|| key_of(&ie.metadata))
             })
             .await;
-        match affected {
-            Ok(affected) => keys.extend(affected.into_iter().flatten()),
-            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {}", chain(&e)),
-        }
+        keys.extend(affected?.into_iter().flatten());
     } else if resource == resource_name::<Secret>() {
-        match store.list::<InfraEnv>(Some(namespace)).await {
-            Ok(list) => keys.extend(list.into_iter().filter(|ie| ie.spec.pull_secret_ref.name == name).map(key)),
-            Err(e) => tracing::warn!("listing InfraEnvs of {namespace}: {}", chain(&e)),
-        }
+        // The InfraEnvs using it as pull secret, by the reference index.
+        let using = store.list_referencing::<InfraEnv>(Some(namespace), Ref::InfraEnvPullSecret, name).await?;
+        keys.extend(using.into_iter().map(key));
     }
     keys.sort();
     keys.dedup();
-    keys
+    Ok(keys)
 }
 
 /// Everything the agent and cluster controllers work with.
@@ -216,29 +240,33 @@ pub async fn run_host_controllers<S: Store>(
     let backend = hub.agents.backend.clone();
 
     // Everything once at start: the state may have changed while we were not running.
-    for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
-        agent_queue.push(key_of(&a.metadata));
-    }
-    for cd in store.list::<crate::resources::ClusterDeployment>(None).await.unwrap_or_default() {
-        cluster_queue.push(key_of(&cd.metadata));
-    }
+    enqueue_every::<S, crate::resources::Agent>(&store, &agent_queue).await;
+    enqueue_every::<S, crate::resources::ClusterDeployment>(&store, &cluster_queue).await;
 
     let store_feeder = {
-        let (store, hub, aq, cq) = (store.clone(), hub.clone(), agent_queue.clone(), cluster_queue.clone());
+        let (store, hub) = (store.clone(), hub.clone());
+        let queues = triggers::Queues {
+            agents: Some(agent_queue.clone()),
+            clusters: Some(cluster_queue.clone()),
+            ..Default::default()
+        };
         let metrics = metrics.clone();
         let mut events = store.subscribe();
         async move {
             loop {
                 match events.recv().await {
-                    Ok(ev) => route_store_event(&store, &hub.agents.own_writes, &aq, &cq, ev).await,
+                    Ok(ev) => {
+                        let failed = route_store_event(&store, &hub.agents.own_writes, &queues, &ev).await;
+                        triggers::retry_later(store.clone(), queues.clone(), ev, failed);
+                    }
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         metrics.fell_behind("store changes", missed);
-                        for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
-                            aq.push(key_of(&a.metadata));
-                        }
-                        for cd in store.list::<crate::resources::ClusterDeployment>(None).await.unwrap_or_default() {
-                            cq.push(key_of(&cd.metadata));
-                        }
+                        enqueue_every::<S, crate::resources::Agent>(&store, queues.agents.as_ref().unwrap()).await;
+                        enqueue_every::<S, crate::resources::ClusterDeployment>(
+                            &store,
+                            queues.clusters.as_ref().unwrap(),
+                        )
+                        .await;
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
@@ -256,12 +284,8 @@ pub async fn run_host_controllers<S: Store>(
                     Ok(c) => c,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         metrics.fell_behind("host changes", missed);
-                        for a in store.list::<crate::resources::Agent>(None).await.unwrap_or_default() {
-                            aq.push(key_of(&a.metadata));
-                        }
-                        for cd in store.list::<crate::resources::ClusterDeployment>(None).await.unwrap_or_default() {
-                            cq.push(key_of(&cd.metadata));
-                        }
+                        enqueue_every::<S, crate::resources::Agent>(&store, &aq).await;
+                        enqueue_every::<S, crate::resources::ClusterDeployment>(&store, &cq).await;
                         continue;
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
@@ -308,7 +332,13 @@ async fn route_host_change<S: Store>(
                 namespaces.insert(change.infra_env_id.clone(), ns.clone());
                 ns
             }
-            _ => return,
+            // The InfraEnv is gone: its records go with it.
+            Ok(None) => return,
+            // Not routed (left to the next change of the host, or the next start); said, not hidden.
+            Err(e) => {
+                tracing::warn!("host {}: reading its InfraEnv {}: {}", change.host_id, change.infra_env_id, chain(&e));
+                return;
+            }
         },
     };
     agents.push((ns, change.host_id.clone()));
@@ -331,31 +361,35 @@ pub async fn run_metal3_controllers<S: Store>(
     let ppi_queue = Arc::new(WorkQueue::default());
     let converged = bmac.converged;
     let store = bmac.store.clone();
+    let queues = triggers::Queues {
+        bmhs: Some(bmh_queue.clone()),
+        ppis: converged.then(|| ppi_queue.clone()),
+        ..Default::default()
+    };
     let enqueue_all = {
         let (store, bq, pq) = (store.clone(), bmh_queue.clone(), ppi_queue.clone());
         move || {
             let (store, bq, pq) = (store.clone(), bq.clone(), pq.clone());
             async move {
-                for b in store.list::<BareMetalHost>(None).await.unwrap_or_default() {
-                    bq.push(key_of(&b.metadata));
-                }
+                enqueue_every::<S, BareMetalHost>(&store, &bq).await;
                 if converged {
-                    for p in store.list::<PreprovisioningImage>(None).await.unwrap_or_default() {
-                        pq.push(key_of(&p.metadata));
-                    }
+                    enqueue_every::<S, PreprovisioningImage>(&store, &pq).await;
                 }
             }
         }
     };
     enqueue_all().await;
     let feeder = {
-        let (store, bq, pq) = (store.clone(), bmh_queue.clone(), ppi_queue.clone());
+        let store = store.clone();
         let metrics = metrics.clone();
         let mut events = store.subscribe();
         async move {
             loop {
                 match events.recv().await {
-                    Ok(ev) => route_metal3_event(&store, &bq, converged.then_some(&*pq), ev).await,
+                    Ok(ev) => {
+                        let failed = triggers::route(&store, None, triggers::METAL3_TRIGGERS, &queues, &ev).await;
+                        triggers::retry_later(store.clone(), queues.clone(), ev, failed);
+                    }
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         metrics.fell_behind("metal3", missed);
                         enqueue_all().await
@@ -368,47 +402,6 @@ pub async fn run_metal3_controllers<S: Store>(
     let bmhs = runtime::run("baremetalhost", bmh_queue, bmac, 1, &metrics);
     let ppis = runtime::run("preprovisioningimage", ppi_queue, ppi, 1, &metrics);
     tokio::join!(feeder, bmhs, ppis);
-}
-
-/// Which BareMetalHost and PreprovisioningImage keys a store change concerns (spec-controllers.md §5.1,
-/// spec-controllers.md §6 watches).
-async fn route_metal3_event<S: Store>(store: &S, bmhs: &WorkQueue, ppis: Option<&WorkQueue>, ev: ChangeEvent) {
-    use crate::resources::{Agent, BareMetalHost, PreprovisioningImage};
-    let ChangeEvent { resource, namespace, name, .. } = ev;
-    if resource == resource_name::<BareMetalHost>() {
-        bmhs.push((namespace.clone(), name.clone()));
-        // A PPI's reboot request and deletion depend on its BMH.
-        if let Some(ppis) = ppis {
-            ppis.push((namespace, name));
-        }
-    } else if resource == resource_name::<Agent>() {
-        // Agents change all the time in a large pool; most namespaces have no BMH to tell.
-        if !store.any::<BareMetalHost>(Some(&namespace)).await.unwrap_or(true) {
-            return;
-        }
-        let Ok(Some(agent)) = store.get::<Agent>(&namespace, &name).await else { return };
-        for bmh in bmac::bmhs_for_agent(store, &agent).await.unwrap_or_default() {
-            bmhs.push((namespace.clone(), bmh));
-        }
-    } else if resource == resource_name::<InfraEnv>() {
-        for bmh in bmac::bmhs_for_infraenv(store, &namespace, &name).await.unwrap_or_default() {
-            bmhs.push((namespace.clone(), bmh));
-        }
-        if let Some(ppis) = ppis {
-            for p in store.list::<PreprovisioningImage>(Some(&namespace)).await.unwrap_or_default() {
-                if p.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name)
-                {
-                    ppis.push(key_of(&p.metadata));
-                }
-            }
-        }
-    } else if resource == resource_name::<PreprovisioningImage>() {
-        // The BMAC waits for the PPI of the same name in the converged flow.
-        bmhs.push((namespace.clone(), name.clone()));
-        if let Some(ppis) = ppis {
-            ppis.push((namespace, name));
-        }
-    }
 }
 
 /// spec-controllers.md §2.4, §4: a Secret an InfraEnv or an Agent refers to is labelled for backup,
@@ -440,56 +433,28 @@ fn key_of(meta: &crate::resources::ObjectMeta) -> Key {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-/// Which Agent and ClusterDeployment keys a store change concerns.
+/// Queues the Agent and ClusterDeployment keys a store change concerns ([`triggers::HOST_TRIGGERS`]);
+/// returns the triggers whose lookup failed, to route again ([`triggers::retry_later`]).
 async fn route_store_event<S: Store>(
     store: &S,
     own_writes: &agent::OwnWrites,
-    agents: &WorkQueue,
-    clusters: &WorkQueue,
-    ev: ChangeEvent,
-) {
-    let ChangeEvent { resource, namespace, name, status_only, resource_version } = ev;
-    if resource == resource_name::<crate::resources::Agent>() {
-        // The agent controller writes the status itself, and needs no event for what it wrote; the
-        // cluster controller hears of agents through their hosts (binding, approval, progress), not
-        // through Agent events.
-        if !status_only && !own_writes.is_echo(&namespace, &name, resource_version.as_deref()) {
-            agents.push((namespace, name));
-        }
-    } else if resource == resource_name::<crate::resources::ClusterDeployment>() {
-        clusters.push((namespace, name));
-    } else if resource == resource_name::<crate::resources::AgentClusterInstall>() {
-        match store.get::<crate::resources::AgentClusterInstall>(&namespace, &name).await {
-            Ok(Some(aci)) => clusters.push((namespace, aci.spec.cluster_deployment_ref.name)),
-            // Gone: its ClusterDeployment may be waiting for that.
-            _ => {
-                for cd in store.list::<crate::resources::ClusterDeployment>(Some(&namespace)).await.unwrap_or_default()
-                {
-                    if cd.cluster_install_name().as_deref() == Some(name.as_str()) {
-                        clusters.push(key_of(&cd.metadata));
-                    }
-                }
-            }
-        }
-    } else if resource == resource_name::<Secret>() {
-        // Agents read their ignition endpoint token from a Secret (spec-controllers.md §2.4 watches).
-        let mention = format!("\"{name}\"");
-        for a in store.list_mentioning::<crate::resources::Agent>(None, &mention).await.unwrap_or_default() {
-            if a.spec
-                .ignition_endpoint_token_reference
-                .as_ref()
-                .is_some_and(|r| r.namespace == namespace && r.name == name)
-            {
-                agents.push(key_of(&a.metadata));
-            }
-        }
-    } else if resource == resource_name::<crate::resources::InfraEnv>() && !status_only {
-        // Agents copy InfraEnv settings (auto-approval, labels).
-        let mention = format!("\"{name}\"");
-        for a in store.list_mentioning::<crate::resources::Agent>(Some(&namespace), &mention).await.unwrap_or_default()
-        {
-            if a.metadata.labels.as_ref().and_then(|l| l.get(crate::resources::INFRAENV_NAME_LABEL)) == Some(&name) {
-                agents.push(key_of(&a.metadata));
+    queues: &triggers::Queues,
+    ev: &ChangeEvent,
+) -> Vec<&'static triggers::Trigger> {
+    triggers::route(store, Some(own_writes), triggers::HOST_TRIGGERS, queues, ev).await
+}
+
+/// Queues every K object, listing again (after a delay that doubles up to a minute, each failure
+/// logged) until the list succeeds: a failed list is not "no objects".
+async fn enqueue_every<S: Store, K: crate::store::Object>(store: &S, queue: &WorkQueue) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match store.list_map::<K, Key>(None, |o| key_of(o.meta())).await {
+            Ok(keys) => return keys.into_iter().for_each(|k| queue.push(k)),
+            Err(e) => {
+                tracing::warn!("listing {} (again in {delay:?}): {}", resource_name::<K>(), chain(&e));
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(60));
             }
         }
     }

@@ -231,6 +231,14 @@ impl WorkQueue {
         s.queue.len() + s.active.len()
     }
 
+    /// Takes every queued key out, in order (for tests of what a change queues).
+    #[cfg(test)]
+    pub fn drain(&self) -> Vec<Key> {
+        let mut s = self.lock();
+        s.queued.clear();
+        s.queue.drain(..).collect()
+    }
+
     /// When `key`'s delayed requeue is due, if it has one.
     pub fn requeue_at(&self, key: &Key) -> Option<Instant> {
         self.lock().due.get(key).map(|(at, _)| *at)

@@ -1695,11 +1695,12 @@ async fn an_agents_own_write_does_not_queue_it_again<S: Store>(w: World<S>) {
     // The host changes: the reconcile writes the Agent (its state annotation and status).
     w.register_again(&id).await;
     w.reconcile(&id).await;
-    let (agents, clusters) = (super::runtime::WorkQueue::default(), super::runtime::WorkQueue::default());
+    let queues = host_queues();
+    let agents = queues.agents.clone().unwrap();
     let own = settle(&mut events).await;
     assert!(!own.is_empty(), "the reconcile wrote the Agent");
     for ev in own {
-        super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
+        super::route_store_event(&w.store, &w.hub.agents.own_writes, &queues, &ev).await;
     }
     assert_eq!(agents.pending(), 0, "the echo of the controller's own write queued the Agent");
 
@@ -1708,9 +1709,107 @@ async fn an_agents_own_write_does_not_queue_it_again<S: Store>(w: World<S>) {
     a.metadata.labels.get_or_insert_default().insert("team".into(), "blue".into());
     w.store.update(&a).await.unwrap();
     for ev in settle(&mut events).await {
-        super::route_store_event(&w.store, &w.hub.agents.own_writes, &agents, &clusters, ev).await;
+        super::route_store_event(&w.store, &w.hub.agents.own_writes, &queues, &ev).await;
     }
     assert_eq!(agents.pending(), 1);
+}
+
+/// A change of `kind` `namespace/name`, as a store announces it.
+fn change(kind: Kind, namespace: &str, name: &str, status_only: bool) -> crate::store::ChangeEvent {
+    crate::store::ChangeEvent {
+        resource: kind.resource(),
+        namespace: namespace.into(),
+        name: name.into(),
+        status_only,
+        resource_version: Some("1".into()),
+    }
+}
+
+/// An Agent (without a host) with the InfraEnv label `ie` and, given, an ignition-token Secret.
+async fn bare_agent<S: Store>(w: &World<S>, name: &str, ie: &str, token: Option<&str>) {
+    let mut spec = json!({"approved": false});
+    if let Some(t) = token {
+        spec["ignitionEndpointTokenReference"] = json!({"namespace": ns(), "name": t});
+    }
+    w.apply(
+        Kind::Agent,
+        json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+               "metadata": {"name": name, "namespace": ns(), "labels": {INFRAENV_NAME_LABEL: ie}}, "spec": spec}),
+    )
+    .await;
+}
+
+/// Each trigger of the Agent and ClusterDeployment controllers queues exactly the objects that
+/// reference the changed one (by the reference index), and none for a namesake in another namespace.
+async fn each_change_queues_exactly_the_objects_that_reference_it<S: Store>(w: World<S>) {
+    bare_agent(&w, "a1", "ie1", Some("tok")).await;
+    bare_agent(&w, "a2", "ie2", Some("other")).await;
+    bare_agent(&w, "a3", "ie1", None).await;
+    // A ClusterDeployment whose AgentClusterInstall does not exist (any more).
+    w.apply(
+        Kind::ClusterDeployment,
+        json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
+               "metadata": {"name": "cd-orphan", "namespace": ns()},
+               "spec": {"baseDomain": "example.com", "clusterName": "c", "platform": {"agentBareMetal": {}},
+                        "clusterInstallRef": {"group": "extensions.hive.openshift.io", "kind": "AgentClusterInstall",
+                                              "name": "gone", "version": "v1beta1"}}}),
+    )
+    .await;
+    w.cluster_deployment("cd1", false).await;
+    let queues = host_queues();
+    let route = |ev: crate::store::ChangeEvent| {
+        let (w, queues) = (&w, &queues);
+        async move {
+            let failed = super::route_store_event(&w.store, &w.hub.agents.own_writes, queues, &ev).await;
+            assert!(failed.is_empty(), "{ev:?}");
+            let keys = |q: &Option<std::sync::Arc<super::runtime::WorkQueue>>| {
+                let mut k: Vec<String> = q.as_ref().unwrap().drain().into_iter().map(|(_, n)| n).collect();
+                k.sort();
+                k
+            };
+            (keys(&queues.agents), keys(&queues.clusters))
+        }
+    };
+    let none = Vec::<String>::new();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Secret → the Agents reading their ignition token from it.
+    assert_eq!(route(change(Kind::Secret, ns(), "tok", false)).await, (names(&["a1"]), none.clone()));
+    assert_eq!(route(change(Kind::Secret, "elsewhere", "tok", false)).await, (none.clone(), none.clone()));
+    assert_eq!(route(change(Kind::Secret, ns(), "unused", false)).await, (none.clone(), none.clone()));
+    // InfraEnv → its Agents (by label), not on a status-only change.
+    assert_eq!(route(change(Kind::InfraEnv, ns(), "ie1", false)).await, (names(&["a1", "a3"]), none.clone()));
+    assert_eq!(route(change(Kind::InfraEnv, ns(), "ie1", true)).await, (none.clone(), none.clone()));
+    assert_eq!(route(change(Kind::InfraEnv, "elsewhere", "ie1", false)).await, (none.clone(), none.clone()));
+    // AgentClusterInstall → its ClusterDeployment; once gone, the ClusterDeployment naming it.
+    assert_eq!(route(change(Kind::AgentClusterInstall, ns(), "cd1", true)).await, (none.clone(), names(&["cd1"])));
+    assert_eq!(
+        route(change(Kind::AgentClusterInstall, ns(), "gone", false)).await,
+        (none.clone(), names(&["cd-orphan"]))
+    );
+    assert_eq!(
+        route(change(Kind::AgentClusterInstall, "elsewhere", "gone", false)).await,
+        (none.clone(), none.clone())
+    );
+    // The object itself.
+    assert_eq!(route(change(Kind::ClusterDeployment, ns(), "cd1", false)).await, (none.clone(), names(&["cd1"])));
+    assert_eq!(route(change(Kind::Agent, ns(), "a2", false)).await, (names(&["a2"]), none.clone()));
+    assert_eq!(route(change(Kind::Agent, ns(), "a2", true)).await, (none.clone(), none.clone()));
+    // A reference that moves leaves the index: a2 now reads its token from "tok" too.
+    let mut a2: crate::resources::Agent = w.store.get(ns(), "a2").await.unwrap().unwrap();
+    a2.spec.ignition_endpoint_token_reference =
+        serde_json::from_value(json!({"namespace": ns(), "name": "tok"})).unwrap();
+    w.store.update(&a2).await.unwrap();
+    assert_eq!(route(change(Kind::Secret, ns(), "tok", false)).await, (names(&["a1", "a2"]), none.clone()));
+    assert_eq!(route(change(Kind::Secret, ns(), "other", false)).await, (none.clone(), none));
+}
+
+/// Fresh queues for the Agent and ClusterDeployment controllers.
+fn host_queues() -> super::triggers::Queues {
+    super::triggers::Queues {
+        agents: Some(Default::default()),
+        clusters: Some(Default::default()),
+        ..Default::default()
+    }
 }
 
 /// The change events that arrive until none has for a while: a watch delivers them some time after
@@ -1753,6 +1852,7 @@ on_both_stores! {
     scenario_38_deleting_an_agent_mid_installation_with_approved_csrs_cleans_the_spoke,
     scenario_54_deleting_the_install_cancels_a_running_installation_before_deregistering,
     an_agents_own_write_does_not_queue_it_again,
+    each_change_queues_exactly_the_objects_that_reference_it,
     an_installing_host_is_held_whoever_writes_its_agent,
     an_infraenv_edited_past_admission_moves_no_installing_host,
     deleting_a_cluster_deployment_never_reclaims_in_any_order,

@@ -447,6 +447,10 @@ impl Kind {
             None => self.plural().to_string(),
         }
     }
+    /// The kind whose [`Kind::resource`] is `resource`.
+    pub fn from_resource(resource: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.resource() == resource)
+    }
     /// Cluster-scoped kinds are stored with the namespace "".
     pub fn namespaced(self) -> bool {
         self != Kind::ClusterImageSet

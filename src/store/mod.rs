@@ -20,6 +20,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::resources::references::Ref;
+
 /// What a Kubernetes API path addresses: `/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/status]]`
 /// or `/api/v1/...` for the core group.
 #[derive(Debug, PartialEq, Eq)]
@@ -142,16 +144,26 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<T>, StoreError>> + Send {
         async move { Ok(self.list::<K>(namespace).await?.iter().map(f).collect()) }
     }
-    /// At least the objects whose JSON form contains `needle` (a name, as `"name"`), and possibly
-    /// others: a cheap first cut for finding the few objects that reference another among thousands.
-    /// Callers check what they get.
-    fn list_mentioning<K: Object>(
+    /// The objects of kind K (in `namespace`) holding `value` in `relation` (whose kind must be K's),
+    /// from the store's reference index ([`crate::resources::references`]): the work is proportional
+    /// to the objects found, not to the objects of the kind. This default scans, for stores without
+    /// an index (tests' wrappers forward to the store they wrap).
+    fn list_referencing<K: Object>(
         &self,
         namespace: Option<&str>,
-        needle: &str,
+        relation: Ref,
+        value: &str,
     ) -> impl Future<Output = Result<Vec<K>, StoreError>> + Send {
-        let _ = needle;
-        self.list(namespace)
+        async move {
+            let mut out = Vec::new();
+            for obj in self.list::<K>(namespace).await? {
+                let json = serde_json::to_value(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
+                if relation.values(&json).iter().any(|v| v == value) {
+                    out.push(obj);
+                }
+            }
+            Ok(out)
+        }
     }
     /// Whether any object of kind K exists (in `namespace`): lets a watch skip work for kinds a
     /// user does not use at all.

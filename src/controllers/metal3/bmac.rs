@@ -19,6 +19,7 @@ use crate::controllers::agent_conditions::BOUND;
 use crate::pool::Clock;
 use crate::resources::agent::{Agent, BMH_LABEL, ClusterDeploymentReference, InventoryDisk};
 use crate::resources::metal3::*;
+use crate::resources::references::Ref;
 use crate::resources::{INFRAENV_NAME_LABEL, InfraEnv, PreprovisioningImage, find_condition};
 use crate::store::{Store, StoreError};
 
@@ -199,7 +200,7 @@ async fn find_agent<S: Store>(store: &S, bmh: &BareMetalHost) -> Result<Option<A
     let ns = bmh.metadata.namespace.as_deref().unwrap_or_default();
     let mut matching = Vec::new();
     for needle in mac_spellings(mac) {
-        for agent in store.list_mentioning::<Agent>(Some(ns), &needle).await? {
+        for agent in store.list_referencing::<Agent>(Some(ns), Ref::AgentMac, &needle).await? {
             if agent_has_mac(&agent, mac) && !matching.iter().any(|a: &Agent| a.metadata.uid == agent.metadata.uid) {
                 matching.push(agent);
             }
@@ -209,7 +210,7 @@ async fn find_agent<S: Store>(store: &S, bmh: &BareMetalHost) -> Result<Option<A
 }
 
 /// The spellings a MAC address is found under in stored objects: agents report lower case, people
-/// write BMHs in either. (The store's text search is a cheap first cut; callers compare exactly.)
+/// write BMHs in either. (The store's index holds values as written; callers compare exactly.)
 fn mac_spellings(mac: &str) -> Vec<String> {
     let (lower, upper) = (mac.to_ascii_lowercase(), mac.to_ascii_uppercase());
     if lower == upper { vec![lower] } else { vec![lower, upper] }
@@ -740,7 +741,7 @@ pub async fn bmhs_for_agent<S: Store>(store: &S, agent: &Agent) -> Result<Vec<St
     let mut names = Vec::new();
     for mac in &macs {
         for needle in mac_spellings(mac) {
-            for b in store.list_mentioning::<BareMetalHost>(Some(ns), &needle).await? {
+            for b in store.list_referencing::<BareMetalHost>(Some(ns), Ref::BmhBootMac, &needle).await? {
                 if b.spec.boot_mac_address.as_ref().is_some_and(|m| m.eq_ignore_ascii_case(mac))
                     && let Some(name) = b.metadata.name
                     && !names.contains(&name)
@@ -755,7 +756,7 @@ pub async fn bmhs_for_agent<S: Store>(store: &S, agent: &Agent) -> Result<Vec<St
 
 pub async fn bmhs_for_infraenv<S: Store>(store: &S, ns: &str, infraenv: &str) -> Result<Vec<String>, StoreError> {
     Ok(store
-        .list::<BareMetalHost>(Some(ns))
+        .list_referencing::<BareMetalHost>(Some(ns), Ref::BmhInfraEnv, infraenv)
         .await?
         .into_iter()
         .filter(|b| b.label(INFRAENV_NAME_LABEL) == Some(infraenv))

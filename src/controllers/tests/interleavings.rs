@@ -68,9 +68,14 @@ impl<S: Store> Store for Gated<S> {
         let _turn = enter("store.list").await;
         self.0.list_map(namespace, f).await
     }
-    async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
+    async fn list_referencing<K: Object>(
+        &self,
+        namespace: Option<&str>,
+        relation: crate::resources::references::Ref,
+        value: &str,
+    ) -> Result<Vec<K>, StoreError> {
         let _turn = enter("store.list").await;
-        self.0.list_mentioning(namespace, needle).await
+        self.0.list_referencing(namespace, relation, value).await
     }
     async fn any<K: Object>(&self, namespace: Option<&str>) -> Result<bool, StoreError> {
         let _turn = enter("store.list").await;
@@ -496,12 +501,18 @@ impl<S: Store> Sim<S> {
     async fn deliver_store(&mut self, ev: ChangeEvent) {
         self.log(format!("store change {} {}/{}", ev.resource, ev.namespace, ev.name));
         if let (Some(c), Some(images)) = (self.infraenvs_c, &self.images) {
-            for key in super::super::infraenvs_affected_by(images, &ev.resource, &ev.namespace, &ev.name).await {
+            let keys = super::super::infraenvs_affected_by(images, &ev.resource, &ev.namespace, &ev.name).await;
+            for key in keys.expect("routing a change to InfraEnvs") {
                 self.ctl.queue(c).push(key);
             }
         }
-        let (aq, cq) = (self.ctl.queue(self.agents_c).clone(), self.ctl.queue(self.clusters_c).clone());
-        super::super::route_store_event(&self.w.store, &self.hub.agents.own_writes, &aq, &cq, ev).await;
+        let queues = super::super::triggers::Queues {
+            agents: Some(self.ctl.queue(self.agents_c).clone()),
+            clusters: Some(self.ctl.queue(self.clusters_c).clone()),
+            ..Default::default()
+        };
+        let failed = super::super::route_store_event(&self.w.store, &self.hub.agents.own_writes, &queues, &ev).await;
+        assert!(failed.is_empty(), "routing {ev:?} failed");
     }
 
     /// Routes one host change as the host feeder of `run_host_controllers` (and the InfraEnv

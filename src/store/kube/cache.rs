@@ -22,7 +22,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::resources::{Kind, references};
+use crate::resources::Kind;
+use crate::resources::references::{self, Ref};
 use crate::store::cached::Cached;
 
 /// (resource, namespace, name)
@@ -69,9 +70,10 @@ pub(super) struct ObjectCache {
     objects: BTreeMap<ObjKey, Held>,
     by_uid: HashMap<String, ObjKey>,
     /// (resource, value of a reference field) → (namespace, name) of the objects holding it.
-    references: HashMap<(String, String), BTreeSet<(String, String)>>,
-    /// The reference values indexed for each object, to take them out when it changes.
-    indexed: HashMap<ObjKey, Vec<String>>,
+    /// (relation, value) → (namespace, name) of the objects holding it.
+    references: HashMap<(Ref, String), BTreeSet<(String, String)>>,
+    /// The (relation, value) pairs indexed for each object, to take them out when it changes.
+    indexed: HashMap<ObjKey, Vec<(Ref, String)>>,
     /// uid → resource of the objects this process deleted whose deletion the watch has not delivered
     /// yet (a re-list of the resource settles them all).
     deleted: HashMap<String, String>,
@@ -101,7 +103,7 @@ impl ObjectCache {
         self.unindex(&key);
         let values = references::values(kind, obj);
         for v in &values {
-            self.references.entry((key.0.clone(), v.clone())).or_default().insert((key.1.clone(), key.2.clone()));
+            self.references.entry(v.clone()).or_default().insert((key.1.clone(), key.2.clone()));
         }
         if !values.is_empty() {
             self.indexed.insert(key.clone(), values);
@@ -239,8 +241,7 @@ impl ObjectCache {
     }
 
     fn unindex(&mut self, key: &ObjKey) {
-        for v in self.indexed.remove(key).into_iter().flatten() {
-            let slot = (key.0.clone(), v);
+        for slot in self.indexed.remove(key).into_iter().flatten() {
             if let Some(set) = self.references.get_mut(&slot) {
                 set.remove(&(key.1.clone(), key.2.clone()));
                 if set.is_empty() {
@@ -283,11 +284,12 @@ impl ObjectCache {
     }
 
     /// The objects holding `value` in one of their reference fields, by the index.
-    pub(super) fn referencing(&self, resource: &str, ns: Option<&str>, value: &str) -> Vec<Arc<Cached>> {
-        let Some(keys) = self.references.get(&(resource.to_string(), value.to_string())) else { return Vec::new() };
+    pub(super) fn referencing(&self, relation: Ref, ns: Option<&str>, value: &str) -> Vec<Arc<Cached>> {
+        let Some(keys) = self.references.get(&(relation, value.to_string())) else { return Vec::new() };
+        let resource = relation.kind().resource();
         keys.iter()
             .filter(|(n, _)| ns.is_none_or(|ns| ns == n))
-            .filter_map(|(n, name)| self.get(resource, n, name))
+            .filter_map(|(n, name)| self.get(&resource, n, name))
             .collect()
     }
 
@@ -351,10 +353,10 @@ mod tests {
         // Versions are opaque: "z" sorts after "m", "10" is a bigger number than "9"; neither counts.
         assert!(!cache.put(Kind::Agent, &at("z", Some("cd")), Source::Watch), "older than the write");
         assert_eq!(held_rv(&cache), "m");
-        assert!(cache.referencing(AGENTS, None, "cd").is_empty());
+        assert!(cache.referencing(Ref::AgentClusterDeployment, None, "ns/cd").is_empty());
         assert!(cache.put(Kind::Agent, &at("m", None), Source::Watch), "its own echo");
         assert!(cache.put(Kind::Agent, &at("b", Some("cd")), Source::Watch), "after the echo, the watch leads");
-        assert_eq!(names(&cache.referencing(AGENTS, None, "cd")), ["a"]);
+        assert_eq!(names(&cache.referencing(Ref::AgentClusterDeployment, None, "ns/cd")), ["a"]);
         assert!(cache.own.is_empty(), "nothing is remembered once the watch caught up");
     }
 
@@ -476,16 +478,17 @@ mod tests {
                 let macs: Vec<&str> = macs.iter().map(String::as_str).collect();
                 cache.put(Kind::Agent, &agent(&name, rv as u64 + 1, cd.as_deref(), &format!("ie{ie}"), &macs), Source::Watch);
             }
-            let mut values: Vec<String> = (0..3).map(|c| format!("cd{c}")).chain((0..3).map(|i| format!("ie{i}"))).collect();
-            values.extend((0..4).map(|m| format!("00:00:00:00:00:0{m}")));
-            for v in values {
+            let mut values: Vec<(Ref, String)> = (0..3).map(|c| (Ref::AgentClusterDeployment, format!("ns/cd{c}"))).collect();
+            values.extend((0..3).map(|i| (Ref::AgentInfraEnv, format!("ie{i}"))));
+            values.extend((0..4).map(|m| (Ref::AgentMac, format!("00:00:00:00:00:0{m}"))));
+            for (r, v) in values {
                 for ns in [None, Some("ns"), Some("other")] {
                     let scanned: Vec<Arc<Cached>> = cache
                         .list(res, ns)
                         .into_iter()
-                        .filter(|c| references::values(Kind::Agent, &c.value().unwrap()).contains(&v))
+                        .filter(|c| r.values(&c.value().unwrap()).contains(&v))
                         .collect();
-                    prop_assert_eq!(names(&cache.referencing(res, ns, &v)), names(&scanned));
+                    prop_assert_eq!(names(&cache.referencing(r, ns, &v)), names(&scanned));
                 }
             }
         }

@@ -35,6 +35,7 @@ use tokio::sync::broadcast;
 
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
 use crate::resources::Kind;
+use crate::resources::references::Ref;
 use cache::{ObjectCache, Source};
 pub use usage::ClusterUsage;
 
@@ -594,21 +595,26 @@ impl Store for KubeStore {
         Ok(self.list_from_api::<K>(namespace).await?.iter().map(f).collect())
     }
 
-    /// From the reference index where the kind has one ([`crate::resources::references`]: the
-    /// needle, unquoted, must equal a reference field's value), else by text over the cached objects.
-    async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
-        let Some((kind, Coverage::All)) = self.coverage_of::<K>() else {
-            return self.list_from_api(namespace).await;
+    /// From the reference index when the cache holds every object of the kind; else listed from the
+    /// API and filtered.
+    async fn list_referencing<K: Object>(
+        &self,
+        namespace: Option<&str>,
+        relation: Ref,
+        value: &str,
+    ) -> Result<Vec<K>, StoreError> {
+        debug_assert_eq!(relation.kind().resource(), resource_name::<K>());
+        let Some((_, Coverage::All)) = self.coverage_of::<K>() else {
+            let mut out = Vec::new();
+            for obj in self.list_from_api::<K>(namespace).await? {
+                let json = serde_json::to_value(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
+                if relation.values(&json).iter().any(|v| v == value) {
+                    out.push(obj);
+                }
+            }
+            return Ok(out);
         };
-        let res = resource_name::<K>();
-        let held = if crate::resources::references::fields(kind).is_empty() {
-            let finder = memchr::memmem::Finder::new(needle.as_bytes());
-            let all = self.read_cache().list(&res, namespace);
-            all.into_iter().filter(|c| finder.find(&c.text).is_some()).collect()
-        } else {
-            let value = needle.strip_prefix('"').and_then(|n| n.strip_suffix('"')).unwrap_or(needle);
-            self.read_cache().referencing(&res, namespace, value)
-        };
+        let held = self.read_cache().referencing(relation, namespace, value);
         held.iter().map(|c| c.object()).collect()
     }
 
@@ -951,16 +957,28 @@ mod tests {
             n
         };
         let before = server.requests().len();
-        assert_eq!(names(store.list_mentioning(None, "\"cd1\"").await.unwrap()), ["a1", "a2"]);
-        assert_eq!(names(store.list_mentioning(Some("ns"), "aa:bb:cc:00:00:03").await.unwrap()), ["a3"]);
-        assert_eq!(names(store.list_mentioning(Some("other"), "\"cd1\"").await.unwrap()), Vec::<String>::new());
-        assert_eq!(names(store.list_mentioning(None, "\"ie\"").await.unwrap()), ["a1", "a2", "a3"]);
+        let cd1 = |ns| store.list_referencing(ns, Ref::AgentClusterDeployment, "ns/cd1");
+        assert_eq!(names(cd1(None).await.unwrap()), ["a1", "a2"]);
+        assert_eq!(
+            names(store.list_referencing(Some("ns"), Ref::AgentMac, "aa:bb:cc:00:00:03").await.unwrap()),
+            ["a3"]
+        );
+        assert_eq!(names(cd1(Some("other")).await.unwrap()), Vec::<String>::new());
+        assert_eq!(names(store.list_referencing(None, Ref::AgentInfraEnv, "ie").await.unwrap()), ["a1", "a2", "a3"]);
+        // One relation's value is not another's.
+        assert!(
+            store
+                .list_referencing::<crate::resources::Agent>(None, Ref::AgentInfraEnv, "cd1")
+                .await
+                .unwrap()
+                .is_empty()
+        );
         // Bound elsewhere: the index follows.
         let mut moved = a3.clone();
         moved.spec.cluster_deployment_name =
             serde_json::from_value(serde_json::json!({"name": "cd1", "namespace": "ns"})).unwrap();
         store.update(&moved).await.unwrap();
-        assert_eq!(names(store.list_mentioning(None, "\"cd1\"").await.unwrap()), ["a1", "a2", "a3"]);
+        assert_eq!(names(cd1(None).await.unwrap()), ["a1", "a2", "a3"]);
         assert_eq!(reads_after(&server, before), Vec::<String>::new());
     }
 

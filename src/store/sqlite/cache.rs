@@ -2,11 +2,13 @@
 //! rarely changed, decoded), in (resource, namespace, name) order with a uid index, so that reads
 //! neither wait for the writer nor query SQLite.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::resources::Kind;
+use crate::resources::references::{self, Ref};
 pub(super) use crate::store::cached::Cached;
 
 /// (resource, namespace, name)
@@ -16,11 +18,16 @@ pub(super) fn obj_key(res: &str, ns: &str, name: &str) -> ObjKey {
     (res.to_string(), ns.to_string(), name.to_string())
 }
 
-/// The committed objects, in (resource, namespace, name) order, with a uid index.
+/// The committed objects, in (resource, namespace, name) order, with a uid index and the reference
+/// index ([`references`]).
 #[derive(Default)]
 pub(super) struct Cache {
     pub(super) objects: BTreeMap<ObjKey, Arc<Cached>>,
     pub(super) by_uid: HashMap<String, ObjKey>,
+    /// (relation, value) → (namespace, name) of the objects holding it.
+    references: HashMap<(Ref, String), BTreeSet<(String, String)>>,
+    /// The (relation, value) pairs indexed for each object, to take them out when it changes.
+    indexed: HashMap<ObjKey, Vec<(Ref, String)>>,
 }
 
 impl Cache {
@@ -47,7 +54,46 @@ impl Cache {
             .collect()
     }
 
+    /// The objects holding `value` in `relation` (in `ns`), by the index.
+    pub(super) fn referencing(&self, relation: Ref, ns: Option<&str>, value: &str) -> Vec<Arc<Cached>> {
+        let Some(keys) = self.references.get(&(relation, value.to_string())) else { return Vec::new() };
+        let res = relation.kind().resource();
+        keys.iter()
+            .filter(|(n, _)| ns.is_none_or(|ns| ns == n))
+            .filter_map(|(n, name)| self.get(&res, n, name))
+            .collect()
+    }
+
+    /// Takes `key` out of the reference index and puts `refs` (what it references now, from
+    /// [`references_of`]): work proportional to the object's references, whatever the number of
+    /// objects.
+    fn reindex(&mut self, key: &ObjKey, refs: Vec<(Ref, String)>) {
+        for rv in self.indexed.remove(key).unwrap_or_default() {
+            if let Some(set) = self.references.get_mut(&rv) {
+                set.remove(&(key.1.clone(), key.2.clone()));
+                if set.is_empty() {
+                    self.references.remove(&rv);
+                }
+            }
+        }
+        for rv in &refs {
+            self.references.entry(rv.clone()).or_default().insert((key.1.clone(), key.2.clone()));
+        }
+        if !refs.is_empty() {
+            self.indexed.insert(key.clone(), refs);
+        }
+    }
+
+    /// [`Cache::put_indexed`] with the references read from `entry` here.
     pub(super) fn put(&mut self, key: ObjKey, entry: Option<Arc<Cached>>) {
+        let refs = references_of(&key, entry.as_deref());
+        self.put_indexed(key, entry, refs)
+    }
+
+    /// Puts (None: removes) the object `key`, which references `refs` ([`references_of`], read
+    /// before the cache is locked: the writer holds the lock while it publishes a group).
+    pub(super) fn put_indexed(&mut self, key: ObjKey, entry: Option<Arc<Cached>>, refs: Vec<(Ref, String)>) {
+        self.reindex(&key, refs);
         let old = match entry {
             Some(c) => {
                 self.by_uid.insert(c.uid.clone(), key.clone());
@@ -61,11 +107,25 @@ impl Cache {
     }
 }
 
+/// The (relation, value) pairs the object `key` holds ([`references`]); none for a removal or a kind
+/// without references.
+pub(super) fn references_of(key: &ObjKey, entry: Option<&Cached>) -> Vec<(Ref, String)> {
+    let Some(entry) = entry else { return Vec::new() };
+    let Some(kind) = Kind::from_resource(&key.0).filter(|k| references::relations(*k).next().is_some()) else {
+        return Vec::new();
+    };
+    match entry.value() {
+        Ok(value) => references::values(kind, &value),
+        Err(_) => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{infraenv_doc, owned_secret};
     use crate::resources::InfraEnv;
     use crate::resources::Kind;
+    use crate::resources::references::Ref;
     use crate::store::Store;
     use crate::store::sqlite::SqliteStore;
     use serde_json::Value;
@@ -91,17 +151,23 @@ mod tests {
         let texts = store.list_texts(Kind::InfraEnv, None);
         assert_eq!(texts.len(), 2);
         assert_eq!(serde_json::from_slice::<Value>(&texts[0]).unwrap()["metadata"]["name"], "a");
-        let mentioning = store.list_mentioning::<InfraEnv>(None, "\"k2\"").await.unwrap();
-        assert_eq!(mentioning.iter().map(|i| i.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["b"]);
+        let referencing = |store: SqliteStore| async move {
+            let found = store.list_referencing::<InfraEnv>(None, Ref::InfraEnvPullSecret, "ps").await.unwrap();
+            found.iter().map(|i| i.metadata.name.clone().unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(referencing(store.clone()).await, ["a", "b"]);
+        assert!(store.list_referencing::<InfraEnv>(None, Ref::InfraEnvPullSecret, "k2").await.unwrap().is_empty());
         let uid = a.metadata.uid.clone().unwrap();
         assert_eq!(store.get_by_uid::<InfraEnv>(&uid).await.unwrap().unwrap().metadata.name.as_deref(), Some("a"));
         assert!(store.get_by_uid::<Secret>(&uid).await.unwrap().is_none(), "a uid names one kind's object");
         store.delete::<InfraEnv>("ns", "b").await.unwrap();
+        assert_eq!(referencing(store.clone()).await, ["a"], "a deleted object leaves the index");
         // What a fresh process loads from the file is what this one serves from memory.
         let reopened = SqliteStore::open(&path).unwrap();
         for kind in [Kind::InfraEnv, Kind::Secret] {
             assert_eq!(reopened.list_texts(kind, None), store.list_texts(kind, None));
         }
         assert!(reopened.get_by_uid::<InfraEnv>(&uid).await.unwrap().is_some());
+        assert_eq!(referencing(reopened).await, ["a"], "the index is built at load");
     }
 }

@@ -29,6 +29,7 @@ use tokio::sync::broadcast;
 
 use super::verbatim::Part;
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
+use crate::resources::references::Ref;
 use cache::{Cache, Cached, obj_key};
 use semantics::{delete_object, insert_object, namespace_of, object_key, replacement, replacement_of};
 use writer::{Job, MAX_GROUP, WRITER_CHECKPOINT_PAGES, run_checkpointer, run_group};
@@ -199,10 +200,15 @@ impl Store for SqliteStore {
         entries.iter().map(|c| c.with_object(&mut f)).collect()
     }
 
-    async fn list_mentioning<K: Object>(&self, namespace: Option<&str>, needle: &str) -> Result<Vec<K>, StoreError> {
-        let entries = self.read_cache().list(&resource_name::<K>(), namespace);
-        let finder = memchr::memmem::Finder::new(needle.as_bytes());
-        entries.iter().filter(|c| finder.find(&c.text).is_some()).map(|c| c.object()).collect()
+    async fn list_referencing<K: Object>(
+        &self,
+        namespace: Option<&str>,
+        relation: Ref,
+        value: &str,
+    ) -> Result<Vec<K>, StoreError> {
+        debug_assert_eq!(relation.kind().resource(), resource_name::<K>());
+        let entries = self.read_cache().referencing(relation, namespace, value);
+        entries.iter().map(|c| c.object()).collect()
     }
 
     async fn any<K: Object>(&self, namespace: Option<&str>) -> Result<bool, StoreError> {

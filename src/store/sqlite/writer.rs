@@ -228,10 +228,18 @@ pub(super) fn run_group(
     })();
     if committed.is_ok() {
         *resource_version = next_version;
+        // The references each object holds, read before readers are locked out.
+        let written: Vec<_> = written
+            .into_iter()
+            .map(|(key, entry)| {
+                let refs = super::cache::references_of(&key, entry.as_deref());
+                (key, entry, refs)
+            })
+            .collect();
         // Still on the writer thread: the cache sees commits in commit order.
         let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
-        for (key, entry) in written {
-            cache.put(key, entry);
+        for (key, entry, refs) in written {
+            cache.put_indexed(key, entry, refs);
         }
     }
     for finish in finishes {
