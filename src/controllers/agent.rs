@@ -17,6 +17,7 @@ use crate::controllers::runtime::{Action, FinalizerEvent, Key, OnAdded, Reconcil
 use crate::controllers::spoke::{ReclaimAgentConfig, SpokeClient, SpokeError};
 use crate::errors::chain;
 use crate::hosts::{Host, HostKind, HostStatus};
+use crate::keylocks::Locked as _;
 use crate::pool::{ApiError, Backend, Unbind};
 use crate::resources::agent::*;
 use crate::resources::hive::{AgentClusterInstall, ClusterDeployment};
@@ -63,7 +64,7 @@ impl OwnWrites {
         else {
             return;
         };
-        let mut writes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut writes = self.0.locked();
         let rvs = writes.entry((ns.clone(), name.clone())).or_default();
         if rvs.len() == OWN_WRITES_KEPT {
             rvs.remove(0);
@@ -75,7 +76,7 @@ impl OwnWrites {
     /// last writes (answered once: the entry goes).
     pub fn is_echo(&self, ns: &str, name: &str, resource_version: Option<&str>) -> bool {
         let Some(rv) = resource_version else { return false };
-        let mut writes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut writes = self.0.locked();
         let key = (ns.to_string(), name.to_string());
         let Some(rvs) = writes.get_mut(&key) else { return false };
         let Some(at) = rvs.iter().position(|w| w == rv) else { return false };

@@ -31,6 +31,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use crate::keylocks::Locked as _;
 use crate::store::{Object, Store, StoreError};
 
 /// What a controller reconciles: (namespace, name).
@@ -195,7 +196,7 @@ impl State {
 
 impl WorkQueue {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Queues `key` to be reconciled: once however often it is pushed before a worker takes it, and
@@ -479,7 +480,7 @@ impl ControllerMetrics {
             errors: Default::default(),
             reconcile_micros: Default::default(),
         });
-        let mut all = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.controllers.locked();
         // Controllers that stopped are forgotten.
         all.retain(|c| c.running.load(Relaxed));
         all.push(stats.clone());
@@ -488,7 +489,7 @@ impl ControllerMetrics {
 
     /// The controllers running.
     pub fn controllers(&self) -> Vec<Arc<ControllerStats>> {
-        let all = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
+        let all = self.controllers.locked();
         all.iter().filter(|c| c.running.load(Relaxed)).cloned().collect()
     }
 

@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::keylocks::LockedRw as _;
 use crate::resources::references::Ref;
 
 /// What a Kubernetes API path addresses: `/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/status]]`
@@ -237,11 +238,11 @@ pub struct ChangeLog {
 
 impl ChangeCounts {
     pub fn count(&self, resource: &str) -> u64 {
-        self.0.read().unwrap().get(resource).map_or(0, |log| log.count)
+        self.0.read_locked().get(resource).map_or(0, |log| log.count)
     }
 
     pub fn bump(&self, resource: &str, namespace: &str, name: &str) {
-        let mut logs = self.0.write().unwrap();
+        let mut logs = self.0.write_locked();
         let log = match logs.get_mut(resource) {
             Some(log) => log,
             None => logs.entry(resource.to_string()).or_default(),
@@ -256,7 +257,7 @@ impl ChangeCounts {
     /// The count now and the objects changed after change number `since`, or `None` when that is
     /// further back than the log reaches.
     pub fn since(&self, resource: &str, since: u64) -> Option<(u64, Vec<(String, String)>)> {
-        let logs = self.0.read().unwrap();
+        let logs = self.0.read_locked();
         let Some(log) = logs.get(resource) else {
             return (since == 0).then(|| (0, Vec::new()));
         };

@@ -34,6 +34,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
+use crate::keylocks::LockedRw as _;
 use crate::resources::Kind;
 use crate::resources::references::Ref;
 use cache::{ObjectCache, Source};
@@ -183,7 +184,7 @@ struct WriteInFlight {
 impl Drop for WriteInFlight {
     fn drop(&mut self) {
         if let Some(cache) = self.cache.upgrade() {
-            cache.write().unwrap_or_else(|p| p.into_inner()).write_ends(&self.key.0, &self.key.1, &self.key.2);
+            cache.write_locked().write_ends(&self.key.0, &self.key.1, &self.key.2);
         }
     }
 }
@@ -247,11 +248,11 @@ impl KubeStore {
     }
 
     fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, ObjectCache> {
-        self.inner.cache.read().unwrap_or_else(|p| p.into_inner())
+        self.inner.cache.read_locked()
     }
 
     fn write_cache(&self) -> std::sync::RwLockWriteGuard<'_, ObjectCache> {
-        self.inner.cache.write().unwrap_or_else(|p| p.into_inner())
+        self.inner.cache.write_locked()
     }
 
     /// Decodes the API's answer to a write of K and, where K is cached, puts it in the cache first
@@ -503,7 +504,7 @@ impl Watch {
                     if lists > 1 {
                         self.usage.watch_restarted(kind);
                     }
-                    let mut c = cache.write().unwrap_or_else(|p| p.into_inner());
+                    let mut c = cache.write_locked();
                     c.relist_begins(&resource);
                     relist = Some((c.versions(&resource), HashSet::new()));
                 }
@@ -511,7 +512,7 @@ impl Watch {
                     let raw::RawObject { metadata: meta, value } = obj;
                     let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
                     let value = pruned(&resource, value);
-                    cache.write().unwrap_or_else(|p| p.into_inner()).put(kind, &value, Source::Watch);
+                    cache.write_locked().put(kind, &value, Source::Watch);
                     if let Some((_, shown)) = relist.as_mut() {
                         shown.insert(key.clone());
                     }
@@ -527,7 +528,7 @@ impl Watch {
                 }
                 watcher::Event::InitDone => {
                     if let Some((held, shown)) = relist.take() {
-                        let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
+                        let mut cache = cache.write_locked();
                         // Gone while nobody watched, unless this process wrote it since the list began.
                         for (key, rv) in held {
                             if !shown.contains(&key)
@@ -552,7 +553,7 @@ impl Watch {
                     let meta = &obj.metadata;
                     let key = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
                     let uid = meta.uid.clone().unwrap_or_default();
-                    cache.write().unwrap_or_else(|p| p.into_inner()).deletion_seen(&resource, &key.0, &key.1, &uid);
+                    cache.write_locked().deletion_seen(&resource, &key.0, &key.1, &uid);
                     known.remove(&key);
                     self.announce(&key.0, &key.1, false, None);
                 }

@@ -9,6 +9,7 @@ use http::{Method, Request};
 use kube::client::Body;
 
 use super::cache::ObjectCache;
+use crate::keylocks::{Locked as _, LockedRw as _};
 use crate::resources::Kind;
 use crate::store::ApiPath;
 
@@ -68,19 +69,19 @@ type CacheView = (Weak<RwLock<ObjectCache>>, Vec<Kind>);
 
 impl ClusterUsage {
     pub(super) fn count(&self, verb: &'static str, resource: &'static str) {
-        *self.requests.lock().unwrap_or_else(|p| p.into_inner()).entry((verb, resource)).or_default() += 1;
+        *self.requests.locked().entry((verb, resource)).or_default() += 1;
     }
 
     pub(super) fn watch_restarted(&self, kind: Kind) {
-        *self.watch_restarts.lock().unwrap_or_else(|p| p.into_inner()).entry(kind.plural()).or_default() += 1;
+        *self.watch_restarts.locked().entry(kind.plural()).or_default() += 1;
     }
 
     pub(super) fn observe_cache(&self, cache: &Arc<RwLock<ObjectCache>>, kinds: &[Kind]) {
-        *self.cache.write().unwrap_or_else(|p| p.into_inner()) = Some((Arc::downgrade(cache), kinds.to_vec()));
+        *self.cache.write_locked() = Some((Arc::downgrade(cache), kinds.to_vec()));
     }
 
     fn refusal(&self, line: String) {
-        let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = self.refused.locked();
         if r.0.len() < REFUSALS_KEPT {
             r.0.push(line);
         }
@@ -89,12 +90,12 @@ impl ClusterUsage {
 
     /// Requests the API server answered 401 or 403 (the first lines kept), and how many in all.
     pub fn refused(&self) -> (Vec<String>, u64) {
-        self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.refused.locked().clone()
     }
 
     /// ((verb, resource), requests), in order.
     pub fn requests(&self) -> Vec<((&'static str, &'static str), u64)> {
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (*k, *v)).collect()
+        self.requests.locked().iter().map(|(k, v)| (*k, *v)).collect()
     }
 
     /// Requests of one verb, over every resource.
@@ -103,15 +104,15 @@ impl ClusterUsage {
     }
 
     pub fn watch_restarts(&self) -> Vec<(&'static str, u64)> {
-        self.watch_restarts.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (*k, *v)).collect()
+        self.watch_restarts.locked().iter().map(|(k, v)| (*k, *v)).collect()
     }
 
     /// (resource plural, objects held) for every cached kind.
     pub fn cached_objects(&self) -> Vec<(&'static str, usize)> {
-        let guard = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        let guard = self.cache.read_locked();
         let Some((cache, kinds)) = guard.as_ref() else { return Vec::new() };
         let Some(cache) = cache.upgrade() else { return Vec::new() };
-        let cache = cache.read().unwrap_or_else(|p| p.into_inner());
+        let cache = cache.read_locked();
         kinds.iter().map(|k| (k.plural(), cache.len(&k.resource()))).collect()
     }
 }

@@ -29,6 +29,7 @@ use tokio::sync::broadcast;
 
 use super::verbatim::Part;
 use super::{ChangeEvent, Deletion, Object, Store, StoreError, resource_name};
+use crate::keylocks::LockedRw as _;
 use crate::resources::references::Ref;
 use cache::{Cache, Cached, obj_key};
 use semantics::{delete_object, insert_object, namespace_of, object_key, replacement, replacement_of};
@@ -172,7 +173,7 @@ impl SqliteStore {
     }
 
     fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
-        self.cache.read().unwrap_or_else(|p| p.into_inner())
+        self.cache.read_locked()
     }
 
     // Objects addressed by their store key (`plural.group`, or the plural alone for the core group)

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::cache::{Cache, Cached, ObjKey, obj_key};
 use super::{SqliteStore, backend};
+use crate::keylocks::LockedRw as _;
 use crate::store::{ChangeEvent, StoreError};
 
 /// What the writer thread has done since the store opened (for `/metrics`): how far behind the
@@ -174,7 +175,7 @@ pub(super) fn run_group(
     // A savepoint that could not be closed leaves the transaction in doubt: nothing of it commits.
     let mut in_doubt: Option<StoreError> = None;
     let (written, next_version) = {
-        let committed = cache.read().unwrap_or_else(|p| p.into_inner());
+        let committed = cache.read_locked();
         let group = Group {
             sql: &sql,
             committed: &committed,
@@ -237,7 +238,7 @@ pub(super) fn run_group(
             })
             .collect();
         // Still on the writer thread: the cache sees commits in commit order.
-        let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
+        let mut cache = cache.write_locked();
         for (key, entry, refs) in written {
             cache.put_indexed(key, entry, refs);
         }
