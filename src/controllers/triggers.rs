@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::errors::chain;
+use crate::keylocks::Locked as _;
 use crate::resources::Kind;
 use crate::resources::references::Ref;
 use crate::resources::{Agent, AgentClusterInstall, BareMetalHost, ClusterDeployment, PreprovisioningImage};
@@ -105,6 +106,15 @@ pub(crate) struct Queues {
     pub clusters: Option<Arc<WorkQueue>>,
     pub bmhs: Option<Arc<WorkQueue>>,
     pub ppis: Option<Arc<WorkQueue>>,
+    /// The (trigger, object) pairs a retry is pending for ([`retry_later`]).
+    pub retrying: Arc<std::sync::Mutex<std::collections::HashSet<RetryKey>>>,
+}
+
+/// A trigger (by its place in its static table) and the object whose change it routes again.
+type RetryKey = (usize, String, String, String);
+
+fn retry_key(t: &'static Trigger, ev: &ChangeEvent) -> RetryKey {
+    (t as *const Trigger as usize, ev.resource.to_string(), ev.namespace.clone(), ev.name.clone())
 }
 
 impl Queues {
@@ -152,7 +162,15 @@ pub(crate) async fn route<S: Store>(
 
 /// Routes `ev` through `failed` again after a delay, doubling up to a minute, until every lookup
 /// succeeds (see the module docs for why the event, not the whole controller).
+///
+/// One retry at a time per trigger and object: a mapper reads the store when it runs, so a retry
+/// pending for an object routes its later changes too, and the retries in flight stay bounded by
+/// the objects concerned, however many events arrive while the store fails.
 pub(crate) fn retry_later<S: Store>(store: S, queues: Queues, ev: ChangeEvent, failed: Vec<&'static Trigger>) {
+    let failed: Vec<&'static Trigger> = {
+        let mut retrying = queues.retrying.locked();
+        failed.into_iter().filter(|t| retrying.insert(retry_key(t, &ev))).collect()
+    };
     if failed.is_empty() {
         return;
     }
@@ -165,7 +183,11 @@ pub(crate) fn retry_later<S: Store>(store: S, queues: Queues, ev: ChangeEvent, f
             let mut still = Vec::new();
             for t in failed {
                 // Own-write echoes are not looked up (ItselfUnlessOwnWrite never fails).
-                still.extend(route(&store, None, std::slice::from_ref(t), &queues, &ev).await);
+                let again = route(&store, None, std::slice::from_ref(t), &queues, &ev).await;
+                if again.is_empty() {
+                    queues.retrying.locked().remove(&retry_key(t, &ev));
+                }
+                still.extend(again);
             }
             failed = still;
         }
@@ -235,6 +257,8 @@ async fn referencing<S: Store, K: Object>(
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::keylocks::Locked as _;
 
     use serde_json::json;
     use tokio::sync::broadcast;
@@ -359,6 +383,7 @@ mod tests {
             clusters: Some(Default::default()),
             bmhs: Some(Default::default()),
             ppis: Some(Default::default()),
+            ..Default::default()
         };
         store.1.store(0, Ordering::Relaxed);
         let failed = route(store, None, triggers, &queues, &ev).await;
@@ -420,6 +445,27 @@ mod tests {
         queued.sort();
         assert_eq!(queued, [("ns".to_string(), "a0".to_string()), ("ns".into(), "a1".into())]);
         assert_eq!(store.2.load(Ordering::Relaxed), 0);
+        assert!(queues.retrying.locked().is_empty(), "a retry that succeeded is no longer pending");
+    }
+
+    /// Events arriving while a lookup keeps failing add no retries for an object that has one pending.
+    #[tokio::test]
+    async fn retries_in_flight_are_one_per_trigger_and_object() {
+        let store = fleet(3).await;
+        store.2.store(usize::MAX, Ordering::Relaxed);
+        let queues = Queues { agents: Some(Default::default()), ..Default::default() };
+        for i in 0..100 {
+            let mut ev = change(Kind::Secret, "ns", if i % 2 == 0 { "tok0" } else { "tok1" });
+            ev.resource_version = Some(i.to_string());
+            let failed = route(&store, None, HOST_TRIGGERS, &queues, &ev).await;
+            assert_eq!(failed.len(), 1);
+            retry_later(store.clone(), queues.clone(), ev, failed);
+        }
+        assert_eq!(queues.retrying.locked().len(), 2, "one per Secret");
+        // A second later each pending retry has looked up once: two lookups, not a hundred.
+        let before = store.2.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(before - store.2.load(Ordering::Relaxed), 2);
     }
 
     /// The metal3 triggers: an InfraEnv queues its BMHs and PPIs (by their label, in its namespace
