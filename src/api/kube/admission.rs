@@ -119,17 +119,16 @@ impl KubeApi {
         }
         let size = limits::json_len(doc);
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-        Err(ApiError {
-            details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
-            ..ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                format!(
-                    "{} \"{name}\" would be {size} bytes, over the {max} bytes an object may have (serve --max-object-bytes)",
-                    c.qualified()
-                ),
-            )
-        })
+        Err(ApiError::about(
+            c,
+            name,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!(
+                "{} \"{name}\" would be {size} bytes, over the {max} bytes an object may have (serve --max-object-bytes)",
+                c.qualified()
+            ),
+        ))
     }
 
     pub(super) fn admit_pruned(
@@ -220,10 +219,7 @@ impl KubeApi {
                 StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
                     ApiError::invalid(c, &name, denied.message)
                 }
-                _ => ApiError {
-                    details: Some(json!({"name": name, "group": c.group(), "kind": c.plural()})),
-                    ..ApiError::new(code, denied.reason, denied.message)
-                },
+                _ => ApiError::about(c, &name, code, denied.reason, denied.message),
             }
         })?;
         ctx.warnings.extend(allowed.warnings);

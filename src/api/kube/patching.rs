@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, StatusCode, header};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 use serde_json::Value;
 
 use super::write::WriteContext;
@@ -159,9 +160,13 @@ impl KubeApi {
             let doc = match applied {
                 Ok(doc) => doc,
                 Err(apply::ApplyError::Conflicts(conflicts)) => {
-                    let status = conflicts.status();
                     return Err(ApiError {
-                        details: Some(status["details"].clone()),
+                        details: Some(StatusDetails {
+                            causes: Some(
+                                conflicts.causes().into_iter().filter_map(|c| serde_json::from_value(c).ok()).collect(),
+                            ),
+                            ..Default::default()
+                        }),
                         ..ApiError::new(StatusCode::CONFLICT, "Conflict", conflicts.message())
                     });
                 }
@@ -199,7 +204,7 @@ impl KubeApi {
             let written = self.write_over(t, &live, doc, live_rv, ctx).await;
             ctx.manager = manager;
             match written {
-                Err(e) if e.reason == "Conflict" && e.details.as_ref().is_none_or(|d| d.get("causes").is_none()) => {
+                Err(e) if e.reason == "Conflict" && !e.has_causes() => {
                     continue;
                 }
                 other => return other.map(|o| (StatusCode::OK, o)),

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails, WatchEvent};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -251,10 +252,7 @@ impl Watches {
                         Start::After(from) => from,
                         Start::Current => 0,
                     };
-                    let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
-                        "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
-                        "message": format!("too old resource version: {from} ({oldest})")}});
-                    let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+                    let _ = tx.send(expired(format!("too old resource version: {from} ({oldest})"))).await;
                     return;
                 }
             };
@@ -280,10 +278,7 @@ impl Watches {
                     _ = &mut deadline => return,
                     _ = tx.closed() => return,
                     _ = epoch.changed() => {
-                        let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
-                            "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
-                            "message": format!("too old resource version: {last_rv}")}});
-                        let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+                        let _ = tx.send(expired(format!("too old resource version: {last_rv}"))).await;
                         return;
                     }
                     _ = bookmarks.tick(), if opts.bookmarks => {
@@ -297,10 +292,7 @@ impl Watches {
                             Err(broadcast::error::RecvError::Lagged(_)) => {
                                 // This watch fell behind the feed: it starts over from a list, as
                                 // after the API server's "410 Gone".
-                                let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
-                                    "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
-                                    "message": "the watch fell behind; list again"}});
-                                let _ = tx.send(Bytes::from(format!("{gone}\n"))).await;
+                                let _ = tx.send(expired("the watch fell behind; list again".into())).await;
                                 return;
                             }
                             Err(broadcast::error::RecvError::Closed) => return,
@@ -333,13 +325,38 @@ fn envelope_head(type_: &'static str) -> Bytes {
 
 /// The API server's answer to a read from a resourceVersion it has not reached: 504 with reason
 /// `Timeout` (the client may retry after a second), the cause `ResourceVersionTooLarge`.
-pub fn too_large(asked: i64, current: i64) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": format!("Timeout: Too large resource version: {asked}, current: {current}"),
-        "reason": "Timeout",
-        "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": 1},
-        "code": 504})
+pub fn too_large(asked: i64, current: i64) -> Status {
+    Status {
+        status: Some("Failure".into()),
+        message: Some(format!("Timeout: Too large resource version: {asked}, current: {current}")),
+        reason: Some("Timeout".into()),
+        details: Some(StatusDetails {
+            causes: Some(vec![StatusCause {
+                reason: Some("ResourceVersionTooLarge".into()),
+                message: Some("Too large resource version".into()),
+                field: None,
+            }]),
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        }),
+        code: Some(504),
+        metadata: Default::default(),
+    }
+}
+
+/// The event that ends a watch whose start (or whose place in the feed) is gone: `410 Expired`,
+/// after which clients list again.
+fn expired(message: String) -> Bytes {
+    let gone: WatchEvent<Status> = WatchEvent::ErrorStatus(Status {
+        status: Some("Failure".into()),
+        message: Some(message),
+        reason: Some("Expired".into()),
+        code: Some(410),
+        ..Default::default()
+    });
+    let mut line = serde_json::to_vec(&gone).expect("a watch event serializes");
+    line.push(b'\n');
+    Bytes::from(line)
 }
 
 /// Where a watch starts.
@@ -737,7 +754,7 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(w.wait_for(current + 1000, Duration::from_millis(200)).await, Err(current + 1));
         assert!(started.elapsed() >= Duration::from_millis(200));
-        let status = too_large(current + 1000, current + 1);
+        let status = serde_json::to_value(too_large(current + 1000, current + 1)).unwrap();
         assert_eq!((status["code"].as_i64(), status["reason"].as_str()), (Some(504), Some("Timeout")));
         assert_eq!(status["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
         assert_eq!(

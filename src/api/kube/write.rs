@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode, header};
 use serde_json::{Value, json};
 
-use super::{ApiError, Collection, Creating, KubeApi, Target, apply, limits};
+use super::{ApiError, Collection, Creating, KubeApi, Target, apply, limits, status};
 use crate::store::{Deletion, StoreError};
 
 /// Per request: who writes, how strictly, whether for real.
@@ -251,14 +251,8 @@ impl KubeApi {
             (Deletion::Pending, Ok(Some(current))) => Ok((StatusCode::OK, current)),
             // Gone at once: a Status saying so, as the API server answers for every kind served here.
             _ => {
-                let mut details = json!({"name": name, "kind": c.plural(), "uid": live["metadata"]["uid"]});
-                if !c.group().is_empty() {
-                    details["group"] = json!(c.group());
-                }
-                Ok((
-                    StatusCode::OK,
-                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
-                ))
+                let status = status::deleted(c, &name, live["metadata"]["uid"].as_str());
+                Ok((StatusCode::OK, serde_json::to_value(status).expect("a Status serializes")))
             }
         }
     }

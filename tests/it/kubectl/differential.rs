@@ -487,6 +487,10 @@ async fn kube_rs_gets_the_same_answers_from_serve_as_from_kube_apiserver() {
     sides.error("POST", &nmstateconfigs, json_type, &n1.to_string(), 409, "AlreadyExists").await;
     sides.error("GET", &format!("{nmstateconfigs}/nope"), json_type, "", 404, "NotFound").await;
     sides.error("DELETE", &format!("{nmstateconfigs}/nope"), json_type, "", 404, "NotFound").await;
+    // A core kind's error names no group (the API server's field is omitempty).
+    let secrets = format!("/api/v1/namespaces/{ns}/secrets");
+    sides.error("GET", &format!("{secrets}/nope"), json_type, "", 404, "NotFound").await;
+    sides.error("DELETE", &format!("{secrets}/nope"), json_type, "", 404, "NotFound").await;
     let mut typed = n1.clone();
     typed["metadata"]["name"] = json!("n2");
     typed["spec"]["interfaces"][0]["macAddress"] = json!(7);
