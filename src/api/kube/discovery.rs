@@ -10,9 +10,18 @@
 //!   [`DiscoveryFormat::content_type`] (client-go picks the decoder from the
 //!   response `Content-Type`, not from the body), and `Vary: Accept`.
 //! * Everything else is plain `application/json`.
+//!
+//! The unaggregated documents are k8s-openapi's meta/v1 types (`apiVersion` removed where
+//! kube-apiserver writes none). The aggregated ones are built here: `apidiscovery.k8s.io` is not in
+//! the OpenAPI document k8s-openapi is generated from, so the crate has no type for it.
 
 use std::cmp::Ordering;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
+    ServerAddressByClientCIDR,
+};
+use k8s_openapi::apimachinery::pkg::version::Info;
 use serde_json::{Map, Value, json};
 
 use super::served::Served;
@@ -125,32 +134,47 @@ pub fn version_info(git_version: &str, git_commit: &str, build_date: &str) -> Va
     let major = nums.next().unwrap_or("1").to_owned();
     let minor = nums.next().unwrap_or("0").to_owned();
     let minor_n: u32 = minor.parse().unwrap_or(0);
-    json!({
-        "major": major,
-        "minor": minor,
-        "emulationMajor": major,
-        "emulationMinor": minor,
-        "minCompatibilityMajor": major,
-        "minCompatibilityMinor": minor_n.saturating_sub(1).to_string(),
-        "gitVersion": git_version,
-        "gitCommit": git_commit,
-        "gitTreeState": "clean",
-        "buildDate": build_date,
-        "goVersion": "",
-        "compiler": "rustc",
-        "platform": platform(),
+    to_json(Info {
+        emulation_major: Some(major.clone()),
+        emulation_minor: Some(minor.clone()),
+        min_compatibility_major: Some(major.clone()),
+        min_compatibility_minor: Some(minor_n.saturating_sub(1).to_string()),
+        major,
+        minor,
+        git_version: git_version.to_owned(),
+        git_commit: git_commit.to_owned(),
+        git_tree_state: "clean".to_owned(),
+        build_date: build_date.to_owned(),
+        go_version: String::new(),
+        compiler: "rustc".to_owned(),
+        platform: platform(),
     })
+}
+
+fn to_json(doc: impl serde::Serialize) -> Value {
+    serde_json::to_value(doc).expect("a discovery document serializes")
+}
+
+/// Removes `apiVersion` where kube-apiserver writes none: k8s-openapi writes it on every type
+/// that has one, nested or not, and kube-apiserver leaves it out of `/api`, `/api/v1`, and the
+/// groups inside `/apis` (`kind` too there).
+fn without_type_meta(mut doc: Value, keys: &[&str]) -> Value {
+    if let Some(o) = doc.as_object_mut() {
+        keys.iter().for_each(|k| drop(o.remove(*k)));
+    }
+    doc
 }
 
 /// `/api` (legacy): `APIVersions`.
 pub fn api_versions(server_address: &str) -> Value {
-    json!({
-        "kind": "APIVersions",
-        "versions": ["v1"],
-        "serverAddressByClientCIDRs": [
-            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
-        ],
-    })
+    let versions = APIVersions {
+        versions: vec!["v1".to_owned()],
+        server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
+            client_cidr: "0.0.0.0/0".to_owned(),
+            server_address: server_address.to_owned(),
+        }],
+    };
+    without_type_meta(to_json(versions), &["apiVersion"])
 }
 
 /// Orders versions the way the API server does: GA before beta before alpha,
@@ -201,30 +225,35 @@ fn groups(served: &[Served]) -> Vec<(String, Vec<String>)> {
     out
 }
 
-fn group_json(group: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> =
-        versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
-    json!({
-        "name": group,
-        "versions": vs,
-        "preferredVersion": vs[0].clone(),
-    })
+fn api_group_of(group: &str, versions: &[String]) -> APIGroup {
+    let versions: Vec<GroupVersionForDiscovery> = versions
+        .iter()
+        .map(|v| GroupVersionForDiscovery { group_version: format!("{group}/{v}"), version: v.clone() })
+        .collect();
+    APIGroup {
+        name: group.to_owned(),
+        preferred_version: versions.first().cloned(),
+        server_address_by_client_cidrs: None,
+        versions,
+    }
 }
 
 /// `/apis` (legacy): `APIGroupList` of every non-core group.
 pub fn api_group_list(served: &[Served]) -> Value {
-    let gs: Vec<Value> = groups(served).iter().map(|(g, vs)| group_json(g, vs)).collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
+    let groups = groups(served).iter().map(|(g, vs)| api_group_of(g, vs)).collect();
+    let mut list = to_json(APIGroupList { groups });
+    if let Some(groups) = list.get_mut("groups").and_then(Value::as_array_mut) {
+        for g in groups {
+            *g = without_type_meta(std::mem::take(g), &["apiVersion", "kind"]);
+        }
+    }
+    list
 }
 
 /// `/apis/{group}`: `APIGroup`, or `None` (404) for an unknown group.
 pub fn api_group(served: &[Served], group: &str) -> Option<Value> {
     let (g, vs) = groups(served).into_iter().find(|(g, _)| g == group)?;
-    let mut v = group_json(&g, &vs);
-    let m = v.as_object_mut().unwrap();
-    m.insert("kind".into(), "APIGroup".into());
-    m.insert("apiVersion".into(), "v1".into());
-    Some(v)
+    Some(to_json(api_group_of(&g, &vs)))
 }
 
 fn in_gv<'a>(served: &'a [Served], group: &str, version: &str) -> Vec<&'a Served> {
@@ -239,6 +268,10 @@ fn insert_nonempty(m: &mut Map<String, Value>, key: &str, list: &[String]) {
     }
 }
 
+fn nonempty(list: &[String]) -> Option<Vec<String>> {
+    (!list.is_empty()).then(|| list.to_vec())
+}
+
 /// `/api/v1` (`group == ""`) or `/apis/{group}/{version}`: `APIResourceList`,
 /// with a `plural/sub` entry after each resource for each subresource.
 /// `None` (404) for an unknown group version.
@@ -249,43 +282,37 @@ pub fn api_resource_list(served: &[Served], group: &str, version: &str) -> Optio
     }
     let mut resources = Vec::new();
     for s in items {
-        let mut m = Map::new();
-        m.insert("name".into(), s.plural.clone().into());
-        m.insert("singularName".into(), s.singular.clone().into());
-        m.insert("namespaced".into(), s.namespaced.into());
-        m.insert("kind".into(), s.kind.clone().into());
-        m.insert("verbs".into(), json!(s.verbs));
-        insert_nonempty(&mut m, "shortNames", &s.short_names);
-        insert_nonempty(&mut m, "categories", &s.categories);
-        m.insert("storageVersionHash".into(), storage_version_hash(&s.group, &s.version, &s.kind).into());
-        resources.push(Value::Object(m));
+        resources.push(APIResource {
+            name: s.plural.clone(),
+            singular_name: s.singular.clone(),
+            namespaced: s.namespaced,
+            kind: s.kind.clone(),
+            verbs: s.verbs.clone(),
+            short_names: nonempty(&s.short_names),
+            categories: nonempty(&s.categories),
+            storage_version_hash: Some(storage_version_hash(&s.group, &s.version, &s.kind)),
+            group: None,
+            version: None,
+        });
         for sub in &s.subresources {
             let (g, v, k) = s.subresource_kind(sub);
-            let mut m = Map::new();
-            m.insert("name".into(), format!("{}/{}", s.plural, sub).into());
-            m.insert("singularName".into(), "".into());
-            m.insert("namespaced".into(), s.namespaced.into());
-            if g != s.group || v != s.version {
-                m.insert("group".into(), g.into());
-                m.insert("version".into(), v.into());
-            }
-            m.insert("kind".into(), k.into());
-            m.insert("verbs".into(), json!(s.subresource_verbs(sub)));
-            resources.push(Value::Object(m));
+            let elsewhere = g != s.group || v != s.version;
+            resources.push(APIResource {
+                name: format!("{}/{}", s.plural, sub),
+                singular_name: String::new(),
+                namespaced: s.namespaced,
+                group: elsewhere.then(|| g.clone()),
+                version: elsewhere.then_some(v),
+                kind: k,
+                verbs: s.subresource_verbs(sub),
+                ..Default::default()
+            });
         }
     }
-    let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
-    let mut list = json!({
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": gv,
-        "resources": resources,
-    });
-    if group.is_empty() {
-        // kube-apiserver's `/api/v1` says no apiVersion (its `/apis/...` lists do).
-        list.as_object_mut().expect("an object").remove("apiVersion");
-    }
-    Some(list)
+    let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    let list = to_json(APIResourceList { group_version, resources });
+    // kube-apiserver's `/api/v1` says no apiVersion (its `/apis/...` lists do).
+    Some(if group.is_empty() { without_type_meta(list, &["apiVersion"]) } else { list })
 }
 
 /// The API server's `storageVersionHash` of a resource: the first 8 bytes of the SHA-256 of
