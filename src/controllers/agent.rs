@@ -1067,7 +1067,7 @@ mod tests {
                 format!("{MESSAGE_SYNC_INPUT_ERROR}failed to get secret ns/token: secrets \"token\" not found")
             )
         );
-        let (reason, message) = spec_synced(secret(StoreError::Backend("disk full".into())));
+        let (reason, message) = spec_synced(secret(StoreError::backend(std::io::Error::other("disk full"))));
         assert_eq!(reason, REASON_BACKEND_ERROR);
         assert_eq!(message, format!("{MESSAGE_SYNC_BACKEND_ERROR}failed to get secret ns/token: store: disk full"));
         let args = serde_json::from_str::<Vec<String>>("[1]").unwrap_err();

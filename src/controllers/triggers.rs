@@ -306,7 +306,7 @@ mod tests {
             value: &str,
         ) -> Result<Vec<K>, StoreError> {
             if self.2.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
-                return Err(StoreError::Backend("the index is out to lunch".into()));
+                return Err(StoreError::backend_message("the index is out to lunch"));
             }
             let got = self.0.list_referencing::<K>(namespace, relation, value).await?;
             self.read(got.len());
