@@ -20,7 +20,7 @@ pub mod spoke;
 mod tests;
 pub(crate) mod triggers;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ use tokio::sync::broadcast;
 use crate::errors::chain;
 use crate::image::Images;
 use crate::pool::Backend;
-use crate::resources::references::Ref;
+use crate::resources::references::{self, Ref};
 use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
 use metal3::{bmac, ppi};
@@ -154,43 +154,32 @@ pub async fn infraenvs_affected_by<S: Store>(
         && namespace == crate::content::ironic::ICC_SECRET_NAMESPACE
         && name == crate::content::ironic::ICC_SECRET_NAME
     {
-        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace
-        // (one Secret of the whole hub: looking at every InfraEnv is what it concerns).
-        let enabled =
-            store.list_map(None, |ie: &InfraEnv| crate::content::ironic::enabled(ie).then(|| key_of(&ie.metadata)));
-        keys.extend(enabled.await?.into_iter().flatten());
+        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace:
+        // those, by the index, not every InfraEnv of the hub.
+        let enabled = store.list_referencing::<InfraEnv>(None, Ref::InfraEnvIronicAgent, references::IRONIC_AGENT);
+        keys.extend(enabled.await?.into_iter().map(key));
     }
     if resource == resource_name::<NMStateConfig>() {
         // Not every selecting InfraEnv of the namespace: adding a cluster's hosts to a namespace of
         // hundreds of InfraEnvs would have rechecked them all at every host. Those the config is
-        // selected by now, and those whose image has it (a relabelled or deleted config leaves them).
-        let config = store.get::<NMStateConfig>(namespace, name).await;
-        if let Err(e) = &config {
-            tracing::warn!("reading NMStateConfig {namespace}/{name}: {}", chain(&e));
-        }
-        let built_with: HashSet<String> =
-            images.infraenvs_built_with(namespace, name).into_iter().map(|(_, n)| n).collect();
-        let no_labels = BTreeMap::new();
-        let concerned = |ie: &InfraEnv| {
-            let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
-                return false;
-            };
-            match &config {
-                Ok(Some(c)) => selector.matches(c.metadata.labels.as_ref().unwrap_or(&no_labels)),
-                Ok(None) => false,
-                // Not known: every selecting InfraEnv, to be safe.
-                Err(_) => true,
+        // selected by now, found by the index under its labels (or selecting by expressions only)
+        // and checked against their whole selector, and those whose image has it (a relabelled or
+        // deleted config leaves them). A config that cannot be read is an error (retried), not
+        // "selected by none".
+        if let Some(config) = store.get::<NMStateConfig>(namespace, name).await? {
+            let no_labels = BTreeMap::new();
+            let labels = config.metadata.labels.as_ref().unwrap_or(&no_labels);
+            for value in references::nmstate_selector_lookups(labels) {
+                let candidates =
+                    store.list_referencing::<InfraEnv>(Some(namespace), Ref::InfraEnvNmStateSelector, &value).await?;
+                let selected = candidates.into_iter().filter(|ie| {
+                    let selector = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty());
+                    selector.is_some_and(|s| s.matches(labels))
+                });
+                keys.extend(selected.map(key));
             }
-        };
-        // Looked at in place: a namespace may hold thousands of InfraEnvs, and hosts' NMStateConfigs
-        // come by the hundred.
-        let affected = store
-            .list_map(Some(namespace), |ie: &InfraEnv| {
-                let built = ie.metadata.name.as_ref().is_some_and(|n| built_with.contains(n));
-                (built || concerned(ie)).then(|| key_of(&ie.metadata))
-            })
-            .await;
-        keys.extend(affected?.into_iter().flatten());
+        }
+        keys.extend(images.infraenvs_built_with(namespace, name));
     } else if resource == resource_name::<Secret>() {
         // The InfraEnvs using it as pull secret, by the reference index.
         let using = store.list_referencing::<InfraEnv>(Some(namespace), Ref::InfraEnvPullSecret, name).await?;
