@@ -20,7 +20,7 @@ pub mod spoke;
 mod tests;
 pub(crate) mod triggers;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use tokio::sync::broadcast;
 
 use crate::errors::chain;
 use crate::image::Images;
+use crate::keylocks::Locked as _;
 use crate::pool::Backend;
 use crate::resources::references::{self, Ref};
 use crate::resources::{InfraEnv, NMStateConfig};
@@ -59,16 +60,13 @@ pub async fn run_infraenv_controller_with<S: Store>(
         let images = images.clone();
         let queue = queue.clone();
         let metrics = metrics.clone();
+        let retrying = Arc::new(std::sync::Mutex::new(HashSet::new()));
         async move {
             loop {
                 tokio::select! {
                     change = host_changes.recv() => {
-                        // A deleted InfraEnv waits for its hosts: look again when one changes.
-                        if let Ok(c) = change
-                            && let Ok(Some(ie)) = images.store.get_by_uid::<InfraEnv>(&c.infra_env_id).await
-                            && ie.metadata.deletion_timestamp.is_some()
-                        {
-                            queue.push((ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default()));
+                        if let Ok(c) = change {
+                            on_host_change(&images.store, &queue, &retrying, c.infra_env_id).await;
                         }
                     }
                     ev = events.recv() => match ev {
@@ -108,6 +106,54 @@ const INFRAENV_WORKERS: usize = 4;
 
 async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
     enqueue_every::<S, InfraEnv>(&images.store, queue).await
+}
+
+/// A deleted InfraEnv waits for its hosts: when one of them changes, the InfraEnv (by its uid) is
+/// queued if it is being deleted. A failed lookup is not "no InfraEnv": it is logged with its cause
+/// and looked up again later ([`retry_host_change`]).
+async fn on_host_change<S: Store>(store: &S, queue: &Arc<WorkQueue>, retrying: &Retrying, infra_env_id: String) {
+    if let Err(e) = queue_if_deleted(store, queue, &infra_env_id).await {
+        tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e));
+        retry_host_change(store.clone(), queue.clone(), retrying.clone(), infra_env_id);
+    }
+}
+
+/// The InfraEnv uids whose lookup [`retry_host_change`] is retrying.
+type Retrying = Arc<std::sync::Mutex<HashSet<String>>>;
+
+/// Queues the InfraEnv with uid `infra_env_id` if it is being deleted.
+async fn queue_if_deleted<S: Store>(
+    store: &S,
+    queue: &WorkQueue,
+    infra_env_id: &str,
+) -> Result<(), crate::store::StoreError> {
+    if let Some(ie) = store.get_by_uid::<InfraEnv>(infra_env_id).await?
+        && ie.metadata.deletion_timestamp.is_some()
+    {
+        queue.push(key_of(&ie.metadata));
+    }
+    Ok(())
+}
+
+/// [`queue_if_deleted`] again after a delay (doubling up to a minute) until it succeeds. One retry
+/// at a time per InfraEnv: it reads the InfraEnv when it runs, so it serves the host changes that
+/// come meanwhile, and the retries in flight are bounded by the InfraEnvs, not by the host changes.
+fn retry_host_change<S: Store>(store: S, queue: Arc<WorkQueue>, retrying: Retrying, infra_env_id: String) {
+    if !retrying.locked().insert(infra_env_id.clone()) {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut delay = Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(60));
+            match queue_if_deleted(&store, &queue, &infra_env_id).await {
+                Ok(()) => break,
+                Err(e) => tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e)),
+            }
+        }
+        retrying.locked().remove(&infra_env_id);
+    });
 }
 
 /// [`infraenvs_affected_by`] again after a delay (doubling up to a minute) until it succeeds.
