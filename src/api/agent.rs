@@ -245,7 +245,7 @@ impl<S: Store> AgentApi<S> {
         match self.images.store.get_by_uid::<InfraEnv>(infra_env_id).await {
             Ok(Some(ie)) => Ok(ie),
             Ok(None) => Err(error(404, &format!("infra-env {infra_env_id} not found"))),
-            Err(e) => Err(error(500, &e.to_string())),
+            Err(e) => Err(error(500, &crate::errors::chain(&e).to_string())),
         }
     }
 
@@ -294,7 +294,7 @@ impl<S: Store> AgentApi<S> {
             tracing::info!(host = %host_id, from = %old.infra_env_id, to = %infra_env_id, namespace = %ns, "host moved to another infra-env of its namespace");
         }
         if let Err(e) = self.ensure_agent(&ie, &host, replaced.is_some()).await {
-            return error(500, &format!("failed to create the Agent of host {host_id}: {e}"));
+            return error(500, &format!("failed to create the Agent of host {host_id}: {}", crate::errors::chain(&e)));
         }
         let mut view = host_view(&host);
         view["next_step_runner_command"] = json!({

@@ -38,30 +38,60 @@ pub struct EventParams {
     pub query: EventQuery,
 }
 
-fn uuid(name: &str, value: &str) -> Result<String, String> {
+/// Why a request's parameters are not taken: the 400 body, each value quoted as far as
+/// [`truncated`] keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    #[error("the query string is {0} bytes, over the {MAX_QUERY_BYTES} taken")]
+    QueryTooLong(usize),
+    #[error("query parameter {0:?} is not UTF-8")]
+    NotUtf8(String),
+    #[error("query parameter {0:?} is given twice")]
+    GivenTwice(String),
+    #[error("unknown query parameter {0:?}")]
+    Unknown(String),
+    #[error("{name} must be a UUID, not {value:?}")]
+    NotUuid { name: &'static str, value: String },
+    #[error("{name} must be true or false, not {value:?}")]
+    NotBoolean { name: &'static str, value: String },
+    #[error("{name} must be an integer, not {value:?}")]
+    NotInteger { name: &'static str, value: String },
+    #[error("offset {0} is too large")]
+    OffsetTooLarge(i64),
+    #[error("order must be ascending or descending, not {0:?}")]
+    Order(String),
+    #[error("{name}: {value:?} is not one of {}", .allowed.join(", "))]
+    NotOneOf { name: &'static str, value: String, allowed: &'static [&'static str] },
+    #[error("message is {0} bytes, over the {MAX_MESSAGE_BYTES} taken")]
+    MessageTooLong(usize),
+    #[error("{0} host ids, over the {MAX_HOST_IDS} one query takes")]
+    TooManyHostIds(usize),
+}
+
+fn uuid(name: &'static str, value: &str) -> Result<String, ParamError> {
     uuid::Uuid::parse_str(value)
         .map(|u| u.to_string())
-        .map_err(|_| format!("{name} must be a UUID, not {:?}", truncated(value)))
+        .map_err(|_| ParamError::NotUuid { name, value: truncated(value) })
 }
 
 fn truncated(value: &str) -> String {
     value.chars().take(64).collect()
 }
 
-fn boolean(name: &str, value: &str) -> Result<bool, String> {
+fn boolean(name: &'static str, value: &str) -> Result<bool, ParamError> {
     match value {
         "true" => Ok(true),
         "false" => Ok(false),
-        other => Err(format!("{name} must be true or false, not {:?}", truncated(other))),
+        other => Err(ParamError::NotBoolean { name, value: truncated(other) }),
     }
 }
 
-fn one_of(name: &str, value: &str, allowed: &[&str]) -> Result<Vec<String>, String> {
+fn one_of(name: &'static str, value: &str, allowed: &'static [&'static str]) -> Result<Vec<String>, ParamError> {
     value
         .split(',')
         .map(|v| match allowed.contains(&v) {
             true => Ok(v.to_string()),
-            false => Err(format!("{name}: {:?} is not one of {}", truncated(v), allowed.join(", "))),
+            false => Err(ParamError::NotOneOf { name, value: truncated(v), allowed }),
         })
         .collect()
 }
@@ -69,10 +99,10 @@ fn one_of(name: &str, value: &str, allowed: &[&str]) -> Result<Vec<String>, Stri
 impl EventParams {
     /// The parameters of `uri`'s query, as `v2ListEvents` takes them (arrays comma-separated, as
     /// its clients send them), or why they are not taken.
-    pub fn parse(uri: &http::Uri) -> Result<EventParams, String> {
+    pub fn parse(uri: &http::Uri) -> Result<EventParams, ParamError> {
         let raw = uri.query().unwrap_or("");
         if raw.len() > MAX_QUERY_BYTES {
-            return Err(format!("the query string is {} bytes, over the {MAX_QUERY_BYTES} taken", raw.len()));
+            return Err(ParamError::QueryTooLong(raw.len()));
         }
         let mut seen = std::collections::HashSet::new();
         let mut p = EventParams { query: EventQuery { limit: MAX_LIMIT, ..Default::default() }, ..Default::default() };
@@ -83,11 +113,11 @@ impl EventParams {
                 percent_encoding::percent_decode_str(&s.replace('+', " "))
                     .decode_utf8()
                     .map(|c| c.into_owned())
-                    .map_err(|_| format!("query parameter {:?} is not UTF-8", truncated(k)))
+                    .map_err(|_| ParamError::NotUtf8(truncated(k)))
             };
             let (key, value) = (decode(k)?, decode(v)?);
             if !seen.insert(key.clone()) {
-                return Err(format!("query parameter {:?} is given twice", truncated(&key)));
+                return Err(ParamError::GivenTwice(truncated(&key)));
             }
             let q = &mut p.query;
             match key.as_str() {
@@ -101,22 +131,24 @@ impl EventParams {
                     }
                 }
                 "limit" => {
-                    let limit: i64 =
-                        value.parse().map_err(|_| format!("limit must be an integer, not {:?}", truncated(&value)))?;
+                    let limit: i64 = value
+                        .parse()
+                        .map_err(|_| ParamError::NotInteger { name: "limit", value: truncated(&value) })?;
                     // Negative is "no limit" to assisted-service: here, the most a page holds.
                     q.limit = u32::try_from(limit).map_or(MAX_LIMIT, |l| l.min(MAX_LIMIT));
                 }
                 "offset" => {
-                    let offset: i64 =
-                        value.parse().map_err(|_| format!("offset must be an integer, not {:?}", truncated(&value)))?;
-                    q.offset = u32::try_from(offset.max(0)).map_err(|_| format!("offset {offset} is too large"))?;
+                    let offset: i64 = value
+                        .parse()
+                        .map_err(|_| ParamError::NotInteger { name: "offset", value: truncated(&value) })?;
+                    q.offset = u32::try_from(offset.max(0)).map_err(|_| ParamError::OffsetTooLarge(offset))?;
                 }
                 "order" => {
                     q.descending = match value.as_str() {
                         "ascending" => false,
                         "descending" => true,
                         other => {
-                            return Err(format!("order must be ascending or descending, not {:?}", truncated(other)));
+                            return Err(ParamError::Order(truncated(other)));
                         }
                     }
                 }
@@ -124,7 +156,7 @@ impl EventParams {
                 "categories" => q.categories = Some(one_of("categories", &value, &CATEGORIES)?),
                 "message" => {
                     if value.len() > MAX_MESSAGE_BYTES {
-                        return Err(format!("message is {} bytes, over the {MAX_MESSAGE_BYTES} taken", value.len()));
+                        return Err(ParamError::MessageTooLong(value.len()));
                     }
                     q.message = Some(value);
                 }
@@ -133,11 +165,11 @@ impl EventParams {
                 "deleted_hosts" => {
                     boolean("deleted_hosts", &value)?;
                 }
-                other => return Err(format!("unknown query parameter {:?}", truncated(other))),
+                other => return Err(ParamError::Unknown(truncated(other))),
             }
         }
         if host_ids.len() > MAX_HOST_IDS {
-            return Err(format!("{} host ids, over the {MAX_HOST_IDS} one query takes", host_ids.len()));
+            return Err(ParamError::TooManyHostIds(host_ids.len()));
         }
         host_ids.sort();
         host_ids.dedup();
@@ -159,7 +191,7 @@ impl<S: Store> App<S> {
     pub(super) async fn list_events(&self, req: &Request<Bytes>) -> Response<Body> {
         let mut params = match EventParams::parse(req.uri()) {
             Ok(p) => p,
-            Err(reason) => return error(400, &reason),
+            Err(reason) => return error(400, &reason.to_string()),
         };
         let Some(backend) = &self.backend else { return controller_only() };
         let signer = self.images.config.url_signer.as_ref();
@@ -234,7 +266,7 @@ mod tests {
     const A: &str = "2b4f5fd6-1111-4c5e-9a4e-000000000001";
     const H: &str = "6f1b1b7e-0f4e-4b6a-9d57-0b8a3c1f2e11";
 
-    fn parse(q: &str) -> Result<EventParams, String> {
+    fn parse(q: &str) -> Result<EventParams, ParamError> {
         EventParams::parse(&format!("/api/assisted-install/v2/events?{q}").parse().unwrap())
     }
 
@@ -281,7 +313,7 @@ mod tests {
             ("infra_env_id=%ff".into(), "not UTF-8"),
         ];
         for (q, want) in cases {
-            let e = parse(&q).unwrap_err();
+            let e = parse(&q).unwrap_err().to_string();
             assert!(e.contains(want), "{q}: {e}");
             assert!(e.len() < 200, "{e}");
         }

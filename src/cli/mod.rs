@@ -199,8 +199,8 @@ fn crds(out: Option<&Path>) -> ExitCode {
 
 /// Parses a command line as `bootstream` would, without running it: for checking the arguments
 /// the manifests in deploy/ give the containers.
-pub fn check_args<I: IntoIterator<Item = String>>(args: I) -> Result<(), String> {
-    Cli::try_parse_from(std::iter::once("bootstream".to_string()).chain(args)).map(|_| ()).map_err(|e| e.to_string())
+pub fn check_args<I: IntoIterator<Item = String>>(args: I) -> Result<(), clap::Error> {
+    Cli::try_parse_from(std::iter::once("bootstream".to_string()).chain(args)).map(|_| ())
 }
 
 /// The environment variables `bootstream SUBCOMMAND` reads its settings from.

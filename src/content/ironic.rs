@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-pub const ENABLE_IRONIC_AGENT_ANNOTATION: &str = "infraenv.agent-install.openshift.io/enable-ironic-agent";
+pub use crate::resources::ENABLE_IRONIC_AGENT_ANNOTATION;
 pub const IRONIC_AGENT_IMAGE_OVERRIDE_ANNOTATION: &str =
     "infraenv.agent-install.openshift.io/ironic-agent-image-override";
 /// The image-customization secret metal3 reads; bootstream reads the same keys from it.

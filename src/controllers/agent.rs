@@ -104,6 +104,9 @@ pub enum SyncError {
         #[source]
         source: serde_json::Error,
     },
+    /// Installer arguments assisted-service's check refuses.
+    #[error(transparent)]
+    InstallerArgsRefused(InstallerArgsError),
     /// `ignitionConfigOverrides` that are not an Ignition config bootstream can apply.
     #[error("invalid ignitionConfigOverrides for host {host} in infraEnv {infra_env}")]
     IgnitionOverrides {
@@ -141,7 +144,10 @@ impl SyncError {
     /// The user's to fix: waits for a change instead of being retried.
     pub fn is_input(&self) -> bool {
         match self {
-            SyncError::Input(_) | SyncError::InstallerArgs { .. } | SyncError::IgnitionOverrides { .. } => true,
+            SyncError::Input(_)
+            | SyncError::InstallerArgs { .. }
+            | SyncError::InstallerArgsRefused(_)
+            | SyncError::IgnitionOverrides { .. } => true,
             SyncError::Secret { source, .. } => source.is_not_found(),
             SyncError::Api(e) => e.is_client_error(),
             SyncError::Backend(_) | SyncError::ClusterDeployment { .. } | SyncError::Store(_) => false,
@@ -371,7 +377,7 @@ async fn sync_spec<S: Store>(
         None => String::new(),
         Some(text) => match serde_json::from_str::<Vec<String>>(text) {
             Ok(args) => {
-                check_installer_args(&args).map_err(SyncError::Input)?;
+                check_installer_args(&args).map_err(SyncError::InstallerArgsRefused)?;
                 serde_json::to_string(&args).expect("strings serialize")
             }
             Err(source) => {
@@ -470,34 +476,41 @@ pub const ALLOWED_INSTALLER_FLAGS: &[&str] = &[
     "--image-file",
 ];
 
+/// Installer arguments [`check_installer_args`] refuses, worded as assisted-service words them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallerArgsError {
+    #[error("{0} installer arguments, over the {MAX_INSTALLER_ARGS} allowed")]
+    TooMany(usize),
+    #[error("an installer argument of {0} bytes, over the {MAX_INSTALLER_ARG_BYTES} allowed")]
+    TooLong(usize),
+    #[error("found unexpected flag {flag} for installer - allowed flags are [{}]", ALLOWED_INSTALLER_FLAGS.join(" "))]
+    Flag { flag: String },
+    #[error("found unexpected chars in value {0} for installer")]
+    Chars(String),
+}
+
 /// assisted-service's check of installer arguments, with its messages: every flag one of
 /// [`ALLOWED_INSTALLER_FLAGS`], every value of the characters its expression
 /// `^[A-Za-z0-9@!#$%*()_+-=//.,";':{}\[\]]+$` takes (no spaces, quotes only as given; `+-=`
 /// there is the range from `+` to `=`). Bounded too: the arguments reach the install command.
-pub fn check_installer_args(args: &[String]) -> Result<(), String> {
+pub fn check_installer_args(args: &[String]) -> Result<(), InstallerArgsError> {
     if args.len() > MAX_INSTALLER_ARGS {
-        return Err(format!("{} installer arguments, over the {MAX_INSTALLER_ARGS} allowed", args.len()));
+        return Err(InstallerArgsError::TooMany(args.len()));
     }
     for arg in args {
         if arg.len() > MAX_INSTALLER_ARG_BYTES {
-            return Err(format!(
-                "an installer argument of {} bytes, over the {MAX_INSTALLER_ARG_BYTES} allowed",
-                arg.len()
-            ));
+            return Err(InstallerArgsError::TooLong(arg.len()));
         }
         if arg.starts_with('-') {
             if !ALLOWED_INSTALLER_FLAGS.contains(&arg.as_str()) {
-                return Err(format!(
-                    "found unexpected flag {arg} for installer - allowed flags are [{}]",
-                    ALLOWED_INSTALLER_FLAGS.join(" ")
-                ));
+                return Err(InstallerArgsError::Flag { flag: arg.clone() });
             }
             continue;
         }
         let allowed =
             |b: u8| b.is_ascii_alphanumeric() || b"@!#$%*()_/.,\";':{}[]".contains(&b) || (b'+'..=b'=').contains(&b);
         if arg.is_empty() || !arg.bytes().all(allowed) {
-            return Err(format!("found unexpected chars in value {arg} for installer"));
+            return Err(InstallerArgsError::Chars(arg.clone()));
         }
     }
     Ok(())
@@ -1067,7 +1080,7 @@ mod tests {
                 format!("{MESSAGE_SYNC_INPUT_ERROR}failed to get secret ns/token: secrets \"token\" not found")
             )
         );
-        let (reason, message) = spec_synced(secret(StoreError::Backend("disk full".into())));
+        let (reason, message) = spec_synced(secret(StoreError::backend(std::io::Error::other("disk full"))));
         assert_eq!(reason, REASON_BACKEND_ERROR);
         assert_eq!(message, format!("{MESSAGE_SYNC_BACKEND_ERROR}failed to get secret ns/token: store: disk full"));
         let args = serde_json::from_str::<Vec<String>>("[1]").unwrap_err();

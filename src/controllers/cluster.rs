@@ -130,6 +130,16 @@ pub enum ClusterSyncError {
     /// Ours, or not yet there: retried.
     #[error("{0}")]
     Backend(String),
+    /// The ClusterImageSet the AgentClusterInstall names could not be read: retried.
+    #[error("failed to get cluster image set {name}")]
+    ImageSet {
+        name: String,
+        #[source]
+        source: StoreError,
+    },
+    /// A read or write of the store failed (not a lost race): retried.
+    #[error(transparent)]
+    Store(StoreError),
     /// A write that lost a race: the reconcile fails and runs again on what is there now, without
     /// a SpecSynced error for it.
     #[error(transparent)]
@@ -148,7 +158,7 @@ async fn image_set<S: Store>(
         Ok(None) => Err(ClusterSyncError::Backend(format!(
             "ClusterImageSet {name} not found. Please ensure the ClusterImageSet exists"
         ))),
-        Err(e) => Err(ClusterSyncError::Backend(format!("failed to get cluster image set {name}: {}", chain(&e)))),
+        Err(source) => Err(ClusterSyncError::ImageSet { name, source }),
     }
 }
 
@@ -195,7 +205,7 @@ async fn ensure_cluster<S: Store>(
         cluster.status_info = STATUS_INFO_ADDING_HOSTS.into();
         cluster.status_updated_at = now;
     }
-    ctx.backend.put_cluster(cluster).await.map_err(|e| StoreError::Backend(e.message))
+    ctx.backend.put_cluster(cluster).await.map_err(StoreError::backend)
 }
 
 /// assisted-service's status info of a day-2 cluster.
@@ -246,7 +256,7 @@ async fn advance_installation<S: Store>(
                     now,
                 );
                 cluster.install_started_at = Some(now);
-                ctx.backend.put_cluster(cluster.clone()).await.map_err(|e| StoreError::Backend(e.message))?;
+                ctx.backend.put_cluster(cluster.clone()).await.map_err(StoreError::backend)?;
             } else {
                 let (status, info) = if all_ready {
                     ("ready", "Cluster ready to be installed")
@@ -294,7 +304,7 @@ async fn advance_installation<S: Store>(
         fire_all(hosts, HostStatus::PreparingSuccessful, Event::InstallHost).await;
         set_cluster_status(&mut cluster, "installing", "Installation in progress", now);
     }
-    let cluster = ctx.backend.put_cluster(cluster).await.map_err(|e| StoreError::Backend(e.message))?;
+    let cluster = ctx.backend.put_cluster(cluster).await.map_err(StoreError::backend)?;
     Ok((cluster, sync))
 }
 
@@ -366,7 +376,7 @@ async fn mark_installed<S: Store>(
     credentials: &ClusterCredentials,
 ) -> Result<(), ClusterSyncError> {
     let backend = |e: StoreError| {
-        if e.is_conflict() { ClusterSyncError::Conflict(e) } else { ClusterSyncError::Backend(chain(&e).to_string()) }
+        if e.is_conflict() { ClusterSyncError::Conflict(e) } else { ClusterSyncError::Store(e) }
     };
     let (kubeconfig_name, password_name) = admin_secret_names(cd);
     for name in [&kubeconfig_name, &password_name] {
@@ -612,11 +622,16 @@ async fn update_aci_status<S: Store>(
     let before = aci.status.clone();
     let now = Time(crate::resources::now_seconds());
     let status = aci.status.get_or_insert_default();
-    let message = sync.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+    let message = sync.as_ref().err().map(|e| chain(e).to_string()).unwrap_or_default();
     let spec_sync = match sync {
         Ok(()) => SpecSync::Ok,
         Err(ClusterSyncError::Input(_)) => SpecSync::Input(&message),
-        Err(ClusterSyncError::Backend(_) | ClusterSyncError::Conflict(_)) => SpecSync::Backend(&message),
+        Err(
+            ClusterSyncError::Backend(_)
+            | ClusterSyncError::ImageSet { .. }
+            | ClusterSyncError::Store(_)
+            | ClusterSyncError::Conflict(_),
+        ) => SpecSync::Backend(&message),
     };
     let conditions = match &cluster {
         Some((cluster, Observed { facts, validations })) => {
@@ -668,7 +683,7 @@ async fn delete_install<S: Store>(ctx: &ClusterContext<S>, cd: &ClusterDeploymen
             }
         }
         unbind_agents(ctx, cd).await?;
-        ctx.backend.deregister_cluster(&cluster.id).await.map_err(|e| StoreError::Backend(e.message))?;
+        ctx.backend.deregister_cluster(&cluster.id).await.map_err(StoreError::backend)?;
     } else {
         unbind_agents(ctx, cd).await?;
     }

@@ -29,8 +29,9 @@ use tokio::sync::broadcast;
 
 use crate::errors::chain;
 use crate::image::Images;
+use crate::keylocks::Locked as _;
 use crate::pool::Backend;
-use crate::resources::references::Ref;
+use crate::resources::references::{self, Ref};
 use crate::resources::{InfraEnv, NMStateConfig};
 use crate::store::{ChangeEvent, Store, resource_name};
 use metal3::{bmac, ppi};
@@ -59,16 +60,13 @@ pub async fn run_infraenv_controller_with<S: Store>(
         let images = images.clone();
         let queue = queue.clone();
         let metrics = metrics.clone();
+        let retrying = Arc::new(std::sync::Mutex::new(HashSet::new()));
         async move {
             loop {
                 tokio::select! {
                     change = host_changes.recv() => {
-                        // A deleted InfraEnv waits for its hosts: look again when one changes.
-                        if let Ok(c) = change
-                            && let Ok(Some(ie)) = images.store.get_by_uid::<InfraEnv>(&c.infra_env_id).await
-                            && ie.metadata.deletion_timestamp.is_some()
-                        {
-                            queue.push((ie.metadata.namespace.unwrap_or_default(), ie.metadata.name.unwrap_or_default()));
+                        if let Ok(c) = change {
+                            on_host_change(&images.store, &queue, &retrying, c.infra_env_id).await;
                         }
                     }
                     ev = events.recv() => match ev {
@@ -108,6 +106,54 @@ const INFRAENV_WORKERS: usize = 4;
 
 async fn enqueue_all<S: Store>(images: &Images<S>, queue: &WorkQueue) {
     enqueue_every::<S, InfraEnv>(&images.store, queue).await
+}
+
+/// A deleted InfraEnv waits for its hosts: when one of them changes, the InfraEnv (by its uid) is
+/// queued if it is being deleted. A failed lookup is not "no InfraEnv": it is logged with its cause
+/// and looked up again later ([`retry_host_change`]).
+async fn on_host_change<S: Store>(store: &S, queue: &Arc<WorkQueue>, retrying: &Retrying, infra_env_id: String) {
+    if let Err(e) = queue_if_deleted(store, queue, &infra_env_id).await {
+        tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e));
+        retry_host_change(store.clone(), queue.clone(), retrying.clone(), infra_env_id);
+    }
+}
+
+/// The InfraEnv uids whose lookup [`retry_host_change`] is retrying.
+type Retrying = Arc<std::sync::Mutex<HashSet<String>>>;
+
+/// Queues the InfraEnv with uid `infra_env_id` if it is being deleted.
+async fn queue_if_deleted<S: Store>(
+    store: &S,
+    queue: &WorkQueue,
+    infra_env_id: &str,
+) -> Result<(), crate::store::StoreError> {
+    if let Some(ie) = store.get_by_uid::<InfraEnv>(infra_env_id).await?
+        && ie.metadata.deletion_timestamp.is_some()
+    {
+        queue.push(key_of(&ie.metadata));
+    }
+    Ok(())
+}
+
+/// [`queue_if_deleted`] again after a delay (doubling up to a minute) until it succeeds. One retry
+/// at a time per InfraEnv: it reads the InfraEnv when it runs, so it serves the host changes that
+/// come meanwhile, and the retries in flight are bounded by the InfraEnvs, not by the host changes.
+fn retry_host_change<S: Store>(store: S, queue: Arc<WorkQueue>, retrying: Retrying, infra_env_id: String) {
+    if !retrying.locked().insert(infra_env_id.clone()) {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut delay = Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(60));
+            match queue_if_deleted(&store, &queue, &infra_env_id).await {
+                Ok(()) => break,
+                Err(e) => tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e)),
+            }
+        }
+        retrying.locked().remove(&infra_env_id);
+    });
 }
 
 /// [`infraenvs_affected_by`] again after a delay (doubling up to a minute) until it succeeds.
@@ -154,43 +200,32 @@ pub async fn infraenvs_affected_by<S: Store>(
         && namespace == crate::content::ironic::ICC_SECRET_NAMESPACE
         && name == crate::content::ironic::ICC_SECRET_NAME
     {
-        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace
-        // (one Secret of the whole hub: looking at every InfraEnv is what it concerns).
-        let enabled =
-            store.list_map(None, |ie: &InfraEnv| crate::content::ironic::enabled(ie).then(|| key_of(&ie.metadata)));
-        keys.extend(enabled.await?.into_iter().flatten());
+        // The ironic configuration concerns every InfraEnv with the ironic agent, in any namespace:
+        // those, by the index, not every InfraEnv of the hub.
+        let enabled = store.list_referencing::<InfraEnv>(None, Ref::InfraEnvIronicAgent, references::IRONIC_AGENT);
+        keys.extend(enabled.await?.into_iter().map(key));
     }
     if resource == resource_name::<NMStateConfig>() {
         // Not every selecting InfraEnv of the namespace: adding a cluster's hosts to a namespace of
         // hundreds of InfraEnvs would have rechecked them all at every host. Those the config is
-        // selected by now, and those whose image has it (a relabelled or deleted config leaves them).
-        let config = store.get::<NMStateConfig>(namespace, name).await;
-        if let Err(e) = &config {
-            tracing::warn!("reading NMStateConfig {namespace}/{name}: {}", chain(&e));
-        }
-        let built_with: HashSet<String> =
-            images.infraenvs_built_with(namespace, name).into_iter().map(|(_, n)| n).collect();
-        let no_labels = BTreeMap::new();
-        let concerned = |ie: &InfraEnv| {
-            let Some(selector) = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty()) else {
-                return false;
-            };
-            match &config {
-                Ok(Some(c)) => selector.matches(c.metadata.labels.as_ref().unwrap_or(&no_labels)),
-                Ok(None) => false,
-                // Not known: every selecting InfraEnv, to be safe.
-                Err(_) => true,
+        // selected by now, found by the index under its labels (or selecting by expressions only)
+        // and checked against their whole selector, and those whose image has it (a relabelled or
+        // deleted config leaves them). A config that cannot be read is an error (retried), not
+        // "selected by none".
+        if let Some(config) = store.get::<NMStateConfig>(namespace, name).await? {
+            let no_labels = BTreeMap::new();
+            let labels = config.metadata.labels.as_ref().unwrap_or(&no_labels);
+            for value in references::nmstate_selector_lookups(labels) {
+                let candidates =
+                    store.list_referencing::<InfraEnv>(Some(namespace), Ref::InfraEnvNmStateSelector, &value).await?;
+                let selected = candidates.into_iter().filter(|ie| {
+                    let selector = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty());
+                    selector.is_some_and(|s| s.matches(labels))
+                });
+                keys.extend(selected.map(key));
             }
-        };
-        // Looked at in place: a namespace may hold thousands of InfraEnvs, and hosts' NMStateConfigs
-        // come by the hundred.
-        let affected = store
-            .list_map(Some(namespace), |ie: &InfraEnv| {
-                let built = ie.metadata.name.as_ref().is_some_and(|n| built_with.contains(n));
-                (built || concerned(ie)).then(|| key_of(&ie.metadata))
-            })
-            .await;
-        keys.extend(affected?.into_iter().flatten());
+        }
+        keys.extend(images.infraenvs_built_with(namespace, name));
     } else if resource == resource_name::<Secret>() {
         // The InfraEnvs using it as pull secret, by the reference index.
         let using = store.list_referencing::<InfraEnv>(Some(namespace), Ref::InfraEnvPullSecret, name).await?;

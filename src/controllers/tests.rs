@@ -24,6 +24,7 @@ use crate::testkit::hub::ApiServer;
 use crate::testkit::realhub::RealHub;
 use crate::testkit::spoke::SpokeCluster;
 
+mod infraenv_feed;
 mod interleavings;
 mod metal3;
 

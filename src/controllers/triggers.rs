@@ -306,7 +306,7 @@ mod tests {
             value: &str,
         ) -> Result<Vec<K>, StoreError> {
             if self.2.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
-                return Err(StoreError::Backend("the index is out to lunch".into()));
+                return Err(StoreError::backend_message("the index is out to lunch"));
             }
             let got = self.0.list_referencing::<K>(namespace, relation, value).await?;
             self.read(got.len());
@@ -538,5 +538,153 @@ mod tests {
         assert_eq!(affected("ns", "other").await, ["ns/i3"]);
         assert_eq!(affected("elsewhere", "ps").await, ["elsewhere/i4"]);
         assert!(affected("elsewhere", "other").await.is_empty());
+    }
+
+    /// The InfraEnv controller's router over a counting store, with no image built yet.
+    fn infraenv_router(
+        store: Counting<SqliteStore>,
+    ) -> (Arc<crate::image::Images<Counting<SqliteStore>>>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::image::ServiceConfig::new("http://hub.example", dir.path().into());
+        let catalog = crate::image::catalog::Catalog::new(vec![]);
+        (crate::image::Images::new(store, catalog, Arc::new(config)), dir)
+    }
+
+    fn infraenv(ns: &str, name: &str, ironic: bool, selector: Option<serde_json::Value>) -> crate::resources::InfraEnv {
+        let mut ie: crate::resources::InfraEnv = serde_json::from_value(json!({
+            "apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"pullSecretRef": {"name": "ps"}, "nmStateConfigLabelSelector": selector}}))
+        .unwrap();
+        if ironic {
+            let annotations = ie.metadata.annotations.get_or_insert_default();
+            annotations.insert(crate::resources::ENABLE_IRONIC_AGENT_ANNOTATION.into(), "true".into());
+        }
+        ie
+    }
+
+    fn nmstate_config(ns: &str, name: &str, labels: serde_json::Value) -> crate::resources::NMStateConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "agent-install.openshift.io/v1beta1", "kind": "NMStateConfig",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"config": {}, "interfaces": []}}))
+        .unwrap()
+    }
+
+    /// `fleet` InfraEnvs in "ns", each selecting the NMStateConfigs of its own cluster label, two of
+    /// them (and one in another namespace) with the ironic agent, and one selecting by expressions
+    /// only; NMStateConfig "cfg0" of cluster c0.
+    async fn infraenv_fleet(fleet: usize) -> Counting<SqliteStore> {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let creates = (0..fleet).map(|i| {
+            let store = store.clone();
+            async move {
+                let selector = json!({"matchLabels": {"cluster": format!("c{i}"), "site": "lab"}});
+                store.create(&infraenv("ns", &format!("ie{i}"), i < 2, Some(selector))).await.unwrap();
+            }
+        });
+        futures_util::future::join_all(creates).await;
+        let exprs = json!({"matchExpressions": [{"key": "cluster", "operator": "In", "values": ["c0", "c9"]}]});
+        store.create(&infraenv("ns", "by-expression", false, Some(exprs))).await.unwrap();
+        store.create(&infraenv("other", "ironic", true, None)).await.unwrap();
+        store.create(&nmstate_config("ns", "cfg0", json!({"cluster": "c0", "site": "lab"}))).await.unwrap();
+        Counting(store, Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)))
+    }
+
+    /// The ironic image-customization Secret and an NMStateConfig read the InfraEnvs they concern
+    /// (by the index), not every InfraEnv of the hub or of the namespace: the same at 10 and 1,000.
+    #[tokio::test]
+    async fn the_ironic_secret_and_an_nmstate_config_read_what_they_concern_whatever_the_fleet() {
+        use crate::content::ironic::{ICC_SECRET_NAME, ICC_SECRET_NAMESPACE};
+        let (small, _d1) = infraenv_router(infraenv_fleet(10).await);
+        let (large, _d2) = infraenv_router(infraenv_fleet(1000).await);
+        let events = [
+            (Kind::Secret, ICC_SECRET_NAMESPACE, ICC_SECRET_NAME, vec!["ns/ie0", "ns/ie1", "other/ironic"]),
+            (Kind::NMStateConfig, "ns", "cfg0", vec!["ns/by-expression", "ns/ie0"]),
+            // Gone (and in no image): none.
+            (Kind::NMStateConfig, "ns", "gone", vec![]),
+        ];
+        for (kind, ns, name, want) in events {
+            let mut read = Vec::new();
+            for images in [&small, &large] {
+                images.store.1.store(0, Ordering::Relaxed);
+                let keys = super::super::infraenvs_affected_by(images, &kind.resource(), ns, name).await.unwrap();
+                let keys: Vec<String> = keys.into_iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+                assert_eq!(keys, want, "{kind:?} {ns}/{name}");
+                read.push(images.store.1.load(Ordering::Relaxed));
+            }
+            assert_eq!(read[0], read[1], "objects read for {kind:?} {ns}/{name} grew with the InfraEnvs");
+            assert!(read[0] <= want.len() + 1, "{kind:?} {ns}/{name}: {} objects read for {want:?}", read[0]);
+        }
+    }
+
+    /// Which InfraEnvs an NMStateConfig queues is what scanning its namespace and matching every
+    /// selector finds, for each form of selector and each set of labels.
+    #[tokio::test]
+    async fn an_nmstate_config_queues_the_infraenvs_whose_selector_matches_it() {
+        let selectors = [
+            ("labels", Some(json!({"matchLabels": {"a": "1"}}))),
+            ("two-labels", Some(json!({"matchLabels": {"a": "1", "b": "2"}}))),
+            ("in", Some(json!({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}))),
+            ("not-in", Some(json!({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}))),
+            ("exists", Some(json!({"matchExpressions": [{"key": "b", "operator": "Exists"}]}))),
+            ("does-not-exist", Some(json!({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]}))),
+            (
+                "labels-and-expression",
+                Some(json!({"matchLabels": {"a": "1"},
+                            "matchExpressions": [{"key": "b", "operator": "NotIn", "values": ["3"]}]})),
+            ),
+            ("empty-value", Some(json!({"matchLabels": {"c": ""}}))),
+            ("empty", Some(json!({}))),
+            ("none", None),
+        ];
+        let store = SqliteStore::open_in_memory().unwrap();
+        for (name, selector) in &selectors {
+            store.create(&infraenv("ns", name, false, selector.clone())).await.unwrap();
+            // The same selectors elsewhere: never queued for a config of "ns".
+            store.create(&infraenv("elsewhere", name, false, selector.clone())).await.unwrap();
+        }
+        let label_sets = [
+            json!({"a": "1"}),
+            json!({"a": "1", "b": "2"}),
+            json!({"a": "2"}),
+            json!({"b": "3"}),
+            json!({"a": "1", "b": "3"}),
+            json!({"c": ""}),
+            json!({}),
+        ];
+        let (images, _dir) = infraenv_router(Counting(store.clone(), Default::default(), Default::default()));
+        let resource = Kind::NMStateConfig.resource();
+        for (i, labels) in label_sets.iter().enumerate() {
+            let config = nmstate_config("ns", &format!("cfg{i}"), labels.clone());
+            store.create(&config).await.unwrap();
+            // What the InfraEnv controller queued before the index: every InfraEnv of the namespace
+            // whose non-empty selector matches the config's labels.
+            let labels = config.metadata.labels.clone().unwrap_or_default();
+            let mut scanned: Vec<String> = store
+                .list::<crate::resources::InfraEnv>(Some("ns"))
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|ie| {
+                    let selector = ie.spec.nm_state_config_label_selector.as_ref().filter(|s| !s.is_empty());
+                    selector.is_some_and(|s| s.matches(&labels))
+                })
+                .map(|ie| format!("ns/{}", ie.metadata.name.unwrap()))
+                .collect();
+            scanned.sort();
+            let keys = super::super::infraenvs_affected_by(&images, &resource, "ns", &format!("cfg{i}")).await.unwrap();
+            let routed: Vec<String> = keys.into_iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+            assert_eq!(routed, scanned, "labels {labels:?}");
+        }
+        // The table reaches each form: a config with a=1,b=2 is selected by labels, both labels,
+        // In, Exists and labels-and-expression; one with no labels by NotIn and DoesNotExist.
+        let routed = |name: &'static str| {
+            let images = &images;
+            let resource = &resource;
+            async move { super::super::infraenvs_affected_by(images, resource, "ns", name).await.unwrap().len() }
+        };
+        assert_eq!(routed("cfg1").await, 5);
+        assert_eq!(routed("cfg6").await, 2);
     }
 }

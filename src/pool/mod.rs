@@ -56,7 +56,7 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        ApiError::new(500, e.to_string())
+        ApiError::new(500, crate::errors::chain(&e).to_string())
     }
 }
 

@@ -33,6 +33,9 @@ pub const WATCH_LABEL: &str = "agent-install.openshift.io/watch";
 
 /// Label put on Agents (and BMHs, PPIs) naming their InfraEnv.
 pub const INFRAENV_NAME_LABEL: &str = "infraenvs.agent-install.openshift.io";
+/// The InfraEnv annotation asking for the ironic agent in its image (set by the PreprovisioningImage
+/// controller); `"true"` turns it on.
+pub const ENABLE_IRONIC_AGENT_ANNOTATION: &str = "infraenv.agent-install.openshift.io/enable-ironic-agent";
 /// The one condition an InfraEnv carries.
 pub const IMAGE_CREATED_CONDITION: &str = "ImageCreated";
 pub const REASON_INFRAENV_AVAILABLE: &str = "InfraEnvAvailable";

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::store::{Object, StoreError};
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::backend(e)
 }
 
 /// A committed object: its resourceVersion, uid and JSON text (shared by every reader).

@@ -90,8 +90,62 @@ pub enum StoreError {
     /// logs read the same).
     #[error("store: 403 Forbidden: {0}")]
     Forbidden(String),
-    #[error("store: {0}")]
-    Backend(String),
+    /// Something below the store's semantics failed: the database, the connection to the API server,
+    /// a document that does not decode. Its cause is kept as the error's source.
+    #[error(transparent)]
+    Backend(BackendError),
+}
+
+/// A [`StoreError::Backend`]: shown as `store: CONTEXT`, its cause (if any) as its source, so that
+/// [`crate::errors::chain`] shows `store: CONTEXT: CAUSE` (or `store: CAUSE` without a context).
+#[derive(Debug, Clone)]
+pub struct BackendError {
+    context: String,
+    /// Shared so that a store error can be cloned (a failed read handed to several waiters).
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BackendError {
+    /// What failed, with no cause under it.
+    pub fn message(context: impl Into<String>) -> BackendError {
+        BackendError { context: context.into(), source: None }
+    }
+
+    /// `source`, with what was being done when it failed (`""` when the cause says it all).
+    pub fn caused(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> BackendError {
+        BackendError { context: context.into(), source: Some(std::sync::Arc::new(source)) }
+    }
+
+    /// The text after `store: `: the context and each cause, as [`crate::errors::chain`] joins them.
+    pub fn detail(&self) -> String {
+        let causes = self.source.as_deref().map(|s| crate::errors::chain(s).to_string());
+        match (self.context.is_empty(), causes) {
+            (_, None) => self.context.clone(),
+            (true, Some(causes)) => causes,
+            (false, Some(causes)) if self.context.contains(&causes) => self.context.clone(),
+            (false, Some(causes)) => format!("{}: {causes}", self.context),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.context.is_empty() { f.write_str("store") } else { write!(f, "store: {}", self.context) }
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The message of an API error reporting a backend failure (the API server's `InternalError` body):
+/// the detail without the `store: ` prefix, as it read when the variant held a string.
+impl From<BackendError> for String {
+    fn from(e: BackendError) -> String {
+        e.detail()
+    }
 }
 
 impl StoreError {
@@ -103,6 +157,21 @@ impl StoreError {
     }
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict(_))
+    }
+    /// A backend failure whose cause says it all (a database's error, a request's).
+    pub fn backend(source: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        StoreError::Backend(BackendError::caused("", source))
+    }
+    /// A backend failure: `context` failed because of `source`.
+    pub fn backend_in(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Backend(BackendError::caused(context, source))
+    }
+    /// A backend failure with no cause to keep (a thread gone, an index out of step).
+    pub fn backend_message(message: impl Into<String>) -> StoreError {
+        StoreError::Backend(BackendError::message(message))
     }
 }
 
@@ -158,7 +227,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         async move {
             let mut out = Vec::new();
             for obj in self.list::<K>(namespace).await? {
-                let json = serde_json::to_value(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
+                let json = serde_json::to_value(&obj).map_err(StoreError::backend)?;
                 if relation.values(&json).iter().any(|v| v == value) {
                     out.push(obj);
                 }
@@ -297,5 +366,24 @@ mod tests {
         let (now, changed) = counts.since("things", 2).unwrap();
         assert_eq!((now, changed.len()), (total, CHANGE_LOG_LEN));
         assert_eq!(changed[0].1, "n0");
+    }
+
+    #[test]
+    fn a_backend_error_keeps_its_cause() {
+        use std::error::Error as _;
+        let io = || std::io::Error::other("disk I/O error");
+        let e = StoreError::backend(io());
+        assert_eq!(crate::errors::chain(&e).to_string(), "store: disk I/O error");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("disk I/O error"));
+        let e = StoreError::backend_in("opening /var/lib/db", io());
+        assert_eq!(crate::errors::chain(&e).to_string(), "store: opening /var/lib/db: disk I/O error");
+        // A clone (a failed read handed to several waiters) keeps the cause too.
+        assert_eq!(crate::errors::chain(&e.clone()).to_string(), "store: opening /var/lib/db: disk I/O error");
+        let StoreError::Backend(b) = e else { panic!("{e:?}") };
+        // The API server's InternalError body: as it read when the variant held a string.
+        assert_eq!(String::from(b), "opening /var/lib/db: disk I/O error");
+        let e = StoreError::backend_message("the store's writer thread is gone");
+        assert_eq!(crate::errors::chain(&e).to_string(), "store: the store's writer thread is gone");
+        assert!(e.source().is_none());
     }
 }

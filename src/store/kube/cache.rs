@@ -493,4 +493,34 @@ mod tests {
             }
         }
     }
+
+    /// The InfraEnv relations worked out from the object follow what the watch delivers, and leave
+    /// with the object.
+    #[test]
+    fn worked_out_relations_follow_the_watch() {
+        use crate::resources::ENABLE_IRONIC_AGENT_ANNOTATION;
+        use crate::resources::references::{ANY_SELECTOR, IRONIC_AGENT};
+        use serde_json::json;
+        const INFRAENVS: &str = "infraenvs.agent-install.openshift.io";
+        let ie = |rv: &str, ironic: bool, selector: Value| {
+            let annotations = if ironic { json!({ENABLE_IRONIC_AGENT_ANNOTATION: "true"}) } else { json!({}) };
+            json!({"apiVersion": "agent-install.openshift.io/v1beta1", "kind": "InfraEnv",
+                   "metadata": {"name": "ie", "namespace": "ns", "uid": "u1", "resourceVersion": rv,
+                                "annotations": annotations},
+                   "spec": {"pullSecretRef": {"name": "ps"}, "nmStateConfigLabelSelector": selector}})
+        };
+        let found =
+            |cache: &ObjectCache, relation: Ref, value: &str| cache.referencing(relation, Some("ns"), value).len();
+        let mut cache = ObjectCache::default();
+        assert!(cache.put(Kind::InfraEnv, &ie("1", true, json!({"matchLabels": {"cluster": "c1"}})), Source::Watch));
+        assert_eq!(found(&cache, Ref::InfraEnvIronicAgent, IRONIC_AGENT), 1);
+        assert_eq!(found(&cache, Ref::InfraEnvNmStateSelector, "cluster=c1"), 1);
+        let exprs = json!({"matchExpressions": [{"key": "k", "operator": "Exists"}]});
+        assert!(cache.put(Kind::InfraEnv, &ie("2", false, exprs), Source::Watch));
+        assert_eq!(found(&cache, Ref::InfraEnvIronicAgent, IRONIC_AGENT), 0);
+        assert_eq!(found(&cache, Ref::InfraEnvNmStateSelector, "cluster=c1"), 0);
+        assert_eq!(found(&cache, Ref::InfraEnvNmStateSelector, ANY_SELECTOR), 1);
+        cache.remove(INFRAENVS, "ns", "ie");
+        assert_eq!(found(&cache, Ref::InfraEnvNmStateSelector, ANY_SELECTOR), 0);
+    }
 }

@@ -130,9 +130,10 @@ fn store_error<K: Object>(name: &str, e: kube::Error) -> StoreError {
             409 => StoreError::Conflict(status.message),
             400 | 422 => StoreError::Invalid(status.message),
             403 => StoreError::Forbidden(status.message),
-            _ => StoreError::Backend(format!("{} {}: {}", status.code, status.reason, status.message)),
+            // The status's code, reason and message are all it says (it has no cause of its own).
+            _ => StoreError::backend_message(format!("{} {}: {}", status.code, status.reason, status.message)),
         },
-        other => StoreError::Backend(other.to_string()),
+        other => StoreError::backend(other),
     }
 }
 
@@ -156,7 +157,7 @@ fn pruned(resource: &str, mut v: Value) -> Value {
 
 fn decode<K: Object>(v: Value) -> Result<K, StoreError> {
     let v = pruned(&resource_name::<K>(), v);
-    serde_json::from_value(v).map_err(|e| StoreError::Backend(format!("reading a {}: {e}", resource_name::<K>())))
+    serde_json::from_value(v).map_err(|e| StoreError::backend_in(format!("reading a {}", resource_name::<K>()), e))
 }
 
 fn conflict<K: Object>(name: &str) -> StoreError {
@@ -190,7 +191,7 @@ impl Drop for WriteInFlight {
 }
 
 fn request_error(e: kube::core::request::Error) -> StoreError {
-    StoreError::Backend(e.to_string())
+    StoreError::backend(e)
 }
 
 impl KubeStore {
@@ -279,7 +280,7 @@ impl KubeStore {
             }
         }
         serde_json::from_value(value)
-            .map_err(|e| StoreError::Backend(format!("reading a {}: {e}", resource_name::<K>())))
+            .map_err(|e| StoreError::backend_in(format!("reading a {}", resource_name::<K>()), e))
     }
 
     /// Announces a write of a cached object to the cache for as long as the guard lives (module docs
@@ -336,7 +337,7 @@ impl KubeStore {
                     (decode(live)?, live_rv)
                 }
             };
-            let known = serde_json::to_value(&typed).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let known = serde_json::to_value(&typed).map_err(StoreError::backend)?;
             let mut patch = if status {
                 let changed = crate::store::json::diff(&known["status"], &new["status"]);
                 serde_json::json!({ "status": changed })
@@ -608,7 +609,7 @@ impl Store for KubeStore {
         let Some((_, Coverage::All)) = self.coverage_of::<K>() else {
             let mut out = Vec::new();
             for obj in self.list_from_api::<K>(namespace).await? {
-                let json = serde_json::to_value(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
+                let json = serde_json::to_value(&obj).map_err(StoreError::backend)?;
                 if relation.values(&json).iter().any(|v| v == value) {
                     out.push(obj);
                 }

@@ -170,4 +170,39 @@ mod tests {
         assert!(reopened.get_by_uid::<InfraEnv>(&uid).await.unwrap().is_some());
         assert_eq!(referencing(reopened).await, ["a"], "the index is built at load");
     }
+
+    /// The InfraEnv relations worked out from the object (the ironic agent, the NMStateConfig
+    /// selector's label) follow its updates and its deletion, and are rebuilt at load.
+    #[tokio::test]
+    async fn worked_out_relations_follow_updates_and_deletion() {
+        use crate::resources::ENABLE_IRONIC_AGENT_ANNOTATION;
+        use crate::resources::references::{ANY_SELECTOR, IRONIC_AGENT};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let mut doc = infraenv_doc("a", "k");
+        doc["metadata"]["annotations"] = serde_json::json!({ENABLE_IRONIC_AGENT_ANNOTATION: "true"});
+        doc["spec"]["nmStateConfigLabelSelector"] = serde_json::json!({"matchLabels": {"cluster": "c1"}});
+        store.apply_document(Kind::InfraEnv, doc).await.unwrap();
+        let found = |store: SqliteStore, relation: Ref, value: &'static str| async move {
+            let found = store.list_referencing::<InfraEnv>(None, relation, value).await.unwrap();
+            found.iter().map(|i| i.metadata.name.clone().unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(found(store.clone(), Ref::InfraEnvIronicAgent, IRONIC_AGENT).await, ["a"]);
+        assert_eq!(found(store.clone(), Ref::InfraEnvNmStateSelector, "cluster=c1").await, ["a"]);
+        let reopened = SqliteStore::open(&path).unwrap();
+        assert_eq!(found(reopened, Ref::InfraEnvNmStateSelector, "cluster=c1").await, ["a"], "rebuilt at load");
+        let mut ie = store.get::<InfraEnv>("ns", "a").await.unwrap().unwrap();
+        ie.metadata.annotations = None;
+        ie.spec.nm_state_config_label_selector = Some(
+            serde_json::from_value(serde_json::json!({"matchExpressions": [{"key": "k", "operator": "Exists"}]}))
+                .unwrap(),
+        );
+        store.update(&ie).await.unwrap();
+        assert!(found(store.clone(), Ref::InfraEnvIronicAgent, IRONIC_AGENT).await.is_empty());
+        assert!(found(store.clone(), Ref::InfraEnvNmStateSelector, "cluster=c1").await.is_empty());
+        assert_eq!(found(store.clone(), Ref::InfraEnvNmStateSelector, ANY_SELECTOR).await, ["a"]);
+        store.delete::<InfraEnv>("ns", "a").await.unwrap();
+        assert!(found(store.clone(), Ref::InfraEnvNmStateSelector, ANY_SELECTOR).await.is_empty());
+    }
 }

@@ -80,12 +80,14 @@ INSERT OR IGNORE INTO counters (name, value) VALUES ('resource_version', 0);
 
 impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let conn = Connection::open(path).map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
+        let conn =
+            Connection::open(path).map_err(|e| StoreError::backend_in(format!("opening {}", path.display()), e))?;
         // The writer leaves checkpoints to a thread of its own (see `run_checkpointer`) and only
         // checkpoints itself if that thread falls far behind.
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES).map_err(backend)?;
         let store = Self::init(conn)?;
-        let checkpointer = Connection::open(path).map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
+        let checkpointer =
+            Connection::open(path).map_err(|e| StoreError::backend_in(format!("opening {}", path.display()), e))?;
         let stats = Arc::downgrade(&store.writer_stats);
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
@@ -301,8 +303,8 @@ impl Store for SqliteStore {
     }
 }
 
-pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+pub(super) fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::backend(e)
 }
 
 pub(super) fn conflict(res: &str, name: &str) -> StoreError {

@@ -294,8 +294,8 @@ impl SqliteStore {
         });
         // Counted before the writer can run it, so that queued - written is never negative.
         self.writer_stats.queued.fetch_add(1, Ordering::Relaxed);
-        self.writer.send(job).map_err(|_| backend("the store's writer thread is gone"))?;
-        let (out, changes) = result.await.map_err(|_| backend("the store's write failed"))??;
+        self.writer.send(job).map_err(|_| StoreError::backend_message("the store's writer thread is gone"))?;
+        let (out, changes) = result.await.map_err(|e| StoreError::backend_in("the store's write failed", e))??;
         for event in changes.0 {
             self.change_counts.bump(&event.resource, &event.namespace, &event.name);
             let _ = self.events.send(event);
