@@ -6,8 +6,10 @@ use std::fmt;
 use serde_json::{Value, json};
 
 use super::fieldset::FieldSet;
-use super::managed::ManagedEntry;
+use super::managed::{ManagedEntry, ManagedFieldsError};
 use super::path::path_to_string;
+use super::walk::ListError;
+use crate::errors::chain;
 
 /// A field an apply would change that another manager owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,31 +102,39 @@ impl fmt::Display for Conflicts {
     }
 }
 
-/// Why an apply failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why an apply failed. Its text is the whole `Status.message` the API server answers with (the
+/// router sends `to_string()`): a variant that wraps a cause words it into its own text, as the API
+/// server does, and keeps it as its source too (see `crate::errors`).
+#[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// Fields owned by other managers would change: 409.
     #[error("{0}")]
     Conflicts(Conflicts),
-    /// The applied configuration is not acceptable (wrong type, managedFields set): 400.
-    #[error("{0}")]
-    BadRequest(String),
+    /// The applied configuration is not an object: 400.
+    #[error("error decoding YAML: the applied configuration must be an object")]
+    NotAnObject,
+    /// The configuration's type is not the resource's: 400.
+    #[error("invalid object type: {group}/{version}, Kind={kind}")]
+    ObjectType { group: String, version: String, kind: String },
+    /// The configuration sets managedFields: 400.
+    #[error("metadata.managedFields must be nil")]
+    ManagedFieldsSet,
     /// The configuration does not fit the object's structure (list items without their keys,
     /// duplicates): 422.
-    #[error("{0}")]
-    Invalid(String),
+    #[error("{}", chain(.0))]
+    Invalid(#[source] ListError),
     /// The stored managedFields cannot be read: 500.
-    #[error("{0}")]
-    Internal(String),
+    #[error("failed to decode managed fields: {}", chain(.0))]
+    ManagedFields(#[source] ManagedFieldsError),
 }
 
 impl ApplyError {
     pub fn http_status(&self) -> u16 {
         match self {
             ApplyError::Conflicts(_) => 409,
-            ApplyError::BadRequest(_) => 400,
+            ApplyError::NotAnObject | ApplyError::ObjectType { .. } | ApplyError::ManagedFieldsSet => 400,
             ApplyError::Invalid(_) => 422,
-            ApplyError::Internal(_) => 500,
+            ApplyError::ManagedFields(_) => 500,
         }
     }
 }
@@ -180,5 +190,43 @@ mod tests {
         );
         assert_eq!(c.causes().len(), 3);
         assert_eq!(c.causes()[0]["message"], "conflict with \"kubectl-edit\" using v1");
+    }
+
+    /// The texts the router puts in `Status.message`, with their causes worded in.
+    #[test]
+    fn apply_errors_word_their_causes_in() {
+        let mut live = cm(json!({"a": "1"}));
+        live["metadata"]["managedFields"] = json!([{"manager": "m", "operation": "Apply", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"x": {}}}]);
+        let e = apply(Some(&live), &cm(json!({"a": "2"})), &req("kubectl", T0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"failed to decode managed fields: error decoding set: parsing key "x": path element must have a type prefix"#
+        );
+        assert_eq!(e.http_status(), 500);
+        assert_eq!(crate::errors::chain(&e).to_string(), e.to_string(), "each cause once");
+        live["metadata"]["managedFields"][0]["fieldsType"] = json!("FieldsV2");
+        let e = apply(Some(&live), &cm(json!({"a": "2"})), &req("kubectl", T0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"failed to decode managed fields: invalid fieldsType "FieldsV2" in managed fields entry 0"#
+        );
+
+        let owners = |refs: Value| {
+            let mut c = cm(json!({}));
+            c["metadata"]["ownerReferences"] = refs;
+            c
+        };
+        let e = apply(None, &owners(json!([{"name": "x"}])), &req("kubectl", T0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#".metadata.ownerReferences: element 0: associative list with keys has an element that omits key field "uid" (and doesn't have default value)"#
+        );
+        assert_eq!(e.http_status(), 422);
+        let e = apply(None, &owners(json!([{"uid": "u"}, {"uid": "u"}])), &req("kubectl", T0)).unwrap_err();
+        assert_eq!(e.to_string(), r#".metadata.ownerReferences: duplicate entries for key [uid="u"]"#);
+        let e = apply(None, &json!([1]), &req("kubectl", T0)).unwrap_err();
+        assert_eq!(e.to_string(), "error decoding YAML: the applied configuration must be an object");
+        assert_eq!(e.http_status(), 400);
     }
 }

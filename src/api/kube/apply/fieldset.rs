@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::path::PathElement;
+use super::path::{KeyError, PathElement};
 
 /// A set of field paths, as a tree. A node is a member when the path to it is in the set;
 /// a node may also have members below it.
@@ -165,9 +165,9 @@ impl FieldSet {
     }
 
     /// Parses the FieldsV1 form.
-    pub fn from_fields_v1(v: &Value) -> Result<FieldSet, String> {
+    pub fn from_fields_v1(v: &Value) -> Result<FieldSet, FieldsV1Error> {
         let Value::Object(m) = v else {
-            return Err("FieldsV1 must be a JSON object".to_string());
+            return Err(FieldsV1Error::NotAnObject);
         };
         let mut out = FieldSet::new();
         for (k, child) in m {
@@ -176,7 +176,7 @@ impl FieldSet {
             }
             let pe = PathElement::from_fields_v1_key(k)?;
             let Value::Object(cm) = child else {
-                return Err(format!("parsing key {k:?}: value must be a JSON object"));
+                return Err(FieldsV1Error::MemberNotAnObject(k.clone()));
             };
             let children = FieldSet::from_fields_v1(child)?;
             let member = cm.is_empty() || cm.contains_key(".");
@@ -186,6 +186,17 @@ impl FieldSet {
         }
         Ok(out)
     }
+}
+
+/// A FieldsV1 document that is not a field set.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldsV1Error {
+    #[error("FieldsV1 must be a JSON object")]
+    NotAnObject,
+    #[error("parsing key {0:?}: value must be a JSON object")]
+    MemberNotAnObject(String),
+    #[error(transparent)]
+    Key(#[from] KeyError),
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::fieldset::FieldSet;
+use super::fieldset::{FieldSet, FieldsV1Error};
 
 /// The most `Update` entries kept; older ones merge into an `ancient-changes` entry.
 pub const MAX_UPDATE_MANAGERS: usize = 10;
@@ -75,27 +75,27 @@ impl ManagedEntry {
         Value::Object(m)
     }
 
-    fn from_json(i: usize, v: &Value) -> Result<ManagedEntry, String> {
+    fn from_json(i: usize, v: &Value) -> Result<ManagedEntry, ManagedFieldsError> {
         let Value::Object(m) = v else {
-            return Err(format!("managed fields entry {i} is not an object"));
+            return Err(ManagedFieldsError::EntryNotAnObject(i));
         };
         let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let operation = s("operation");
         if operation != "Apply" && operation != "Update" {
-            return Err("operation must be `Apply` or `Update`".to_string());
+            return Err(ManagedFieldsError::Operation);
         }
         let api_version = s("apiVersion");
         if api_version.is_empty() {
-            return Err("apiVersion must not be empty".to_string());
+            return Err(ManagedFieldsError::NoApiVersion);
         }
         match s("fieldsType").as_str() {
             "FieldsV1" => {}
-            "" => return Err(format!("missing fieldsType in managed fields entry {i}")),
-            other => return Err(format!("invalid fieldsType {other:?} in managed fields entry {i}")),
+            "" => return Err(ManagedFieldsError::NoFieldsType(i)),
+            other => return Err(ManagedFieldsError::FieldsType(i, other.to_string())),
         }
         let fields = match m.get("fieldsV1") {
             None | Some(Value::Null) => FieldSet::new(),
-            Some(f) => FieldSet::from_fields_v1(f).map_err(|e| format!("error decoding set: {e}"))?,
+            Some(f) => FieldSet::from_fields_v1(f).map_err(ManagedFieldsError::Set)?,
         };
         Ok(ManagedEntry {
             manager: s("manager"),
@@ -110,15 +110,15 @@ impl ManagedEntry {
 
 /// Reads `metadata.managedFields` of an object (absent: none). Entries with the same identity
 /// merge, the later one winning, as upstream decodes them.
-pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, String> {
+pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, ManagedFieldsError> {
     match obj.pointer("/metadata/managedFields") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => decode_entries(items),
-        Some(_) => Err("metadata.managedFields must be a list".to_string()),
+        Some(_) => Err(ManagedFieldsError::NotAList),
     }
 }
 
-pub(super) fn decode_entries(items: &[Value]) -> Result<Vec<ManagedEntry>, String> {
+pub(super) fn decode_entries(items: &[Value]) -> Result<Vec<ManagedEntry>, ManagedFieldsError> {
     let mut out: Vec<ManagedEntry> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let e = ManagedEntry::from_json(i, item)?;
@@ -126,6 +126,25 @@ pub(super) fn decode_entries(items: &[Value]) -> Result<Vec<ManagedEntry>, Strin
         out.push(e);
     }
     Ok(out)
+}
+
+/// Stored managedFields that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedFieldsError {
+    #[error("metadata.managedFields must be a list")]
+    NotAList,
+    #[error("managed fields entry {0} is not an object")]
+    EntryNotAnObject(usize),
+    #[error("operation must be `Apply` or `Update`")]
+    Operation,
+    #[error("apiVersion must not be empty")]
+    NoApiVersion,
+    #[error("missing fieldsType in managed fields entry {0}")]
+    NoFieldsType(usize),
+    #[error("invalid fieldsType {1:?} in managed fields entry {0}")]
+    FieldsType(usize, String),
+    #[error("error decoding set")]
+    Set(#[source] FieldsV1Error),
 }
 
 /// Writes the entries (those with an empty set dropped, sorted as upstream sorts them:

@@ -43,7 +43,7 @@ use managed::{ManagedEntry, cap_update_managers, decode_entries, encode_managed_
 use schema::BUILTIN;
 pub use schema::Schema;
 use tracked::{Track, filter_comparison, filter_set};
-use walk::{Cursor, Walker};
+use walk::{Cursor, ListError, Walker};
 
 /// Who writes, and how. Build with [`Request::new`] and adjust the public fields.
 #[derive(Clone, Copy)]
@@ -178,22 +178,23 @@ fn is_reset(items: &[Value]) -> bool {
 /// The entry's time moves to `req.now` only when the object or the entry changed.
 pub fn apply(live: Option<&Value>, config: &Value, req: &Request) -> Result<Value, ApplyError> {
     let Value::Object(cfg_map) = config else {
-        return Err(ApplyError::BadRequest(
-            "error decoding YAML: the applied configuration must be an object".to_string(),
-        ));
+        return Err(ApplyError::NotAnObject);
     };
     let cfg_version = cfg_map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let cfg_kind = cfg_map.get("kind").and_then(Value::as_str).unwrap_or("");
     if cfg_version != req.api_version || cfg_kind != req.kind {
         let (group, version) = cfg_version.rsplit_once('/').unwrap_or(("", cfg_version));
-        return Err(ApplyError::BadRequest(format!("invalid object type: {group}/{version}, Kind={cfg_kind}")));
+        return Err(ApplyError::ObjectType {
+            group: group.to_string(),
+            version: version.to_string(),
+            kind: cfg_kind.to_string(),
+        });
     }
     if config.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
-        return Err(ApplyError::BadRequest("metadata.managedFields must be nil".to_string()));
+        return Err(ApplyError::ManagedFieldsSet);
     }
     let entries = match live {
-        Some(l) => decode_managed_fields(l)
-            .map_err(|e| ApplyError::Internal(format!("failed to decode managed fields: {e}")))?,
+        Some(l) => decode_managed_fields(l).map_err(ApplyError::ManagedFields)?,
         None => Vec::new(),
     };
     let live_obj = live.map(without_managed_fields).unwrap_or_else(|| json!({}));
@@ -251,7 +252,7 @@ pub fn apply(live: Option<&Value>, config: &Value, req: &Request) -> Result<Valu
 
 enum CoreError {
     Conflicts(Vec<(ManagedEntry, FieldSet)>),
-    Invalid(String),
+    Invalid(ListError),
 }
 
 impl CoreError {
@@ -491,13 +492,14 @@ mod tests {
         let mut wrong = cm(json!({"a": "1"}));
         wrong["kind"] = json!("Secret");
         let e = apply(None, &wrong, &req("kubectl", T0)).unwrap_err();
-        assert_eq!(e, ApplyError::BadRequest("invalid object type: /v1, Kind=Secret".into()));
+        assert!(matches!(&e, ApplyError::ObjectType { group, .. } if group.is_empty()), "{e:?}");
+        assert_eq!(e.to_string(), "invalid object type: /v1, Kind=Secret");
         let e = apply(None, &json!({"apiVersion": "apps/v1", "kind": "ConfigMap"}), &req("kubectl", T0)).unwrap_err();
         assert_eq!(e.to_string(), "invalid object type: apps/v1, Kind=ConfigMap");
         let mut with_mf = cm(json!({}));
         with_mf["metadata"]["managedFields"] = json!([]);
         let e = apply(None, &with_mf, &req("kubectl", T0)).unwrap_err();
-        assert_eq!(e, ApplyError::BadRequest("metadata.managedFields must be nil".into()));
+        assert_eq!(e.to_string(), "metadata.managedFields must be nil");
         assert_eq!(e.http_status(), 400);
     }
 }

@@ -162,29 +162,70 @@ impl PathElement {
     }
 
     /// Parses a FieldsV1 key.
-    pub fn from_fields_v1_key(s: &str) -> Result<PathElement, String> {
-        let (kind, rest) =
-            s.split_once(':').ok_or_else(|| format!("parsing key {s:?}: path element must have a type prefix"))?;
+    pub fn from_fields_v1_key(s: &str) -> Result<PathElement, KeyError> {
+        let error = |reason| KeyError { key: s.to_string(), reason };
+        let (kind, rest) = s.split_once(':').ok_or_else(|| error(KeyReason::NoPrefix))?;
         match kind {
             "f" => Ok(PathElement::Field(rest.to_string())),
-            "v" => serde_json::from_str(rest).map(PathElement::Value).map_err(|e| format!("parsing key {s:?}: {e}")),
+            "v" => serde_json::from_str(rest).map(PathElement::Value).map_err(|e| error(KeyReason::Json(e))),
             "k" => match serde_json::from_str::<Value>(rest) {
                 Ok(Value::Object(m)) if !m.is_empty() => {
                     let mut keys: Vec<(String, Value)> = m.into_iter().collect();
                     keys.sort_by(|a, b| a.0.cmp(&b.0));
                     Ok(PathElement::Key(keys))
                 }
-                Ok(_) => Err(format!("parsing key {s:?}: key must be a non-empty JSON object")),
-                Err(e) => Err(format!("parsing key {s:?}: {e}")),
+                Ok(_) => Err(error(KeyReason::NotAnObject)),
+                Err(e) => Err(error(KeyReason::Json(e))),
             },
-            "i" => rest.parse().map(PathElement::Index).map_err(|e| format!("parsing key {s:?}: {e}")),
-            _ => Err(format!("parsing key {s:?}: unknown path element type {kind:?}")),
+            "i" => rest.parse().map(PathElement::Index).map_err(|e| error(KeyReason::Index(e))),
+            _ => Err(error(KeyReason::UnknownType(kind.to_string()))),
         }
     }
+}
+
+/// A FieldsV1 key that is not a path element.
+#[derive(Debug, thiserror::Error)]
+#[error("parsing key {key:?}")]
+pub struct KeyError {
+    key: String,
+    #[source]
+    reason: KeyReason,
+}
+
+/// What is wrong with a FieldsV1 key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyReason {
+    #[error("path element must have a type prefix")]
+    NoPrefix,
+    #[error("unknown path element type {0:?}")]
+    UnknownType(String),
+    #[error("key must be a non-empty JSON object")]
+    NotAnObject,
+    /// The value (`v:`) or the keys (`k:`) are not JSON.
+    #[error(transparent)]
+    Json(serde_json::Error),
+    #[error(transparent)]
+    Index(std::num::ParseIntError),
 }
 
 /// A path printed as the API server prints it in conflicts: `.spec.x`,
 /// `.metadata.ownerReferences[uid="u"]`, `.metadata.finalizers[="f"]`.
 pub fn path_to_string(path: &[PathElement]) -> String {
     path.iter().map(ToString::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::chain;
+
+    #[test]
+    fn bad_keys_say_which_and_why() {
+        let error = |key: &str| chain(&PathElement::from_fields_v1_key(key).unwrap_err()).to_string();
+        assert_eq!(error("x"), r#"parsing key "x": path element must have a type prefix"#);
+        assert_eq!(error("q:1"), r#"parsing key "q:1": unknown path element type "q""#);
+        assert_eq!(error("k:{}"), r#"parsing key "k:{}": key must be a non-empty JSON object"#);
+        assert_eq!(error("i:x"), r#"parsing key "i:x": invalid digit found in string"#);
+        assert_eq!(error("v:nope"), r#"parsing key "v:nope": expected ident at line 1 column 2"#);
+    }
 }

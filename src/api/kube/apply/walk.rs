@@ -82,27 +82,23 @@ impl Walker<'_> {
     }
 
     /// The path element of a list item.
-    fn item_pe(lt: &ListType, item: &Value) -> Result<PathElement, String> {
+    fn item_pe(lt: &ListType, item: &Value) -> Result<PathElement, ItemError> {
         match lt {
-            ListType::Atomic => Err("invalid indexing of non-associative list".to_string()),
+            ListType::Atomic => Err(ItemError::NotAssociative),
             ListType::Set => match item {
-                Value::Object(_) => Err("associative list without keys has an element that's a map type".to_string()),
-                Value::Array(_) => Err("associative list without keys has an element that's a list type".to_string()),
+                Value::Object(_) => Err(ItemError::MapInSet),
+                Value::Array(_) => Err(ItemError::ListInSet),
                 v => Ok(PathElement::Value(v.clone())),
             },
             ListType::Map(keys) => {
                 let Value::Object(m) = item else {
-                    return Err("associative list with keys may not have non-map elements".to_string());
+                    return Err(ItemError::NotAMap);
                 };
                 let mut out = Vec::new();
                 for k in keys {
                     match m.get(k) {
                         Some(v) => out.push((k.clone(), v.clone())),
-                        None => {
-                            return Err(format!(
-                                "associative list with keys has an element that omits key field {k:?} (and doesn't have default value)"
-                            ));
-                        }
+                        None => return Err(ItemError::MissingKey(k.clone())),
                     }
                 }
                 out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -119,16 +115,16 @@ impl Walker<'_> {
         items: &'v [Value],
         c: &Cursor,
         strict: bool,
-    ) -> Result<Vec<(PathElement, &'v Value)>, String> {
+    ) -> Result<Vec<(PathElement, &'v Value)>, ListError> {
         let mut out: Vec<(PathElement, &Value)> = Vec::with_capacity(items.len());
         // Duplicates found through a set, not by scanning what came before: a list of thousands
         // of items (finalizers) costs n log n.
         let mut seen: std::collections::BTreeSet<PathElement> = std::collections::BTreeSet::new();
         for (i, item) in items.iter().enumerate() {
-            let pe = Self::item_pe(lt, item).map_err(|e| format!("{}: element {i}: {e}", c.here()))?;
+            let pe = Self::item_pe(lt, item).map_err(|reason| ListError::Item { at: c.here(), index: i, reason })?;
             if !seen.insert(pe.clone()) {
                 if strict {
-                    return Err(format!("{}: duplicate entries for key {pe}", c.here()));
+                    return Err(ListError::Duplicate { at: c.here(), key: pe });
                 }
                 continue;
             }
@@ -138,13 +134,13 @@ impl Walker<'_> {
     }
 
     /// The fields a configuration sets (what an applier owns).
-    pub(super) fn field_set(&self, v: &Value, strict: bool) -> Result<FieldSet, String> {
+    pub(super) fn field_set(&self, v: &Value, strict: bool) -> Result<FieldSet, ListError> {
         let mut out = FieldSet::new();
         self.fs_walk(v, &mut Cursor::default(), &mut out, strict)?;
         Ok(out)
     }
 
-    fn fs_walk(&self, v: &Value, c: &mut Cursor, out: &mut FieldSet, strict: bool) -> Result<(), String> {
+    fn fs_walk(&self, v: &Value, c: &mut Cursor, out: &mut FieldSet, strict: bool) -> Result<(), ListError> {
         match v {
             Value::Object(m) => {
                 let mt = self.map_type(c);
@@ -280,7 +276,7 @@ impl Walker<'_> {
 
     /// The applied configuration merged into the live object. `None`: absent (a `null` in the
     /// configuration removes the field).
-    pub(super) fn merge(&self, l: Option<&Value>, r: &Value, c: &mut Cursor) -> Result<Option<Value>, String> {
+    pub(super) fn merge(&self, l: Option<&Value>, r: &Value, c: &mut Cursor) -> Result<Option<Value>, ListError> {
         match (l, r) {
             (_, Value::Null) => Ok(None),
             (Some(Value::Object(lm)), Value::Object(rm)) if self.map_type(c) != MapType::Atomic => {
@@ -328,7 +324,7 @@ impl Walker<'_> {
     /// Merges two associative lists as structured-merge-diff does: items are matched by their
     /// path element; the result keeps the live order, places the configuration's items in the
     /// configuration's order, and keeps live-only items near where they were.
-    fn merge_list(&self, la: &[Value], ra: &[Value], c: &mut Cursor) -> Result<Vec<Value>, String> {
+    fn merge_list(&self, la: &[Value], ra: &[Value], c: &mut Cursor) -> Result<Vec<Value>, ListError> {
         let lt = self.list_type(c);
         let rhs = self.index_items(&lt, ra, c, true)?;
         // A live list the schema cannot index: the configuration's list wins.
@@ -348,7 +344,7 @@ impl Walker<'_> {
                         pe: &PathElement,
                         l: Option<&Value>,
                         r: Option<&Value>|
-         -> Result<(), String> {
+         -> Result<(), ListError> {
             c.push(pe.clone());
             let v = match r {
                 Some(r) => this.merge(l, r, c)?,
@@ -511,6 +507,37 @@ impl Walker<'_> {
             _ => None,
         }
     }
+}
+
+/// A list whose items cannot be told apart by the list's type: the configuration does not fit
+/// the object's structure.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// `at`: the list, as conflicts print paths (`.spec.ports`, `.` for the root).
+    #[error("{at}: element {index}")]
+    Item {
+        at: String,
+        index: usize,
+        #[source]
+        reason: ItemError,
+    },
+    #[error("{at}: duplicate entries for key {key}")]
+    Duplicate { at: String, key: PathElement },
+}
+
+/// Why a list item has no path element (structured-merge-diff's wording).
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error("invalid indexing of non-associative list")]
+    NotAssociative,
+    #[error("associative list without keys has an element that's a map type")]
+    MapInSet,
+    #[error("associative list without keys has an element that's a list type")]
+    ListInSet,
+    #[error("associative list with keys may not have non-map elements")]
+    NotAMap,
+    #[error("associative list with keys has an element that omits key field {0:?} (and doesn't have default value)")]
+    MissingKey(String),
 }
 
 #[cfg(test)]
