@@ -23,7 +23,7 @@ pub struct ManagedEntry {
 }
 
 impl ManagedEntry {
-    pub(super) fn is_apply(&self) -> bool {
+    fn is_apply(&self) -> bool {
         self.operation == "Apply"
     }
 
