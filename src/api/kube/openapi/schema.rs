@@ -11,39 +11,12 @@ pub(super) fn r(name: &str) -> Value {
     json!({"$ref": format!("{V3_REF}{name}")})
 }
 
-/// A property referring to another schema, with its own description
-/// (OpenAPI 3.0 ignores siblings of `$ref`, hence the `allOf` wrapper).
-pub(super) fn ref_prop(name: &str, description: &str) -> Value {
-    json!({"allOf": [r(name)], "description": description})
-}
-
 pub(super) fn ref_obj(name: &str, description: &str) -> Value {
     json!({"allOf": [r(name)], "default": {}, "description": description})
 }
 
 pub(super) fn string(description: &str) -> Value {
     json!({"type": "string", "description": description})
-}
-
-pub(super) fn boolean(description: &str) -> Value {
-    json!({"type": "boolean", "description": description})
-}
-
-pub(super) fn int(format: &str, description: &str) -> Value {
-    json!({"type": "integer", "format": format, "description": description})
-}
-
-pub(super) fn string_map(description: &str) -> Value {
-    json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": description})
-}
-
-pub(super) fn obj(description: &str, props: Value) -> Value {
-    json!({"type": "object", "description": description, "properties": props})
-}
-
-pub(super) fn with(mut v: Value, key: &str, val: Value) -> Value {
-    v.as_object_mut().unwrap().insert(key.into(), val);
-    v
 }
 
 pub(super) fn gvk_ext(group: &str, version: &str, kind: &str) -> Value {
