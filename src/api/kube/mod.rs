@@ -53,7 +53,8 @@
 //!   without a pull secret. The rules are the product's; the webhook makes a hub agree.
 //! - Only bootstream's kinds, Secrets, Namespaces, Events and Leases are served, so discovery lists
 //!   those alone (and no `namespaces/status` or `namespaces/finalize`); the core kinds' schemas
-//!   (what `kubectl explain secret` prints) are bootstream's own, with shorter descriptions.
+//!   (what `kubectl explain secret` prints) are k8s-openapi's, which lack the meaning of each enum
+//!   value that kube-apiserver adds to a field's description (`kubectl explain namespace.status.phase`).
 //! - A watch replays any version since the server started and answers `410 Gone` for older ones;
 //!   kube-apiserver's window is its watch cache's (a few minutes of changes), so a version it has
 //!   let go may still replay here. Clients list again on 410 either way.

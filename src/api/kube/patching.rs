@@ -161,12 +161,7 @@ impl KubeApi {
                 Ok(doc) => doc,
                 Err(apply::ApplyError::Conflicts(conflicts)) => {
                     return Err(ApiError {
-                        details: Some(StatusDetails {
-                            causes: Some(
-                                conflicts.causes().into_iter().filter_map(|c| serde_json::from_value(c).ok()).collect(),
-                            ),
-                            ..Default::default()
-                        }),
+                        details: Some(StatusDetails { causes: Some(conflicts.causes()), ..Default::default() }),
                         ..ApiError::new(StatusCode::CONFLICT, "Conflict", conflicts.message())
                     });
                 }

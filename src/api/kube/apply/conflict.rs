@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use serde_json::{Value, json};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
 
 use super::fieldset::FieldSet;
 use super::managed::{ManagedEntry, ManagedFieldsError};
@@ -68,31 +68,15 @@ impl Conflicts {
     }
 
     /// `Status.details.causes`: one `FieldManagerConflict` per field.
-    pub fn causes(&self) -> Vec<Value> {
+    pub fn causes(&self) -> Vec<StatusCause> {
         self.0
             .iter()
-            .map(|c| {
-                json!({
-                    "reason": "FieldManagerConflict",
-                    "message": format!("conflict with {}", c.manager_description()),
-                    "field": c.field,
-                })
+            .map(|c| StatusCause {
+                reason: Some("FieldManagerConflict".to_string()),
+                message: Some(format!("conflict with {}", c.manager_description())),
+                field: Some(c.field.clone()),
             })
             .collect()
-    }
-
-    /// The whole `Status` object the API server answers with (HTTP 409).
-    pub fn status(&self) -> Value {
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message(),
-            "reason": "Conflict",
-            "details": {"causes": self.causes()},
-            "code": 409,
-        })
     }
 }
 
@@ -169,12 +153,9 @@ mod tests {
         let c = conflicts(apply(Some(&first), &cm(json!({"a": "2"})), &req("bob", T1)));
         assert_eq!(c.message(), "Apply failed with 1 conflict: conflict with \"alice\": .data.a");
         assert_eq!(
-            c.causes(),
-            vec![json!({"reason": "FieldManagerConflict", "message": "conflict with \"alice\"", "field": ".data.a"})]
+            serde_json::to_value(c.causes()).unwrap(),
+            json!([{"reason": "FieldManagerConflict", "message": "conflict with \"alice\"", "field": ".data.a"}])
         );
-        assert_eq!(c.status()["code"], 409);
-        assert_eq!(c.status()["reason"], "Conflict");
-        assert_eq!(c.status()["details"]["causes"][0]["field"], ".data.a");
     }
 
     #[test]
@@ -189,7 +170,7 @@ mod tests {
             "Apply failed with 3 conflicts: conflicts with \"kubectl-edit\" using v1:\n- .data.c\nconflicts with \"zed\":\n- .data.a\n- .data.b"
         );
         assert_eq!(c.causes().len(), 3);
-        assert_eq!(c.causes()[0]["message"], "conflict with \"kubectl-edit\" using v1");
+        assert_eq!(c.causes()[0].message.as_deref(), Some("conflict with \"kubectl-edit\" using v1"));
     }
 
     /// The texts the router puts in `Status.message`, with their causes worded in.

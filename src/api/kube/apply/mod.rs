@@ -423,7 +423,7 @@ mod tests {
             c.message(),
             "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using example.com/v1: .spec.x"
         );
-        assert_eq!(c.causes()[0]["message"], "conflict with \"kubectl-edit\" using example.com/v1");
+        assert_eq!(c.causes()[0].message.as_deref(), Some("conflict with \"kubectl-edit\" using example.com/v1"));
         // Applying the edited value shares it instead.
         let shared = apply(Some(&edited), &spec(5), &r("kubectl", T2)).unwrap();
         assert_eq!(fields_text(&shared, "kubectl", "Apply"), r#"{"f:spec":{"f:x":{},"f:y":{}}}"#);
