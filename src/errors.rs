@@ -13,6 +13,13 @@
 //! text as well as returning it as their source. Those name the cause in `Display` and keep it as
 //! the source too; [`chain`] leaves out a cause whose text the line already holds, so it is printed
 //! once either way.
+//!
+//! No function answers `Result<_, String>` (`tests/it/layers.rs` checks it): even a validator whose
+//! whole answer is a sentence for a person returns a type of its own (`SelectorError`,
+//! `NameError`, ...), so that its origin is in its type and a caller can wrap it as a source. A
+//! store error keeps the error it comes from as its source (`StoreError::Backend`), and the host
+//! pool's errors reach the store's callers whole. A std lock is taken through
+//! [`crate::keylocks::Locked`], whose one policy for a poisoned lock is written there.
 
 use std::error::Error;
 use std::fmt;

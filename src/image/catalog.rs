@@ -26,6 +26,11 @@ use crate::keylocks::{Locked as _, LockedRw as _};
 use crate::plan::BaseFile;
 use crate::resources::normalize_arch;
 
+/// Why an `--os-image` argument does not parse (clap prints it after the argument's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OsImageArgError(pub String);
+
 /// One `--os-image VERSION:ARCH:PATH_OR_URL[:SHA256]` argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OsImageSpec {
@@ -51,23 +56,27 @@ impl std::fmt::Display for ImageSource {
 
 // The error is the message of a command-line value (clap shows it as it is); nothing else uses it.
 impl std::str::FromStr for OsImageSpec {
-    type Err = String;
+    type Err = OsImageArgError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, OsImageArgError> {
         let usage = "expected VERSION:ARCH:PATH_OR_URL[:SHA256], e.g. 4.18:x86_64:/srv/rhcos-418.iso";
         let mut parts = s.splitn(3, ':');
         let (Some(version), Some(arch), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(format!("{s:?}: {usage}"));
+            return Err(OsImageArgError(format!("{s:?}: {usage}")));
         };
         if version.is_empty() || arch.is_empty() || rest.is_empty() {
-            return Err(format!("{s:?}: {usage}"));
+            return Err(OsImageArgError(format!("{s:?}: {usage}")));
         }
         if !version.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b)) {
-            return Err(format!("{s:?}: version {version:?} may only hold letters, digits and . _ - +"));
+            return Err(OsImageArgError(format!(
+                "{s:?}: version {version:?} may only hold letters, digits and . _ - +"
+            )));
         }
         let arch = normalize_arch(arch);
         if !["x86_64", "arm64", "ppc64le", "s390x"].contains(&arch.as_str()) {
-            return Err(format!("{s:?}: unknown architecture {arch:?} (x86_64, arm64, ppc64le, s390x)"));
+            return Err(OsImageArgError(format!(
+                "{s:?}: unknown architecture {arch:?} (x86_64, arm64, ppc64le, s390x)"
+            )));
         }
         let is_url = rest.starts_with("http://") || rest.starts_with("https://");
         let (location, sha) = match rest.rsplit_once(':') {
@@ -78,12 +87,14 @@ impl std::str::FromStr for OsImageSpec {
         };
         let source = if is_url {
             let Some(sha256) = sha else {
-                return Err(format!("{s:?}: an image URL needs its SHA-256 after the URL (URL:SHA256)"));
+                return Err(OsImageArgError(format!(
+                    "{s:?}: an image URL needs its SHA-256 after the URL (URL:SHA256)"
+                )));
             };
             ImageSource::Url { url: location.to_string(), sha256 }
         } else {
             if sha.is_some() {
-                return Err(format!("{s:?}: a SHA-256 is only taken with a URL"));
+                return Err(OsImageArgError(format!("{s:?}: a SHA-256 is only taken with a URL")));
             }
             ImageSource::Path(PathBuf::from(location))
         };
@@ -710,7 +721,7 @@ mod tests {
         let s: OsImageSpec = format!("4.18:aarch64:https://h:8443/x.iso:{sha}").parse().unwrap();
         assert_eq!(s.arch, "arm64");
         assert_eq!(s.source, ImageSource::Url { url: "https://h:8443/x.iso".into(), sha256: sha });
-        assert!("4.18:x86_64:https://h/x.iso".parse::<OsImageSpec>().unwrap_err().contains("SHA-256"));
+        assert!("4.18:x86_64:https://h/x.iso".parse::<OsImageSpec>().unwrap_err().0.contains("SHA-256"));
         assert!("4.18:sparc:/a".parse::<OsImageSpec>().is_err());
         assert!("4.18:/a".parse::<OsImageSpec>().is_err());
     }

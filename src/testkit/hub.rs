@@ -20,6 +20,11 @@ use crate::api::kube::{Collection, Interceptor, KubeApi, NoHooks, Verb, status_e
 use crate::http::Body;
 use crate::store::sqlite::SqliteStore;
 
+/// Why RBAC manifests cannot be read as grants.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RbacError(pub String);
+
 /// A rule a role grants, where it applies.
 #[derive(Clone, Debug)]
 pub struct Grant {
@@ -45,11 +50,11 @@ impl Grant {
 /// The rules RBAC manifests (multi-document YAML) grant the service account `name` of `namespace`:
 /// the rules of every ClusterRole or Role a binding naming it refers to. Bindings and Roles without a
 /// namespace are taken to be in `namespace` (the manifests are applied there).
-pub fn service_account_grants(manifests: &str, namespace: &str, name: &str) -> Result<Vec<Grant>, String> {
+pub fn service_account_grants(manifests: &str, namespace: &str, name: &str) -> Result<Vec<Grant>, RbacError> {
     use serde::Deserialize;
     let mut docs = Vec::new();
     for de in yaml_serde::Deserializer::from_str(manifests) {
-        let v = Value::deserialize(de).map_err(|e| format!("RBAC manifests: {e}"))?;
+        let v = Value::deserialize(de).map_err(|e| RbacError(format!("RBAC manifests: {e}")))?;
         if !v.is_null() {
             docs.push(v);
         }
@@ -76,10 +81,10 @@ pub fn service_account_grants(manifests: &str, namespace: &str, name: &str) -> R
             .then(|| binding["metadata"]["namespace"].as_str().unwrap_or(namespace).to_string());
         let rules = role_rules(role_kind, role);
         if rules.is_empty() {
-            return Err(format!(
+            return Err(RbacError(format!(
                 "{} {} refers to {role_kind} {role}, which grants nothing",
                 binding["kind"], binding["metadata"]["name"]
-            ));
+            )));
         }
         grants.extend(rules.into_iter().map(|rule| Grant { namespace: scope.clone(), rule }));
     }

@@ -99,6 +99,56 @@ fn the_lock_policy_check_finds_an_unwrap_and_a_hand_recovery() {
     assert_eq!(lock_policy_breaches(&modules), ["a: .lock().unwrap()", "b: p.into_inner()"]);
 }
 
+/// The error policy (`src/errors.rs`): no function answers `Result<_, String>`; an error is a type
+/// that says where it came from and keeps its cause.
+#[test]
+fn production_code_returns_no_string_errors() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = string_error_breaches(&load(&src));
+    assert!(problems.is_empty(), "Result<_, String> (see src/errors.rs):\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_string_error_check_finds_one() {
+    let module = |code: &str| Module { code: blank_comments_and_literals(code), test_only: false };
+    let modules = BTreeMap::from([
+        ("a".to_string(), module("fn f() -> Result<Vec<u8>, String> { todo!() }")),
+        ("b".to_string(), module("fn f() -> Result<u8, MyError> { todo!() } // Result<(), String>")),
+        ("c".to_string(), module("type R = Result<(),\n    String>;")),
+    ]);
+    assert_eq!(string_error_breaches(&modules), ["a", "c"]);
+}
+
+fn string_error_breaches(modules: &BTreeMap<String, Module>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (path, module) in modules {
+        if module.test_only {
+            continue;
+        }
+        let code: String = module.code.split_whitespace().collect::<Vec<_>>().join("");
+        let found = code.match_indices("Result<").any(|(at, _)| {
+            // The Result's own arguments: up to the `>` that closes it.
+            let mut depth = 0;
+            let args: String = code[at + "Result".len()..]
+                .chars()
+                .take_while(|c| {
+                    match c {
+                        '<' => depth += 1,
+                        '>' => depth -= 1,
+                        _ => {}
+                    }
+                    depth > 0
+                })
+                .collect();
+            args.ends_with(",String")
+        });
+        if found {
+            problems.push(path.clone());
+        }
+    }
+    problems
+}
+
 fn lock_policy_breaches(modules: &BTreeMap<String, Module>) -> Vec<String> {
     const TAKEN_BY_HAND: [&str; 5] =
         [".lock().unwrap()", ".read().unwrap()", ".write().unwrap()", "p.into_inner()", "PoisonError::into_inner"];

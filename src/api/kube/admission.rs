@@ -95,7 +95,7 @@ impl KubeApi {
         let meta = &doc["metadata"];
         let name = meta["name"].as_str().unwrap_or_default();
         let rule = names::NameRule::of_kind(c.kind_name());
-        let invalid = |e: String| ApiError::invalid(c, name, e);
+        let invalid = |e: names::NameError| ApiError::invalid(c, name, e);
         if let Some(prefix) = meta["generateName"].as_str().filter(|p| !p.is_empty()) {
             names::check("metadata.generateName", rule, prefix, true).map_err(invalid)?;
         }

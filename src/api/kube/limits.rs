@@ -13,6 +13,11 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+/// Why a YAML body is refused before it is parsed (too deep, or an alias).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct YamlShapeError(pub String);
+
 /// The largest object stored by default: etcd's request limit, which bounds objects on a hub.
 pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1536 << 10;
 
@@ -71,9 +76,11 @@ pub fn json_len(v: &Value) -> usize {
 /// (a deeper indentation, and each compact `- ` or `? ` entry on a line) add up to the nesting. It
 /// over-counts rather than under-counts (brackets inside a block scalar count), which only
 /// matters for texts no served kind comes near.
-pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), String> {
+pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), YamlShapeError> {
     let too_deep = |line: usize| {
-        Err(format!("the YAML document nests deeper than {max} levels (line {line}); no resource is that deep"))
+        Err(YamlShapeError(format!(
+            "the YAML document nests deeper than {max} levels (line {line}); no resource is that deep"
+        )))
     };
     let mut indents: Vec<usize> = Vec::new();
     let mut flow = 0usize;
@@ -121,10 +128,10 @@ pub fn check_yaml_depth(text: &str, max: usize) -> Result<(), String> {
                     // An alias repeats what its anchor holds, and aliases of aliases multiply it
                     // (a "billion laughs" document): no applied configuration needs one.
                     '*' if starts_scalar && next.is_some_and(|n| n.is_alphanumeric() || n == '_' || n == '-') => {
-                        return Err(format!(
+                        return Err(YamlShapeError(format!(
                             "the YAML document uses an alias (line {}); aliases are not accepted, send the object expanded",
                             n + 1
-                        ));
+                        )));
                     }
                     '#' if previous == ' ' => break,
                     '[' | '{' => flow += 1,
@@ -200,7 +207,7 @@ mod tests {
         assert!(check_yaml_depth("a:\n  b:\n    c: [1, {d: 2}]\n", 8).is_ok());
         let flow = format!("note: {}{}", "[".repeat(100), "]".repeat(100));
         let err = check_yaml_depth(&flow, 64).unwrap_err();
-        assert!(err.contains("deeper than 64 levels (line 1)"), "{err}");
+        assert!(err.0.contains("deeper than 64 levels (line 1)"), "{err}");
         let compact = format!("x:\n{}a\n", "- ".repeat(80));
         assert!(check_yaml_depth(&compact, 64).is_err());
         let block: String = (0..80).map(|i| format!("{}k{i}:\n", " ".repeat(i))).collect();
@@ -211,7 +218,7 @@ mod tests {
         assert!(check_yaml_depth(&quoted, 8).is_ok());
         // Aliases multiply what they name: refused; a `*` inside text is text.
         let laughs = "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b]\n";
-        assert!(check_yaml_depth(laughs, 64).unwrap_err().contains("alias (line 2)"));
+        assert!(check_yaml_depth(laughs, 64).unwrap_err().0.contains("alias (line 2)"));
         assert!(check_yaml_depth("a: 2*3\nb: \"*x\"\nc: '*y'\nd: [a*b]\n", 64).is_ok());
         // A document of many shallow entries is fine, whatever its length.
         let wide: String = (0..10_000).map(|i| format!("k{i}: [1, 2, {{a: b}}]\n")).collect();

@@ -3,6 +3,11 @@
 //! named on objects are labels. The messages are the API server's, field path first, so that
 //! clients show them as they would a hub's.
 
+/// A name the API server would refuse, in its words (`metadata.name: Invalid value: ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NameError(pub String);
+
 /// Which rule a kind's names follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NameRule {
@@ -79,7 +84,7 @@ fn problems(rule: NameRule, value: &str) -> Vec<String> {
 
 /// Checks a name (`generate` false) or a `generateName` prefix (true: it may end in `-`, as the
 /// generated suffix follows it). The error is `FIELD: Invalid value: "VALUE": PROBLEM`.
-pub fn check(field: &str, rule: NameRule, value: &str, generate: bool) -> Result<(), String> {
+pub fn check(field: &str, rule: NameRule, value: &str, generate: bool) -> Result<(), NameError> {
     // A prefix is checked as the name it starts: its trailing dash is followed by the suffix.
     let checked = match value.strip_suffix('-') {
         Some(stem) if generate => format!("{stem}-a"),
@@ -89,7 +94,7 @@ pub fn check(field: &str, rule: NameRule, value: &str, generate: bool) -> Result
     match found.first() {
         None => Ok(()),
         // Long values are shown whole, as upstream does: the request's own text, bounded by the body.
-        Some(first) => Err(format!("{field}: Invalid value: {value:?}: {first}")),
+        Some(first) => Err(NameError(format!("{field}: Invalid value: {value:?}: {first}"))),
     }
 }
 
@@ -105,7 +110,7 @@ mod tests {
         }
         let long = "a".repeat(64);
         let err = check("metadata.name", NameRule::Label, &long, false).unwrap_err();
-        assert!(err.ends_with("must be no more than 63 characters"), "{err}");
+        assert!(err.0.ends_with("must be no more than 63 characters"), "{err}");
         assert!(check("metadata.name", NameRule::Subdomain, &long, false).is_ok());
         assert!(check("metadata.name", NameRule::Subdomain, &"a".repeat(254), false).is_err());
         assert!(check("metadata.name", NameRule::Subdomain, "a..b", false).is_err());
@@ -121,7 +126,7 @@ mod tests {
         assert!(check("metadata.generateName", NameRule::Subdomain, "Web-", true).is_err());
         assert_eq!(
             check("metadata.name", NameRule::Label, "x/y", false).unwrap_err(),
-            format!("metadata.name: Invalid value: \"x/y\": {LABEL_FORMAT}")
+            NameError(format!("metadata.name: Invalid value: \"x/y\": {LABEL_FORMAT}"))
         );
     }
 }

@@ -161,7 +161,10 @@ impl KubeApi {
                 Ok(doc) => doc,
                 Err(apply::ApplyError::Conflicts(conflicts)) => {
                     return Err(ApiError {
-                        details: Some(StatusDetails { causes: Some(conflicts.causes()), ..Default::default() }),
+                        details: Some(Box::new(StatusDetails {
+                            causes: Some(conflicts.causes()),
+                            ..Default::default()
+                        })),
                         ..ApiError::new(StatusCode::CONFLICT, "Conflict", conflicts.message())
                     });
                 }

@@ -9,6 +9,11 @@
 
 use serde_json::Value;
 
+/// Why a label or field selector does not parse, in the API server's words (a 400's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SelectorError(pub String);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {
     Equals(String),
@@ -51,7 +56,7 @@ fn split_terms(s: &str) -> Vec<&str> {
 }
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of up to 63 characters.
-fn check_key(key: &str) -> Result<(), String> {
+fn check_key(key: &str) -> Result<(), SelectorError> {
     let name = key.rsplit_once('/').map_or(
         key,
         |(prefix, name)| {
@@ -66,13 +71,13 @@ fn check_key(key: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(SelectorError(format!(
             "unable to parse requirement: invalid label key {key:?}: a qualified name must be 63 characters or less"
-        ))
+        )))
     }
 }
 
-fn check_value(value: &str) -> Result<(), String> {
+fn check_value(value: &str) -> Result<(), SelectorError> {
     let ok = value.is_empty()
         || (value.len() <= 63
             && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
@@ -81,14 +86,14 @@ fn check_value(value: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(SelectorError(format!(
             "unable to parse requirement: invalid label value: {value:?}: must be 63 characters or less and consist of alphanumerics, '-', '_' or '.'"
-        ))
+        )))
     }
 }
 
 impl LabelSelector {
-    pub fn parse(text: &str) -> Result<LabelSelector, String> {
+    pub fn parse(text: &str) -> Result<LabelSelector, SelectorError> {
         let text = text.trim();
         if text.is_empty() {
             return Ok(LabelSelector::default());
@@ -97,7 +102,7 @@ impl LabelSelector {
         for term in split_terms(text) {
             let term = term.trim();
             if term.is_empty() {
-                return Err(format!("unable to parse requirement: found empty term in {text:?}"));
+                return Err(SelectorError(format!("unable to parse requirement: found empty term in {text:?}")));
             }
             reqs.push(parse_requirement(term)?);
         }
@@ -130,12 +135,11 @@ impl LabelSelector {
     }
 }
 
-fn parse_set(rest: &str, term: &str) -> Result<Vec<String>, String> {
-    let inner = rest
-        .trim()
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("unable to parse requirement: {term:?}: a set must be in parentheses"))?;
+fn parse_set(rest: &str, term: &str) -> Result<Vec<String>, SelectorError> {
+    let inner =
+        rest.trim().strip_prefix('(').and_then(|r| r.strip_suffix(')')).ok_or_else(|| {
+            SelectorError(format!("unable to parse requirement: {term:?}: a set must be in parentheses"))
+        })?;
     let values: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
     for v in &values {
         check_value(v)?;
@@ -143,7 +147,7 @@ fn parse_set(rest: &str, term: &str) -> Result<Vec<String>, String> {
     Ok(values)
 }
 
-fn parse_requirement(term: &str) -> Result<Requirement, String> {
+fn parse_requirement(term: &str) -> Result<Requirement, SelectorError> {
     if let Some(key) = term.strip_prefix('!') {
         let key = key.trim();
         check_key(key)?;
@@ -182,10 +186,9 @@ fn parse_requirement(term: &str) -> Result<Requirement, String> {
         if let Some((key, value)) = term.split_once(token) {
             let key = key.trim();
             check_key(key)?;
-            let n: i64 = value
-                .trim()
-                .parse()
-                .map_err(|_| format!("unable to parse requirement: {term:?}: {value:?} is not an integer"))?;
+            let n: i64 = value.trim().parse().map_err(|_| {
+                SelectorError(format!("unable to parse requirement: {term:?}: {value:?} is not an integer"))
+            })?;
             let op = if greater { Op::GreaterThan(n) } else { Op::LessThan(n) };
             return Ok(Requirement { key: key.to_string(), op });
         }
@@ -200,7 +203,7 @@ pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
     /// `fields`: the field labels the kind supports besides `metadata.name` and `metadata.namespace`.
-    pub fn parse(text: &str, fields: &[&str]) -> Result<FieldSelector, String> {
+    pub fn parse(text: &str, fields: &[&str]) -> Result<FieldSelector, SelectorError> {
         let text = text.trim();
         if text.is_empty() {
             return Ok(FieldSelector::default());
@@ -214,11 +217,11 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once('=') {
                 (f, true, v)
             } else {
-                return Err(format!("invalid selector: '{text}'; can't understand '{term}'"));
+                return Err(SelectorError(format!("invalid selector: '{text}'; can't understand '{term}'")));
             };
             let field = field.trim();
             if !["metadata.name", "metadata.namespace"].contains(&field) && !fields.contains(&field) {
-                return Err(format!("field label not supported: {field}"));
+                return Err(SelectorError(format!("field label not supported: {field}")));
             }
             terms.push((field.to_string(), equal, value.trim().to_string()));
         }
@@ -301,7 +304,7 @@ mod tests {
         assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a", &[]).unwrap().matches(&obj));
         assert_eq!(FieldSelector::parse("metadata.name=a", &[]).unwrap().name(), Some("a"));
         let refused = FieldSelector::parse("spec.approved=true", &[]).unwrap_err();
-        assert_eq!(refused, "field label not supported: spec.approved");
+        assert_eq!(refused.0, "field label not supported: spec.approved");
         let event = json!({"involvedObject": {"name": "x", "kind": "Agent"}});
         let s = FieldSelector::parse(
             "involvedObject.name=x,involvedObject.kind=Agent",

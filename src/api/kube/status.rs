@@ -15,7 +15,8 @@ pub struct ApiError {
     pub code: StatusCode,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<StatusDetails>,
+    /// Boxed: most errors have none, and an `Err` should be small.
+    pub details: Option<Box<StatusDetails>>,
 }
 
 /// The details that name the object an error is about: its name, its group (none for the core
@@ -39,8 +40,8 @@ impl ApiError {
     pub(super) fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { code, reason, message: message.into(), details: None }
     }
-    pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    pub(super) fn bad_request(message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message.to_string())
     }
     /// An error about the object `name` of `c` (details naming it).
     pub(super) fn about(
@@ -50,7 +51,7 @@ impl ApiError {
         reason: &'static str,
         message: impl Into<String>,
     ) -> ApiError {
-        ApiError { details: Some(about(c, name, c.plural())), ..ApiError::new(code, reason, message) }
+        ApiError { details: Some(Box::new(about(c, name, c.plural()))), ..ApiError::new(code, reason, message) }
     }
     pub(super) fn not_found(c: &Collection, name: &str) -> ApiError {
         ApiError::about(c, name, StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", c.qualified()))
@@ -74,7 +75,7 @@ impl ApiError {
     /// The API server's Invalid error of `name`: `text` after the kind and name, `causes` in details.
     pub(super) fn invalid_with_causes(c: &Collection, name: &str, text: &str, causes: Vec<StatusCause>) -> ApiError {
         ApiError {
-            details: Some(StatusDetails { causes: Some(causes), ..about(c, name, c.kind_name()) }),
+            details: Some(Box::new(StatusDetails { causes: Some(causes), ..about(c, name, c.kind_name()) })),
             ..ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",
@@ -134,7 +135,7 @@ impl ApiError {
             status: Some("Failure".to_string()),
             message: Some(self.message.clone()),
             reason: Some(self.reason.to_string()),
-            details: self.details.clone(),
+            details: self.details.as_deref().cloned(),
             code: Some(i32::from(self.code.as_u16())),
             metadata: ListMeta::default(),
         }

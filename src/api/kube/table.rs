@@ -30,6 +30,11 @@ use serde_json::{Map, Value, json};
 use super::jsonpath::{JsonPath, print_value};
 use super::served::Served;
 
+/// An `includeObject` parameter the API server does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct IncludeObjectError(pub String);
+
 /// The `includeObject` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IncludeObject {
@@ -42,12 +47,12 @@ pub enum IncludeObject {
 impl IncludeObject {
     /// Parses the query parameter (absent or empty means `Metadata`);
     /// `Err` carries the message for a 400 Bad Request.
-    pub fn from_query(v: Option<&str>) -> Result<IncludeObject, String> {
+    pub fn from_query(v: Option<&str>) -> Result<IncludeObject, IncludeObjectError> {
         match v.unwrap_or("") {
             "" | "Metadata" => Ok(IncludeObject::Metadata),
             "Object" => Ok(IncludeObject::Object),
             "None" => Ok(IncludeObject::None),
-            other => Err(format!("unrecognized includeObject value: {other:?}")),
+            other => Err(IncludeObjectError(format!("unrecognized includeObject value: {other:?}"))),
         }
     }
 }

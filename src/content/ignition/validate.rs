@@ -109,7 +109,7 @@ fn check_passwd(config: &Config, p: &mut Problems) {
         if let Some(home) = &user.home_dir
             && let Err(reason) = check_path(home)
         {
-            p.add(format!("{at}.homeDir"), reason);
+            p.add(format!("{at}.homeDir"), reason.0);
         }
     }
     let mut seen = HashMap::new();
@@ -175,7 +175,7 @@ fn check_storage(config: &Config, p: &mut Problems) {
         if let Some(path) = fs.path.as_deref().filter(|s| !s.is_empty())
             && let Err(reason) = check_path(path)
         {
-            p.add(format!("{at}.path"), reason);
+            p.add(format!("{at}.path"), reason.0);
         }
     }
     let mut names = HashSet::new();
@@ -272,7 +272,7 @@ fn check_node<'a>(
     p: &mut Problems,
 ) {
     if let Err(reason) = check_path(path) {
-        p.add(format!("{at}.path"), reason);
+        p.add(format!("{at}.path"), reason.0);
     } else if let Some(first) = nodes.get(path) {
         p.add(format!("{at}.path"), format!("duplicate path {path:?} (also {first})"));
     } else {
@@ -287,20 +287,25 @@ fn check_node<'a>(
     }
 }
 
+/// Why a path or a source URL is refused: the reason of a [`FieldProblem`], a message for a person
+/// (the data URL's own error quoted in it), which nothing reads beyond its text.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct FieldReason(String);
+
 /// Ignition's `validatePath`: absolute and already clean.
-// The error is a FieldProblem's reason, a message for a person: nothing reads more than its text.
-fn check_path(path: &str) -> Result<(), String> {
+fn check_path(path: &str) -> Result<(), FieldReason> {
     if path.is_empty() {
-        return Err("path must not be empty".into());
+        return Err(FieldReason("path must not be empty".into()));
     }
     if !path.starts_with('/') {
-        return Err(format!("path {path:?} is not absolute"));
+        return Err(FieldReason(format!("path {path:?} is not absolute")));
     }
     if path.contains('\0') {
-        return Err(format!("path {path:?} contains a NUL byte"));
+        return Err(FieldReason(format!("path {path:?} contains a NUL byte")));
     }
     if path != "/" && (path.ends_with('/') || path[1..].split('/').any(|c| c.is_empty() || c == "." || c == "..")) {
-        return Err(format!("path {path:?} is not clean (no '//', '.', '..' or trailing '/')"));
+        return Err(FieldReason(format!("path {path:?} is not clean (no '//', '.', '..' or trailing '/')")));
     }
     Ok(())
 }
@@ -336,7 +341,7 @@ fn check_resource(res: &Resource, at: &str, p: &mut Problems) {
     if let Some(src) = source
         && let Err(reason) = check_source(src)
     {
-        p.add(format!("{at}.source"), reason);
+        p.add(format!("{at}.source"), reason.0);
     }
     if res.http_headers.as_ref().is_some_and(|h| !h.is_empty()) {
         let scheme = source.and_then(url_scheme).map(|s| s.to_ascii_lowercase());
@@ -353,20 +358,21 @@ fn check_resource(res: &Resource, at: &str, p: &mut Problems) {
 }
 
 /// Ignition's `validateURL`: a scheme Ignition can fetch from, and data URLs that decode.
-// As check_path's, the error is a FieldProblem's reason (the data URL error quoted in it).
-fn check_source(src: &str) -> Result<(), String> {
+fn check_source(src: &str) -> Result<(), FieldReason> {
     let shown = shorten(src);
     if has_control(src) {
-        return Err(format!("{shown:?} contains control characters"));
+        return Err(FieldReason(format!("{shown:?} contains control characters")));
     }
     match url_scheme(src).map(|s| s.to_ascii_lowercase()).as_deref() {
         Some("data") => match decode_data_url(src) {
             Ok(_) => Ok(()),
-            Err(e) => Err(format!("{shown:?}: {e}")),
+            Err(e) => Err(FieldReason(format!("{shown:?}: {e}"))),
         },
         Some("http" | "https" | "tftp" | "gs" | "s3") => Ok(()),
-        Some(other) => Err(format!("URL scheme {other:?} is not supported (use data, http, https, tftp, s3 or gs)")),
-        None => Err(format!("{shown:?} is not an absolute URL")),
+        Some(other) => {
+            Err(FieldReason(format!("URL scheme {other:?} is not supported (use data, http, https, tftp, s3 or gs)")))
+        }
+        None => Err(FieldReason(format!("{shown:?} is not an absolute URL"))),
     }
 }
 
