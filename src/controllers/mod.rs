@@ -60,7 +60,8 @@ pub async fn run_infraenv_controller_with<S: Store>(
         let images = images.clone();
         let queue = queue.clone();
         let metrics = metrics.clone();
-        let retrying = Arc::new(std::sync::Mutex::new(HashSet::new()));
+        let retrying = Retrying::default();
+        let retrying_events = Retrying::default();
         async move {
             loop {
                 tokio::select! {
@@ -77,7 +78,7 @@ pub async fn run_infraenv_controller_with<S: Store>(
                                     // Not "no InfraEnvs": routed again later (the event, as the
                                     // other controllers' triggers do; see `triggers`).
                                     tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e));
-                                    retry_infraenv_event(images.clone(), queue.clone(), resource, namespace, name);
+                                    retry_infraenv_event(images.clone(), queue.clone(), retrying_events.clone(), resource, namespace, name);
                                 }
                             }
                         }
@@ -118,7 +119,11 @@ async fn on_host_change<S: Store>(store: &S, queue: &Arc<WorkQueue>, retrying: &
     }
 }
 
-/// The InfraEnv uids whose lookup [`retry_host_change`] is retrying.
+/// What a retry is pending for (InfraEnv uids for [`retry_host_change`], `resource/ns/name` for
+/// [`retry_infraenv_event`]): one pending retry each, so the retries in flight are bounded by the
+/// objects concerned, not by the events that arrive while the store fails. A retry clears its mark
+/// before each lookup and sets it again only if that fails and no other retry has taken it
+/// meanwhile: a failure after the last lookup always has a retry of its own.
 type Retrying = Arc<std::sync::Mutex<HashSet<String>>>;
 
 /// Queues the InfraEnv with uid `infra_env_id` if it is being deleted.
@@ -147,32 +152,47 @@ fn retry_host_change<S: Store>(store: S, queue: Arc<WorkQueue>, retrying: Retryi
         loop {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(60));
+            retrying.locked().remove(&infra_env_id);
             match queue_if_deleted(&store, &queue, &infra_env_id).await {
-                Ok(()) => break,
-                Err(e) => tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e)),
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e));
+                    if !retrying.locked().insert(infra_env_id.clone()) {
+                        return;
+                    }
+                }
             }
         }
-        retrying.locked().remove(&infra_env_id);
     });
 }
 
-/// [`infraenvs_affected_by`] again after a delay (doubling up to a minute) until it succeeds.
+/// [`infraenvs_affected_by`] again after a delay (doubling up to a minute) until it succeeds, one
+/// pending retry per changed object ([`Retrying`]).
 fn retry_infraenv_event<S: Store>(
     images: Arc<Images<S>>,
     queue: Arc<WorkQueue>,
+    retrying: Retrying,
     resource: String,
     namespace: String,
     name: String,
 ) {
+    let mark = format!("{resource}/{namespace}/{name}");
+    if !retrying.locked().insert(mark.clone()) {
+        return;
+    }
     tokio::spawn(async move {
         let mut delay = Duration::from_secs(1);
         loop {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(60));
+            retrying.locked().remove(&mark);
             match infraenvs_affected_by(&images, &resource, &namespace, &name).await {
                 Ok(keys) => return keys.into_iter().for_each(|k| queue.push(k)),
                 Err(e) => {
-                    tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e))
+                    tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e));
+                    if !retrying.locked().insert(mark.clone()) {
+                        return;
+                    }
                 }
             }
         }

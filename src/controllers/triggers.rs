@@ -182,12 +182,15 @@ pub(crate) fn retry_later<S: Store>(store: S, queues: Queues, ev: ChangeEvent, f
             delay = (delay * 2).min(Duration::from_secs(60));
             let mut still = Vec::new();
             for t in failed {
+                // The mark is cleared before the lookup and set again only if it fails and no other
+                // retry took it meanwhile: a failure after this lookup always has a retry of its own.
+                let key = retry_key(t, &ev);
+                queues.retrying.locked().remove(&key);
                 // Own-write echoes are not looked up (ItselfUnlessOwnWrite never fails).
                 let again = route(&store, None, std::slice::from_ref(t), &queues, &ev).await;
-                if again.is_empty() {
-                    queues.retrying.locked().remove(&retry_key(t, &ev));
+                if !again.is_empty() && queues.retrying.locked().insert(key) {
+                    still.extend(again);
                 }
-                still.extend(again);
             }
             failed = still;
         }
@@ -268,10 +271,11 @@ mod tests {
     use crate::store::Deletion;
     use crate::store::sqlite::SqliteStore;
 
-    /// A store that counts the objects it hands out (decoded, or lent to a `list_map` closure), and
-    /// fails as many reference lookups as its third field says.
+    /// A store that counts the objects it hands out (decoded, or lent to a `list_map` closure),
+    /// fails as many reference lookups as its third field says, and holds a reference lookup's
+    /// answer (read already) while its fourth field is write-locked.
     #[derive(Clone)]
-    struct Counting<S>(S, Arc<AtomicUsize>, Arc<AtomicUsize>);
+    struct Counting<S>(S, Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<tokio::sync::RwLock<()>>);
 
     impl<S> Counting<S> {
         fn read(&self, n: usize) {
@@ -310,6 +314,7 @@ mod tests {
             }
             let got = self.0.list_referencing::<K>(namespace, relation, value).await?;
             self.read(got.len());
+            drop(self.3.read().await);
             Ok(got)
         }
         async fn any<K: Object>(&self, namespace: Option<&str>) -> Result<bool, StoreError> {
@@ -373,7 +378,7 @@ mod tests {
             "spec": {"bootMACAddress": "00:00:00:00:00:01"}}))
         .unwrap();
         store.create(&bmh).await.unwrap();
-        Counting(store, Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)))
+        Counting(store, Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Default::default())
     }
 
     /// Objects read and keys queued to route `ev` through `triggers`.
@@ -466,6 +471,47 @@ mod tests {
         let before = store.2.load(Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(before - store.2.load(Ordering::Relaxed), 2);
+    }
+
+    /// A lookup that fails while a retry for the same object is between its (successful) lookup
+    /// and its end gets a retry of its own: it may see what the retry's lookup did not.
+    #[tokio::test]
+    async fn a_failure_while_a_retry_finishes_is_retried_too() {
+        let store = fleet(3).await;
+        let queues = Queues { agents: Some(Default::default()), ..Default::default() };
+        let agents = queues.agents.clone().unwrap();
+        store.2.store(1, Ordering::Relaxed);
+        let first = change(Kind::Secret, "ns", "tok0");
+        let failed = route(&store, None, HOST_TRIGGERS, &queues, &first).await;
+        retry_later(store.clone(), queues.clone(), first, failed);
+        // The retry looks up after a second and finds a0 and a1; its answer is held there.
+        let held = store.3.write().await;
+        let read_before = store.1.load(Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while store.1.load(Ordering::Relaxed) == read_before && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(store.1.load(Ordering::Relaxed), read_before + 2, "the retry read a0 and a1");
+        // Meanwhile a new Agent uses the Secret, and the lookup of that change fails.
+        let late: Agent = serde_json::from_value(json!({
+            "apiVersion": "agent-install.openshift.io/v1beta1", "kind": "Agent",
+            "metadata": {"name": "late", "namespace": "ns"},
+            "spec": {"approved": false, "ignitionEndpointTokenReference": {"namespace": "ns", "name": "tok0"}}}))
+        .unwrap();
+        store.create(&late).await.unwrap();
+        store.2.store(1, Ordering::Relaxed);
+        let second = change(Kind::Secret, "ns", "tok0");
+        let failed = route(&store, None, HOST_TRIGGERS, &queues, &second).await;
+        assert_eq!(failed.len(), 1);
+        retry_later(store.clone(), queues.clone(), second, failed);
+        drop(held);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut queued = Vec::new();
+        while !queued.iter().any(|(_, n): &(String, String)| n == "late") && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            queued.extend(agents.drain());
+        }
+        assert!(queued.iter().any(|(_, n)| n == "late"), "the second failure was retried: {queued:?}");
     }
 
     /// The metal3 triggers: an InfraEnv queues its BMHs and PPIs (by their label, in its namespace
@@ -588,7 +634,7 @@ mod tests {
         store.create(&infraenv("ns", "by-expression", false, Some(exprs))).await.unwrap();
         store.create(&infraenv("other", "ironic", true, None)).await.unwrap();
         store.create(&nmstate_config("ns", "cfg0", json!({"cluster": "c0", "site": "lab"}))).await.unwrap();
-        Counting(store, Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)))
+        Counting(store, Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Default::default())
     }
 
     /// The ironic image-customization Secret and an NMStateConfig read the InfraEnvs they concern
@@ -653,7 +699,8 @@ mod tests {
             json!({"c": ""}),
             json!({}),
         ];
-        let (images, _dir) = infraenv_router(Counting(store.clone(), Default::default(), Default::default()));
+        let (images, _dir) =
+            infraenv_router(Counting(store.clone(), Default::default(), Default::default(), Default::default()));
         let resource = Kind::NMStateConfig.resource();
         for (i, labels) in label_sets.iter().enumerate() {
             let config = nmstate_config("ns", &format!("cfg{i}"), labels.clone());
