@@ -680,6 +680,10 @@ struct Report {
     watch_restarts: Option<u64>,
     resume: Option<Resume>,
     state_changes: usize,
+    /// From the server's counters over the run: objects its store handed out and host records its
+    /// pool visited, each per change its store fed to the controllers (what a change costs in reads:
+    /// flat when each change reads only what it concerns).
+    reads_per_change: (f64, f64),
 }
 
 /// One process of the hub: CPU seconds over the fleet's run, its peak RSS (VmHWM) and its RSS at the
@@ -1069,6 +1073,16 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         .then(|| by_verb(&after_lifecycle, procs::CONTROLLER_TOKEN).get("list").copied().unwrap_or(0))
         .map(|after| after - by_verb(&before_fleet, procs::CONTROLLER_TOKEN).get("list").copied().unwrap_or(0));
     let all = summary.last().cloned().unwrap_or_default();
+    let reads_per_change = {
+        let samples = samples.lock().unwrap();
+        match (samples.first(), samples.last()) {
+            (Some(a), Some(b)) if b.changes_fed > a.changes_fed => {
+                let changes = b.changes_fed - a.changes_fed;
+                ((b.objects_read - a.objects_read) / changes, (b.records_visited - a.records_visited) / changes)
+            }
+            _ => (f64::NAN, f64::NAN),
+        }
+    };
     Ok(Report {
         backend: backend.name(),
         hosts,
@@ -1087,6 +1101,7 @@ async fn run(opts: &Options, backend: Backend) -> anyhow::Result<Report> {
         watch_restarts,
         resume,
         state_changes: bound * BOUND_HOST_PATH.len() + (hosts - bound) * FREE_HOST_PATH.len(),
+        reads_per_change,
     })
 }
 
@@ -1206,6 +1221,8 @@ fn print_summary(opts: &Options, reports: &[Report], floor: Option<&floor::Floor
         format!("{:.2}", (r.server_cpu + r.hub_cpu()) / r.hosts as f64 * 1e3)
     });
     row("agents CPU µs per call", &|r| us(r.agents_cpu, r.agent_calls));
+    row("store objects read per change", &|r| format!("{:.2}", r.reads_per_change.0));
+    row("pool host records visited per change", &|r| format!("{:.2}", r.reads_per_change.1));
     if let Some(f) = floor {
         let nginx = f.nginx_us_per_request();
         row("server CPU per call / nginx floor", &|r| {

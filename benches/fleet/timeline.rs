@@ -21,6 +21,11 @@ pub struct ServerSample {
     transactions: f64,
     writes: f64,
     agent_reconciles: f64,
+    /// Objects the store handed out, changes it fed to the controllers, host records the pool
+    /// visited (totals).
+    pub objects_read: f64,
+    pub changes_fed: f64,
+    pub records_visited: f64,
     /// Hosts binding (bound, not yet registered again) and installed.
     binding: f64,
     installed: f64,
@@ -75,6 +80,9 @@ pub async fn server_sample(
             "bootstream_hosts{status=\"binding\"}" => s.binding = v,
             "bootstream_hosts{status=\"installed\"}" => s.installed = v,
             "bootstream_store_writes_total" => s.writes = v,
+            "bootstream_store_objects_read_total" => s.objects_read = v,
+            "bootstream_store_changes_fed_total" => s.changes_fed = v,
+            "bootstream_pool_records_visited_total" => s.records_visited = v,
             _ => {}
         }
     }

@@ -413,7 +413,7 @@ impl<S: Store> AgentApi<S> {
     }
 
     async fn list(&self, infra_env_id: &str) -> Response<Body> {
-        let hosts = self.backend.hosts(|h| h.infra_env_id == infra_env_id).await;
+        let hosts = self.backend.infra_env_hosts(infra_env_id, |_| true).await;
         crate::http::json(StatusCode::OK, &Value::Array(hosts.iter().map(host_view).collect()))
     }
 

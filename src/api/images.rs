@@ -261,9 +261,8 @@ impl<S: Store> App<S> {
         let Some(backend) = &self.backend else { return Some(controller_only()) };
         let (lower, upper) = (mac.to_lowercase(), mac.to_uppercase());
         let hosts = backend
-            .hosts(|h| {
-                h.infra_env_id == infra_env_id
-                    && h.inventory.as_deref().is_some_and(|i| i.contains(&lower) || i.contains(&upper))
+            .infra_env_hosts(infra_env_id, |h| {
+                h.inventory.as_deref().is_some_and(|i| i.contains(&lower) || i.contains(&upper))
             })
             .await;
         let host = match hosts.as_slice() {

@@ -328,6 +328,24 @@ impl Collector for WorkCollector {
         )?;
         counter(
             &mut encoder,
+            "store_objects_read",
+            "Objects the store handed to its callers (decoded, or visited by a list), the controllers' reads included",
+            crate::store::OBJECTS_READ.load(Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "store_changes_fed",
+            "Changes the store fed to its subscribers (the controllers' triggers)",
+            crate::store::CHANGES_FED.load(Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "pool_records_visited",
+            "Host records the pool's lookups visited (its periodic monitor and these metrics' counts not included)",
+            crate::pool::RECORDS_VISITED.load(Relaxed),
+        )?;
+        counter(
+            &mut encoder,
             "controller_feed_resyncs",
             "Times a controller's change feed fell behind and it re-listed every object",
             self.controllers.feed_resyncs(),

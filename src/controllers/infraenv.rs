@@ -173,7 +173,7 @@ pub(crate) async fn cleanup<S: Store>(
     let uid = ie.metadata.uid.clone().unwrap_or_default();
     let ns = ie.metadata.namespace.clone().unwrap_or_default();
     let (going, holding): (Vec<_>, Vec<_>) =
-        backend.hosts(|h| h.infra_env_id == uid).await.into_iter().partition(goes_with_infraenv);
+        backend.infra_env_hosts(&uid, |_| true).await.into_iter().partition(goes_with_infraenv);
     for h in going {
         match store.delete::<crate::resources::Agent>(&ns, &h.id).await {
             Ok(_) => {}

@@ -17,7 +17,7 @@ pub mod events;
 pub mod gate;
 pub mod logs;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
@@ -230,11 +230,23 @@ impl Default for BackendConfig {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Host>>>;
 
+/// Host records the pool's lookups visited to answer a caller (`/metrics` `pool_records_visited`):
+/// with [`crate::store::OBJECTS_READ`], what a change costs in reads. The monitor's periodic pass
+/// over every host and `/metrics`' counts by state are not counted (a timer's and a scrape's work,
+/// not a change's). Process-wide, as a server runs one pool.
+pub static RECORDS_VISITED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn visited(n: usize) {
+    RECORDS_VISITED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub struct Backend {
     db: SqliteStore,
     clock: Arc<dyn Clock>,
     config: BackendConfig,
-    hosts: Mutex<HashMap<HostKey, Slot>>,
+    /// In key order, so that an InfraEnv's hosts (keys that start with its id) are one range, found
+    /// without visiting the fleet.
+    hosts: Mutex<BTreeMap<HostKey, Slot>>,
     /// The record of each Agent, by the Agent's (namespace, name): a namespace holds at most one
     /// record per host id, since it can hold only one Agent of that name.
     agents: Mutex<HashMap<(String, String), HostKey>>,
@@ -245,6 +257,10 @@ pub struct Backend {
     /// The committed cluster records. Every host change reads its cluster here, so this lock is held
     /// only to copy or replace an entry, never across a write to the database.
     clusters: Mutex<HashMap<String, Cluster>>,
+    /// Cluster ids by their ClusterDeployment's (namespace, name), kept with `clusters` (an id is
+    /// indexed before its record is in `clusters` and removed after it is not), so that an Agent's or a ClusterDeployment's reconcile finds its
+    /// cluster without visiting every cluster.
+    cluster_ids: Mutex<HashMap<(String, String), std::collections::BTreeSet<String>>>,
     /// Serializes cluster writes: a record reaches the map only after the database has it, in the
     /// order the database got it.
     cluster_writes: tokio::sync::Mutex<()>,
@@ -255,6 +271,17 @@ pub struct Backend {
     changes: broadcast::Sender<HostChange>,
 }
 
+/// Removes `cluster` from the index of cluster ids by ClusterDeployment.
+fn forget_cluster_id(ids: &mut HashMap<(String, String), std::collections::BTreeSet<String>>, cluster: &Cluster) {
+    let key = (cluster.namespace.clone(), cluster.name.clone());
+    if let Some(set) = ids.get_mut(&key) {
+        set.remove(&cluster.id);
+        if set.is_empty() {
+            ids.remove(&key);
+        }
+    }
+}
+
 impl Backend {
     /// Loads the records kept in `db`.
     pub async fn load(
@@ -262,7 +289,7 @@ impl Backend {
         clock: Arc<dyn Clock>,
         config: BackendConfig,
     ) -> Result<Arc<Backend>, StoreError> {
-        let mut hosts = HashMap::new();
+        let mut hosts = BTreeMap::new();
         let mut agents = HashMap::new();
         for (record_key, body) in db.list_records(HOSTS).await? {
             match serde_json::from_str::<Host>(&body) {
@@ -291,6 +318,10 @@ impl Backend {
                 Err(e) => tracing::error!(cluster = %id, "unreadable cluster record, ignored: {}", chain(&e)),
             }
         }
+        let mut cluster_ids: HashMap<(String, String), std::collections::BTreeSet<String>> = HashMap::new();
+        for (id, c) in &clusters {
+            cluster_ids.entry((c.namespace.clone(), c.name.clone())).or_default().insert(id.clone());
+        }
         let mut credentials = HashMap::new();
         for (id, body) in db.list_records(CREDENTIALS).await? {
             match serde_json::from_str::<ClusterCredentials>(&body) {
@@ -314,6 +345,7 @@ impl Backend {
             agents: Mutex::new(agents),
             agent_locks: Default::default(),
             clusters: Mutex::new(clusters),
+            cluster_ids: Mutex::new(cluster_ids),
             cluster_writes: tokio::sync::Mutex::new(()),
             members: Mutex::new(members),
             credentials: Mutex::new(credentials),
@@ -430,6 +462,7 @@ impl Backend {
         #[cfg(test)]
         let _turn = gate::enter("backend.hosts").await;
         let slots: Vec<Slot> = self.hosts.locked().values().cloned().collect();
+        visited(slots.len());
         let mut out = Vec::new();
         for slot in slots {
             if let Some(h) = slot.lock().await.as_ref()
@@ -439,6 +472,29 @@ impl Backend {
             }
         }
         out.sort_by(|a, b| (&a.id, &a.infra_env_id).cmp(&(&b.id, &b.infra_env_id)));
+        out
+    }
+
+    /// The hosts of InfraEnv `infra_env_id` that match `filter`, in host id order: one range of the
+    /// host map, whatever the size of the fleet.
+    pub async fn infra_env_hosts(&self, infra_env_id: &str, filter: impl Fn(&Host) -> bool) -> Vec<Host> {
+        let from = HostKey::new(infra_env_id, "");
+        let slots: Vec<Slot> = self
+            .hosts
+            .locked()
+            .range(from..)
+            .take_while(|(k, _)| k.infra_env_id == infra_env_id)
+            .map(|(_, slot)| slot.clone())
+            .collect();
+        visited(slots.len());
+        let mut out = Vec::new();
+        for slot in slots {
+            if let Some(h) = slot.lock().await.as_ref()
+                && filter(h)
+            {
+                out.push(h.clone());
+            }
+        }
         out
     }
 
@@ -903,7 +959,9 @@ impl Backend {
     pub async fn cluster_by_kube_key(&self, namespace: &str, name: &str) -> Option<Cluster> {
         #[cfg(test)]
         let _turn = gate::enter("backend.cluster_by_kube_key").await;
-        self.cluster_map().values().find(|c| c.namespace == namespace && c.name == name).cloned()
+        let key = (namespace.to_string(), name.to_string());
+        let id = self.cluster_ids.locked().get(&key).and_then(|ids| ids.first().cloned())?;
+        self.cluster_map().get(&id).cloned()
     }
 
     /// Creates or replaces a cluster record.
@@ -918,6 +976,17 @@ impl Backend {
         let body = serde_json::to_string(&cluster).map_err(|e| ApiError::new(500, e.to_string()))?;
         let events = events::cluster_change(before.as_ref(), &cluster, self.clock.now());
         self.db.put_record_with_events(CLUSTERS, cluster.id.clone(), body, events, events::CLUSTER_EVENTS_KEPT).await?;
+        // The index first: a reader that finds the id before the record is in the map finds no
+        // cluster, as before this write.
+        {
+            let mut ids = self.cluster_ids.locked();
+            if let Some(b) = &before
+                && (b.namespace != cluster.namespace || b.name != cluster.name)
+            {
+                forget_cluster_id(&mut ids, b);
+            }
+            ids.entry((cluster.namespace.clone(), cluster.name.clone())).or_default().insert(cluster.id.clone());
+        }
         self.cluster_map().insert(cluster.id.clone(), cluster.clone());
         Ok(cluster)
     }
@@ -931,7 +1000,9 @@ impl Backend {
             if self.cluster_map().contains_key(id) {
                 // Its own events go with it; its hosts' stay with the hosts.
                 self.db.delete_cluster_record(CLUSTERS, id.to_string()).await?;
-                self.cluster_map().remove(id);
+                if let Some(gone) = self.cluster_map().remove(id) {
+                    forget_cluster_id(&mut self.cluster_ids.locked(), &gone);
+                }
             }
             if self.credentials.locked().contains_key(id) {
                 self.db.delete_record(CREDENTIALS, id.to_string()).await?;
@@ -980,6 +1051,7 @@ impl Backend {
         let _turn = gate::enter("backend.cluster_hosts").await;
         let keys: Vec<HostKey> =
             self.members.locked().get(cluster_id).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        visited(keys.len());
         let mut out = Vec::new();
         for key in keys {
             if let Some(h) = self.host(&key).await
@@ -1042,6 +1114,83 @@ mod tests {
     }
 
     const HOST: &str = "6f1b1b7e-0f4e-4b6a-9d57-0b8a3c1f2e11";
+
+    fn cluster(id: &str, namespace: &str, name: &str) -> Cluster {
+        Cluster {
+            id: id.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            aci_name: name.into(),
+            openshift_version: "4.20".into(),
+            cpu_architecture: "x86_64".into(),
+            kind: "Cluster".into(),
+            status: "insufficient".into(),
+            status_info: String::new(),
+            status_updated_at: Timestamp::UNIX_EPOCH,
+            install_started_at: None,
+            install_completed_at: None,
+        }
+    }
+
+    /// An InfraEnv's hosts are its range of the host map: an InfraEnv whose id starts with another's
+    /// is not in it, and the fleet around them is not visited.
+    #[tokio::test]
+    async fn an_infraenvs_hosts_are_exactly_its_own() {
+        let backend = backend().await;
+        let ids = ["00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"];
+        for (ie, ns) in [("ie1", "a"), ("ie10", "b"), ("ie0", "c"), ("ie2", "d")] {
+            for id in ids {
+                backend.register_host(ie, ns, id, "v1", None).await.unwrap();
+            }
+        }
+        let hosts = backend.infra_env_hosts("ie1", |_| true).await;
+        let keys: Vec<HostKey> = hosts.iter().map(Host::key).collect();
+        assert_eq!(keys, ids.map(|id| HostKey::new("ie1", id)));
+        assert_eq!(backend.infra_env_hosts("ie1", |h| h.id == ids[1]).await.len(), 1);
+        assert!(backend.infra_env_hosts("ie", |_| true).await.is_empty());
+        // The same answer as the whole-fleet filter it replaces.
+        for ie in ["ie0", "ie1", "ie10", "ie2", "ie3"] {
+            let by_range: Vec<HostKey> = backend.infra_env_hosts(ie, |_| true).await.iter().map(Host::key).collect();
+            let by_scan: Vec<HostKey> = backend.hosts(|h| h.infra_env_id == ie).await.iter().map(Host::key).collect();
+            assert_eq!(by_range, by_scan, "{ie}");
+        }
+    }
+
+    /// A cluster is found by its ClusterDeployment through the index, which follows its writes and
+    /// its deregistration, and is rebuilt at load.
+    #[tokio::test]
+    async fn a_cluster_is_found_by_its_cluster_deployment_after_each_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let backend = Backend::load(SqliteStore::open(&path).unwrap(), Arc::new(SystemClock), BackendConfig::default())
+            .await
+            .unwrap();
+        backend.put_cluster(cluster("c1", "ns", "one")).await.unwrap();
+        backend.put_cluster(cluster("c2", "ns", "two")).await.unwrap();
+        backend.put_cluster(cluster("c3", "other", "one")).await.unwrap();
+        let id = |ns: &str, name: &str| {
+            let backend = backend.clone();
+            let (ns, name) = (ns.to_string(), name.to_string());
+            async move { backend.cluster_by_kube_key(&ns, &name).await.map(|c| c.id) }
+        };
+        assert_eq!(id("ns", "one").await.as_deref(), Some("c1"));
+        assert_eq!(id("other", "one").await.as_deref(), Some("c3"));
+        assert_eq!(id("ns", "three").await, None);
+        // A record that names another ClusterDeployment leaves the old name.
+        backend.put_cluster(cluster("c2", "ns", "three")).await.unwrap();
+        assert_eq!(id("ns", "two").await, None);
+        assert_eq!(id("ns", "three").await.as_deref(), Some("c2"));
+        backend.deregister_cluster("c1").await.unwrap();
+        assert_eq!(id("ns", "one").await, None);
+        drop(backend);
+        let reloaded =
+            Backend::load(SqliteStore::open(&path).unwrap(), Arc::new(SystemClock), BackendConfig::default())
+                .await
+                .unwrap();
+        assert_eq!(reloaded.cluster_by_kube_key("ns", "three").await.map(|c| c.id).as_deref(), Some("c2"));
+        assert_eq!(reloaded.cluster_by_kube_key("other", "one").await.map(|c| c.id).as_deref(), Some("c3"));
+        assert!(reloaded.cluster_by_kube_key("ns", "one").await.is_none());
+    }
 
     /// Registrations of one machine id through InfraEnvs of two tenants and two InfraEnvs of one
     /// tenant, run in seeded random orders and concurrently: whatever the order, each tenant ends

@@ -290,6 +290,20 @@ pub trait Store: Clone + Send + Sync + 'static {
     }
 }
 
+/// Objects the stores handed to their callers (decoded, or lent to a `list_map` closure), both
+/// stores, the whole process: what the controllers read per change (`/metrics`
+/// `store_objects_read`, the fleet benchmark's reads per change). Process-wide, as a server runs one
+/// store; a test that counts uses a store of its own (`controllers/triggers.rs`).
+pub static OBJECTS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Changes the stores fed to their subscribers (`/metrics` `store_changes_fed`).
+pub static CHANGES_FED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts `n` objects read ([`OBJECTS_READ`]).
+pub(crate) fn count_read(n: usize) {
+    OBJECTS_READ.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Changes announced per resource (see [`Store::change_count`]), with the names of the last
 /// [`CHANGE_LOG_LEN`] of each (see [`Store::changes_since`]).
 #[derive(Debug, Default)]

@@ -305,6 +305,7 @@ impl KubeStore {
     async fn list_from_api<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
         let req = collection::<K>(namespace).list(&ListParams::default()).map_err(request_error)?;
         let list: ObjectList<Value> = self.inner.client.request(req).await.map_err(|e| store_error::<K>("", e))?;
+        super::count_read(list.items.len());
         list.items.into_iter().map(decode).collect()
     }
 
@@ -457,6 +458,7 @@ impl Watch {
     fn announce(&self, ns: &str, name: &str, status_only: bool, resource_version: Option<String>) {
         let resource = self.kind.resource();
         self.changes.bump(&resource, ns, name);
+        super::CHANGES_FED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.events.send(ChangeEvent {
             resource,
             namespace: ns.to_string(),
@@ -569,7 +571,10 @@ impl Store for KubeStore {
         if coverage.is_some() {
             let held = self.read_cache().get(&resource_name::<K>(), namespace, name);
             match (held, coverage) {
-                (Some(h), _) => return h.object().map(Some),
+                (Some(h), _) => {
+                    super::count_read(1);
+                    return h.object().map(Some);
+                }
                 (None, Some(Coverage::All)) => return Ok(None),
                 _ => {}
             }
@@ -580,6 +585,7 @@ impl Store for KubeStore {
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
         if let Some((_, Coverage::All)) = self.coverage_of::<K>() {
             let held = self.read_cache().list(&resource_name::<K>(), namespace);
+            super::count_read(held.len());
             return held.iter().map(|c| c.object()).collect();
         }
         self.list_from_api(namespace).await
@@ -592,6 +598,7 @@ impl Store for KubeStore {
     ) -> Result<Vec<T>, StoreError> {
         if let Some((_, Coverage::All)) = self.coverage_of::<K>() {
             let held = self.read_cache().list(&resource_name::<K>(), namespace);
+            super::count_read(held.len());
             return held.iter().map(|c| c.with_object(&mut f)).collect();
         }
         Ok(self.list_from_api::<K>(namespace).await?.iter().map(f).collect())
@@ -617,6 +624,7 @@ impl Store for KubeStore {
             return Ok(out);
         };
         let held = self.read_cache().referencing(relation, namespace, value);
+        super::count_read(held.len());
         held.iter().map(|c| c.object()).collect()
     }
 
@@ -634,7 +642,10 @@ impl Store for KubeStore {
         if let Some((_, coverage)) = self.coverage_of::<K>() {
             let held = self.read_cache().by_uid(&resource_name::<K>(), uid);
             match (held, coverage) {
-                (Some(h), _) => return h.object().map(Some),
+                (Some(h), _) => {
+                    super::count_read(1);
+                    return h.object().map(Some);
+                }
                 (None, Coverage::All) => return Ok(None),
                 _ => {}
             }

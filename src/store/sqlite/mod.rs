@@ -186,11 +186,13 @@ impl SqliteStore {
 impl Store for SqliteStore {
     async fn get<K: Object>(&self, namespace: &str, name: &str) -> Result<Option<K>, StoreError> {
         let entry = self.read_cache().get(&resource_name::<K>(), &namespace_of::<K>(Some(namespace)), name);
+        super::count_read(entry.is_some() as usize);
         entry.map(|c| c.object()).transpose()
     }
 
     async fn list<K: Object>(&self, namespace: Option<&str>) -> Result<Vec<K>, StoreError> {
         let entries = self.read_cache().list(&resource_name::<K>(), namespace);
+        super::count_read(entries.len());
         entries.iter().map(|c| c.object()).collect()
     }
 
@@ -200,6 +202,7 @@ impl Store for SqliteStore {
         mut f: impl FnMut(&K) -> T + Send,
     ) -> Result<Vec<T>, StoreError> {
         let entries = self.read_cache().list(&resource_name::<K>(), namespace);
+        super::count_read(entries.len());
         entries.iter().map(|c| c.with_object(&mut f)).collect()
     }
 
@@ -211,6 +214,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<K>, StoreError> {
         debug_assert_eq!(relation.kind().resource(), resource_name::<K>());
         let entries = self.read_cache().referencing(relation, namespace, value);
+        super::count_read(entries.len());
         entries.iter().map(|c| c.object()).collect()
     }
 
@@ -228,6 +232,7 @@ impl Store for SqliteStore {
             let cache = self.read_cache();
             cache.by_uid.get(uid).filter(|k| k.0 == res).and_then(|k| cache.objects.get(k).cloned())
         };
+        super::count_read(entry.is_some() as usize);
         entry.map(|c| c.object()).transpose()
     }
 

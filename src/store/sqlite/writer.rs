@@ -298,6 +298,7 @@ impl SqliteStore {
         let (out, changes) = result.await.map_err(|e| StoreError::backend_in("the store's write failed", e))??;
         for event in changes.0 {
             self.change_counts.bump(&event.resource, &event.namespace, &event.name);
+            crate::store::CHANGES_FED.fetch_add(1, Ordering::Relaxed);
             let _ = self.events.send(event);
         }
         Ok(out)
