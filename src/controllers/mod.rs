@@ -144,22 +144,14 @@ async fn queue_if_deleted<S: Store>(
 /// at a time per InfraEnv: it reads the InfraEnv when it runs, so it serves the host changes that
 /// come meanwhile, and the retries in flight are bounded by the InfraEnvs, not by the host changes.
 fn retry_host_change<S: Store>(store: S, queue: Arc<WorkQueue>, retrying: Retrying, infra_env_id: String) {
-    if !retrying.locked().insert(infra_env_id.clone()) {
-        return;
-    }
-    tokio::spawn(async move {
-        let mut delay = Duration::from_secs(1);
-        loop {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(60));
-            retrying.locked().remove(&infra_env_id);
+    retry_marked(retrying, infra_env_id.clone(), move || {
+        let (store, queue, infra_env_id) = (store.clone(), queue.clone(), infra_env_id.clone());
+        async move {
             match queue_if_deleted(&store, &queue, &infra_env_id).await {
-                Ok(()) => return,
+                Ok(()) => true,
                 Err(e) => {
                     tracing::warn!("reading the InfraEnv {infra_env_id} of a host that changed: {}", chain(&e));
-                    if !retrying.locked().insert(infra_env_id.clone()) {
-                        return;
-                    }
+                    false
                 }
             }
         }
@@ -177,6 +169,32 @@ fn retry_infraenv_event<S: Store>(
     name: String,
 ) {
     let mark = format!("{resource}/{namespace}/{name}");
+    retry_marked(retrying, mark, move || {
+        let (images, queue) = (images.clone(), queue.clone());
+        let (resource, namespace, name) = (resource.clone(), namespace.clone(), name.clone());
+        async move {
+            match infraenvs_affected_by(&images, &resource, &namespace, &name).await {
+                Ok(keys) => {
+                    keys.into_iter().for_each(|k| queue.push(k));
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e));
+                    false
+                }
+            }
+        }
+    });
+}
+
+/// Runs `attempt` after a delay that doubles up to a minute until it answers true, unless a retry
+/// marked `mark` is pending already ([`Retrying`]: the mark is cleared before each attempt and set
+/// again after a failure only if no other retry took it meanwhile).
+fn retry_marked<F, Fut>(retrying: Retrying, mark: String, mut attempt: F)
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
     if !retrying.locked().insert(mark.clone()) {
         return;
     }
@@ -186,14 +204,8 @@ fn retry_infraenv_event<S: Store>(
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(60));
             retrying.locked().remove(&mark);
-            match infraenvs_affected_by(&images, &resource, &namespace, &name).await {
-                Ok(keys) => return keys.into_iter().for_each(|k| queue.push(k)),
-                Err(e) => {
-                    tracing::warn!("routing the change of {resource} {namespace}/{name} to InfraEnvs: {}", chain(&e));
-                    if !retrying.locked().insert(mark.clone()) {
-                        return;
-                    }
-                }
+            if attempt().await || !retrying.locked().insert(mark.clone()) {
+                return;
             }
         }
     });
