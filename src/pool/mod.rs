@@ -271,6 +271,20 @@ pub struct Backend {
     changes: broadcast::Sender<HostChange>,
 }
 
+/// The hosts of `slots` that match `filter`, each read under its own lock (counted as visited).
+async fn matching(slots: Vec<Slot>, filter: impl Fn(&Host) -> bool) -> Vec<Host> {
+    visited(slots.len());
+    let mut out = Vec::new();
+    for slot in slots {
+        if let Some(h) = slot.lock().await.as_ref()
+            && filter(h)
+        {
+            out.push(h.clone());
+        }
+    }
+    out
+}
+
 /// Removes `cluster` from the index of cluster ids by ClusterDeployment.
 fn forget_cluster_id(ids: &mut HashMap<(String, String), std::collections::BTreeSet<String>>, cluster: &Cluster) {
     let key = (cluster.namespace.clone(), cluster.name.clone());
@@ -462,15 +476,7 @@ impl Backend {
         #[cfg(test)]
         let _turn = gate::enter("backend.hosts").await;
         let slots: Vec<Slot> = self.hosts.locked().values().cloned().collect();
-        visited(slots.len());
-        let mut out = Vec::new();
-        for slot in slots {
-            if let Some(h) = slot.lock().await.as_ref()
-                && filter(h)
-            {
-                out.push(h.clone());
-            }
-        }
+        let mut out = matching(slots, filter).await;
         out.sort_by(|a, b| (&a.id, &a.infra_env_id).cmp(&(&b.id, &b.infra_env_id)));
         out
     }
@@ -486,16 +492,7 @@ impl Backend {
             .take_while(|(k, _)| k.infra_env_id == infra_env_id)
             .map(|(_, slot)| slot.clone())
             .collect();
-        visited(slots.len());
-        let mut out = Vec::new();
-        for slot in slots {
-            if let Some(h) = slot.lock().await.as_ref()
-                && filter(h)
-            {
-                out.push(h.clone());
-            }
-        }
-        out
+        matching(slots, filter).await
     }
 
     /// How many hosts are in each state (every state listed, zeros included).
