@@ -328,6 +328,12 @@ impl Collector for WorkCollector {
         )?;
         counter(
             &mut encoder,
+            "http_idle_connections_reclaimed",
+            "Idle keep-alive connections closed to make room for new connections, the server being at its connection limit",
+            crate::http::idle::reclaimed_total(),
+        )?;
+        counter(
+            &mut encoder,
             "store_objects_read",
             "Objects the store handed to its callers (decoded, or visited by a list), the controllers' reads included",
             crate::store::OBJECTS_READ.load(Relaxed),

@@ -7,6 +7,7 @@
 //! Why two paths, and what every connection is bounded by: docs/design.md §3.
 
 pub mod feed;
+pub mod idle;
 pub mod query;
 pub mod range;
 pub mod respond;
