@@ -336,7 +336,7 @@ impl Deployment {
             }
             _ => None,
         };
-        let port = procs::free_port()?;
+        let port = procs::free_port_pair()?;
         let server = Server::start(server_command(backend, &bin, dir.path(), port, 1))?;
         let probe = simulate::client();
         procs::until_ready(&probe, &server.url, Duration::from_secs(120)).await?;

@@ -73,6 +73,27 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// A port free with the one after it, below the kernel's range of ephemeral ports: a fleet's
+/// twenty thousand client sockets take ports of that range, so that the one after a free
+/// ephemeral port is often taken by the time a server binds it.
+pub fn free_port_pair() -> anyhow::Result<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let ephemeral_start = range.split_whitespace().next().and_then(|p| p.parse::<u16>().ok()).unwrap_or(32768);
+    let below = 10_000..ephemeral_start.saturating_sub(1).max(10_001);
+    // Start somewhere else in the range each time (two benchmarks may run at once).
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos() as usize;
+    let start = std::process::id() as usize ^ nanos;
+    let span = below.len();
+    for i in 0..span {
+        let port = below.start + (start.wrapping_add(i) % span) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 1) {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no two free ports below {ephemeral_start}")
+}
+
 /// A bootstream process, killed however the benchmark ends (an early error must not leave it running).
 pub struct Server {
     child: Child,

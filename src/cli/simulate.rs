@@ -622,22 +622,30 @@ pub fn simulated_logs(host_id: &str) -> Vec<u8> {
 
 /// A client suited to many concurrent agents on one server.
 pub fn client() -> reqwest::Client {
-    client_builder().build().expect("HTTP client")
+    client_for(1024)
 }
 
-fn client_builder() -> reqwest::ClientBuilder {
+/// A client for `machines` agents: as many keep-alive connections as machines, as that many hosts
+/// hold, one each. A connection more is opened when an agent's next call comes before its last
+/// connection is back in the pool; without this cap such spares pile up (two connections per agent
+/// at 10,000 agents, past the server's connection limit).
+fn client_for(machines: usize) -> reqwest::Client {
+    client_builder(machines).build().expect("HTTP client")
+}
+
+fn client_builder(machines: usize) -> reqwest::ClientBuilder {
     // The process may not have chosen a TLS provider yet (benchmarks and tests call this directly).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().pool_max_idle_per_host(1024).timeout(Duration::from_secs(30))
+    reqwest::Client::builder().pool_max_idle_per_host(machines.max(1)).timeout(Duration::from_secs(30))
 }
 
-/// [`client`] trusting the CA certificates in the PEM file `cacert` too.
-fn client_trusting(cacert: &std::path::Path) -> anyhow::Result<reqwest::Client> {
+/// [`client_for`] trusting the CA certificates in the PEM file `cacert` too.
+fn client_trusting(cacert: &std::path::Path, machines: usize) -> anyhow::Result<reqwest::Client> {
     let pem = std::fs::read(cacert).with_context(|| format!("reading --cacert {}", cacert.display()))?;
     let certs = reqwest::Certificate::from_pem_bundle(&pem)
         .with_context(|| format!("--cacert {}: not PEM certificates", cacert.display()))?;
     anyhow::ensure!(!certs.is_empty(), "--cacert {}: no certificate in it", cacert.display());
-    Ok(client_builder().tls_certs_merge(certs).build()?)
+    Ok(client_builder(machines).tls_certs_merge(certs).build()?)
 }
 
 /// Starts `hosts` machines; returns their tasks.
@@ -649,7 +657,7 @@ pub fn start_fleet(
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    start_fleet_with(&client(), target, seed, hosts, timing, stats, stop)
+    start_fleet_with(&client_for(hosts.len()), target, seed, hosts, timing, stats, stop)
 }
 
 /// Starts `hosts` machines talking to the agent API through `client` (one from [`client`], which may trust
@@ -682,8 +690,8 @@ pub struct Api {
 
 pub async fn run(args: SimulateArgs, api: Api) -> anyhow::Result<std::process::ExitCode> {
     let client = match &args.cacert {
-        Some(path) => client_trusting(path)?,
-        None => client(),
+        Some(path) => client_trusting(path, args.hosts)?,
+        None => client_for(args.hosts),
     };
     let target =
         Target::discover_through(&api.http, &client, &api.server, &args.server, &args.infraenv, api.token.as_deref())
