@@ -283,6 +283,28 @@ impl KubeStore {
             .map_err(|e| StoreError::backend_in(format!("reading a {}", resource_name::<K>()), e))
     }
 
+    /// Reads a cached object from the API into the cache after a write of it was refused as a
+    /// conflict: the copy the write started from is older than the API's, and the watch may not be
+    /// about to bring the newer one (module docs of [`cache`]), so the caller's retry starts from what
+    /// the API has. A failed read is left to the watch.
+    async fn refresh<K: Object>(&self, ns: &str, name: &str) {
+        let Some((kind, coverage)) = self.coverage_of::<K>() else { return };
+        match self.get_from_api::<K>(ns, name).await {
+            Ok(Some(live)) => {
+                let value = pruned(&resource_name::<K>(), live);
+                if belongs(coverage, &value) {
+                    self.write_cache().put(kind, &value, Source::Refresh);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(
+                "reading {} {ns}/{name} again after a conflict: {}",
+                resource_name::<K>(),
+                crate::errors::chain(&e)
+            ),
+        }
+    }
+
     /// Announces a write of a cached object to the cache for as long as the guard lives (module docs
     /// of [`cache`]: the watch may deliver the written version before the answer arrives).
     fn writing<K: Object>(&self, ns: &str, name: &str) -> Option<WriteInFlight> {
@@ -365,9 +387,14 @@ impl KubeStore {
                 collection::<K>(Some(&ns)).patch(&name, &pp, &Patch::Merge(&patch))
             }
             .map_err(request_error)?;
-            let _writing = self.writing::<K>(&ns, &name);
+            let writing = self.writing::<K>(&ns, &name);
             match self.inner.client.request::<Value>(req).await.map_err(|e| store_error::<K>(&name, e)) {
                 Err(e) if e.is_conflict() && want_rv.is_none() => use_cache = false,
+                Err(e) if e.is_conflict() => {
+                    drop(writing);
+                    self.refresh::<K>(&ns, &name).await;
+                    return Err(e);
+                }
                 other => return self.written(other?),
             }
         }
@@ -946,6 +973,33 @@ mod tests {
         let res = "infraenvs.agent-install.openshift.io";
         server.api().store().create_raw(res, "ns", serde_json::to_value(&other).unwrap(), true).await.unwrap();
         assert!(store.get::<InfraEnv>("ns", "b").await.unwrap().is_none());
+    }
+
+    /// A write refused as a conflict proves the cache's copy older than the API's: it is read again,
+    /// so that the retry starts from the API's version even if the watch never brings it (no watch
+    /// runs here).
+    #[tokio::test]
+    async fn a_write_refused_as_a_conflict_reads_the_object_again() {
+        let (server, store) = cluster().await;
+        let created = store.create(&infraenv("a")).await.unwrap();
+        for w in &store.inner.watches {
+            w.abort();
+        }
+        let backing = server.api().store();
+        let mut theirs: InfraEnv = backing.get("ns", "a").await.unwrap().unwrap();
+        theirs.spec.ssh_authorized_key = Some("ssh-ed25519 THEIRS".into());
+        let theirs = backing.update(&theirs).await.unwrap();
+
+        let mut ours = created.clone();
+        ours.metadata.labels = Some([("ours".to_string(), "1".to_string())].into());
+        assert!(store.update(&ours).await.unwrap_err().is_conflict());
+        let read: InfraEnv = store.get("ns", "a").await.unwrap().unwrap();
+        assert_eq!(read.metadata.resource_version, theirs.metadata.resource_version, "read again after the conflict");
+        assert_eq!(read.spec.ssh_authorized_key.as_deref(), Some("ssh-ed25519 THEIRS"));
+        let mut again = read.clone();
+        again.metadata.labels = ours.metadata.labels.clone();
+        let written = store.update(&again).await.unwrap();
+        assert_eq!(written.spec.ssh_authorized_key.as_deref(), Some("ssh-ed25519 THEIRS"));
     }
 
     #[tokio::test]
