@@ -426,6 +426,15 @@ async fn record(
                     // Already recorded (a change seen twice, or one the seed held).
                     continue;
                 }
+                // Written again since: that write's change comes later in the feed (which is in
+                // commit order) and records this text then, so that the window stays in
+                // resourceVersion order and a watch resuming from a version misses nothing after it.
+                // The version in between is not shown: one event for the two writes (kube-apiserver
+                // shows both; a client that acts on the latest state, as a reflector does, ends the
+                // same).
+                if change.resource_version.as_deref().and_then(|v| v.parse::<i64>().ok()).is_some_and(|at| rv > at) {
+                    continue;
+                }
                 let type_ = if history.last.insert(key, text.clone()).is_some() { "MODIFIED" } else { "ADDED" };
                 history.resource_version = history.resource_version.max(rv);
                 Event {

@@ -263,11 +263,17 @@ impl SqliteStore {
     /// Runs `f` on the writer thread, in a transaction (shared with the other writes waiting at the
     /// same time, in a savepoint of its own), and emits change events for what it touched once that
     /// transaction committed. An error from `f` rolls back its writes only.
+    ///
+    /// The events go out from the writer thread, in commit order: subscribers (the API's watches
+    /// among them) see changes in resourceVersion order. Sent by each caller once it resumed, two
+    /// writes of one group could go out in either order, and a watch that resumed from the later
+    /// one's version never showed the earlier one.
     pub(super) async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Tx<'_>, &mut Changes) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (done, result) = tokio::sync::oneshot::channel();
+        let (events, change_counts) = (self.events.clone(), self.change_counts.clone());
         let job: Job = Box::new(move |group| {
             let tx = Tx { group, pending: RefCell::default() };
             let mut changes = Changes::default();
@@ -280,7 +286,14 @@ impl SqliteStore {
                         pending
                     },
                     finish: Box::new(move |committed| {
-                        let _ = done.send(committed.map(|()| (out, changes)));
+                        if committed.is_ok() {
+                            for event in changes.0 {
+                                change_counts.bump(&event.resource, &event.namespace, &event.name);
+                                crate::store::CHANGES_FED.fetch_add(1, Ordering::Relaxed);
+                                let _ = events.send(event);
+                            }
+                        }
+                        let _ = done.send(committed.map(|()| out));
                     }),
                 },
                 Err(e) => Ran {
@@ -295,13 +308,7 @@ impl SqliteStore {
         // Counted before the writer can run it, so that queued - written is never negative.
         self.writer_stats.queued.fetch_add(1, Ordering::Relaxed);
         self.writer.send(job).map_err(|_| StoreError::backend_message("the store's writer thread is gone"))?;
-        let (out, changes) = result.await.map_err(|e| StoreError::backend_in("the store's write failed", e))??;
-        for event in changes.0 {
-            self.change_counts.bump(&event.resource, &event.namespace, &event.name);
-            crate::store::CHANGES_FED.fetch_add(1, Ordering::Relaxed);
-            let _ = self.events.send(event);
-        }
-        Ok(out)
+        result.await.map_err(|e| StoreError::backend_in("the store's write failed", e))?
     }
 }
 
@@ -349,6 +356,33 @@ mod tests {
     use crate::resources::Kind;
     use crate::store::Store;
     use crate::store::sqlite::insert_object;
+    /// Writes that share a group commit resume their callers in any order; their changes must still
+    /// reach subscribers in resourceVersion order (a watch resuming from a version would otherwise
+    /// miss an earlier one delivered after it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changes_go_out_in_commit_order() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let mut changes = store.subscribe();
+        let writes: Vec<_> = (0..400)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store.apply_document(Kind::InfraEnv, infraenv_doc(&format!("ie-{i}"), "k")).await.unwrap()
+                })
+            })
+            .collect();
+        for w in writes {
+            w.await.unwrap();
+        }
+        let (mut last, mut seen) = (0i64, 0);
+        while let Ok(change) = changes.try_recv() {
+            let rv: i64 = change.resource_version.as_deref().unwrap().parse().unwrap();
+            assert!(rv > last, "change at {rv} after one at {last}");
+            (last, seen) = (rv, seen + 1);
+        }
+        assert!(seen >= 400, "{seen} changes");
+    }
+
     #[tokio::test]
     async fn the_checkpointer_copies_the_log_into_the_database_file() {
         let dir = tempfile::tempdir().unwrap();
