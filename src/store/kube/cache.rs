@@ -141,7 +141,8 @@ impl ObjectCache {
     /// cache holds, by the order of the watch stream (module docs); notes what it must remember.
     fn ordered(&mut self, key: &ObjKey, rv: &str, source: Source) -> bool {
         let relisting = self.relisting.contains(&key.0);
-        let held = self.objects.get(key).map(|h| h.rv.clone());
+        // Borrowed, not copied: this runs for every event of every watched object.
+        let held = self.objects.get(key).map(|h| &*h.rv);
         let own = match source {
             Source::OwnWrite => self.own.entry(key.clone()).or_default(),
             Source::Watch | Source::Refresh => match self.own.get_mut(key) {
@@ -179,7 +180,7 @@ impl ObjectCache {
                 // The watch already delivered this version (and maybe newer): the cache has it.
                 let delivered = own.overflowed
                     || own.seen.iter().any(|s| &**s == rv)
-                    || held.as_deref().is_some_and(|h| numerically_newer(h, rv));
+                    || held.is_some_and(|h| numerically_newer(h, rv));
                 if !delivered && !rv.is_empty() {
                     own.awaited = Some(rv.into());
                 }
